@@ -1,0 +1,206 @@
+"""The network spec as data: layers, presets with their original training settings.
+
+A wrapper reads a `Network` and translates each layer; it never hard-codes one.
+Shapes are (height, width, channels) throughout the spec; a wrapper that works
+channels-first converts where it builds its model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Optional, Tuple, Union
+
+
+@dataclass(frozen=True)
+class ZeroPad2D:
+    padding: int
+
+
+@dataclass(frozen=True)
+class Conv2D:
+    filters: int
+    kernel_size: int
+    padding: str = "valid"  # "valid" or "same" (stride 1, so "same" keeps H and W)
+    activation: Optional[str] = "relu"
+
+
+@dataclass(frozen=True)
+class MaxPool2D:
+    pool_size: int
+
+
+@dataclass(frozen=True)
+class Flatten:
+    pass
+
+
+@dataclass(frozen=True)
+class Dense:
+    units: int
+    # "softmax" on the last layer is fused into the cross-entropy loss by every
+    # wrapper (log-softmax), so models emit logits; argmax is unchanged.
+    activation: Optional[str] = "relu"
+
+
+@dataclass(frozen=True)
+class Dropout:
+    rate: float
+
+
+Layer = Union[ZeroPad2D, Conv2D, MaxPool2D, Flatten, Dense, Dropout]
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str  # "sgd" (momentum, optionally Nesterov) or "adam"
+    learning_rate: float
+    momentum: float = 0.0
+    nesterov: bool = False
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-8
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    optimizer: Optimizer
+    batch_size: int
+    epochs: int
+    validation_split: float = 0.2
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    layers: Tuple[Layer, ...]
+    training: TrainingDefaults
+    input_shape: Tuple[int, int, int] = (28, 28, 1)  # (H, W, C)
+    num_classes: int = 10
+    description: str = ""
+
+    def output_shapes(self) -> list:
+        """Shape (H, W, C) or (units,) after each layer."""
+        shapes, shape = [], self.input_shape
+        for layer in self.layers:
+            shape = _output_shape(layer, shape)
+            shapes.append(shape)
+        return shapes
+
+    def input_shapes(self) -> list:
+        return [self.input_shape] + self.output_shapes()[:-1]
+
+    def parametric_layers(self) -> list:
+        """(layer index, layer, input shape) for every layer that owns weights."""
+        return [
+            (i, layer, in_shape)
+            for i, (layer, in_shape) in enumerate(zip(self.layers, self.input_shapes()))
+            if isinstance(layer, (Conv2D, Dense))
+        ]
+
+    def param_count(self) -> int:
+        total = 0
+        for _, layer, in_shape in self.parametric_layers():
+            kernel, bias = weight_shapes(layer, in_shape)
+            total += prod(kernel) + prod(bias)
+        return total
+
+    def forward_flops_per_sample(self) -> int:
+        """Multiply-adds counted as 2 FLOPs, convolutions and dense layers only
+        (activations, pooling and padding are negligible and not counted)."""
+        flops = 0
+        for layer, in_shape, out_shape in zip(self.layers, self.input_shapes(), self.output_shapes()):
+            if isinstance(layer, Conv2D):
+                out_h, out_w, out_c = out_shape
+                flops += 2 * layer.kernel_size ** 2 * in_shape[-1] * out_c * out_h * out_w
+            elif isinstance(layer, Dense):
+                flops += 2 * prod(in_shape) * layer.units
+        return flops
+
+    def train_flops_per_sample(self) -> int:
+        """Forward + backward: the usual 3x forward (the backward pass computes
+        gradients for both inputs and weights, each costing one forward)."""
+        return 3 * self.forward_flops_per_sample()
+
+    def final_activation(self) -> Optional[str]:
+        return self.layers[-1].activation
+
+
+def _output_shape(layer: Layer, shape: tuple) -> tuple:
+    if isinstance(layer, ZeroPad2D):
+        h, w, c = shape
+        return (h + 2 * layer.padding, w + 2 * layer.padding, c)
+    if isinstance(layer, Conv2D):
+        h, w, _ = shape
+        if layer.padding == "same":
+            return (h, w, layer.filters)
+        return (h - layer.kernel_size + 1, w - layer.kernel_size + 1, layer.filters)
+    if isinstance(layer, MaxPool2D):
+        h, w, c = shape
+        return (h // layer.pool_size, w // layer.pool_size, c)
+    if isinstance(layer, Flatten):
+        return (prod(shape),)
+    if isinstance(layer, Dense):
+        return (layer.units,)
+    if isinstance(layer, Dropout):
+        return shape
+    raise TypeError(f"unknown layer {layer!r}")
+
+
+def weight_shapes(layer: Layer, in_shape: tuple) -> tuple:
+    """Canonical (kernel shape, bias shape): conv kernels HWIO, dense (in, out)."""
+    if isinstance(layer, Conv2D):
+        k = layer.kernel_size
+        return (k, k, in_shape[-1], layer.filters), (layer.filters,)
+    if isinstance(layer, Dense):
+        return (prod(in_shape), layer.units), (layer.units,)
+    raise TypeError(f"{type(layer).__name__} has no weights")
+
+
+CNN2D_3LAYER = Network(
+    name="cnn2d_3layer_fullconnected_3layer",
+    description="the original Keras net: 3 conv (32, 48, 32; 3x3), 2 max-pools, 3 dense",
+    layers=(
+        ZeroPad2D(1), Conv2D(32, 3),
+        ZeroPad2D(1), Conv2D(48, 3),
+        MaxPool2D(2),
+        ZeroPad2D(1), Conv2D(32, 3),
+        MaxPool2D(2),
+        Flatten(),
+        Dense(128), Dropout(0.25),
+        Dense(128), Dropout(0.25),
+        Dense(10, activation="softmax"),
+    ),
+    training=TrainingDefaults(
+        optimizer=Optimizer("sgd", learning_rate=0.05, momentum=0.9, nesterov=True),
+        batch_size=1000,
+        epochs=10,
+    ),
+)
+
+CNN2D_2LAYER = Network(
+    name="cnn2d_2layer_full_connected_2layer",
+    description="the original TensorFlow net: 2 conv (32, 64; 5x5 SAME), 2 max-pools, 2 dense",
+    layers=(
+        Conv2D(32, 5, padding="same"), MaxPool2D(2),
+        Conv2D(64, 5, padding="same"), MaxPool2D(2),
+        Flatten(),
+        Dense(1024), Dropout(0.5),
+        Dense(10, activation="softmax"),
+    ),
+    training=TrainingDefaults(
+        # tf.train.AdamOptimizer(5e-4) of the original: TensorFlow 1's epsilon 1e-8.
+        optimizer=Optimizer("adam", learning_rate=5e-4, epsilon=1e-8),
+        batch_size=50,
+        epochs=10,
+    ),
+)
+
+NETWORKS = {net.name: net for net in (CNN2D_3LAYER, CNN2D_2LAYER)}
+DEFAULT_NETWORK = CNN2D_3LAYER.name
+
+
+def get_network(name: str) -> Network:
+    try:
+        return NETWORKS[name]
+    except KeyError:
+        raise KeyError(f"unknown network {name!r}; choose one of: {', '.join(NETWORKS)}") from None
