@@ -1,0 +1,82 @@
+"""The spec translated to Keras layers (NHWC, the canonical weight layout).
+
+Only layer classes and calls that Keras 2 and Keras 3 share are used, so the same
+builder serves every backend."""
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+
+
+def build_model(network: Network, weights: list) -> keras.Model:
+    """A Sequential emitting logits (a final softmax is fused into the loss)."""
+    model = keras.Sequential(name=network.name)
+    model.add(keras.Input(shape=network.input_shape))
+    by_index, last_index = {}, len(network.layers) - 1
+    for index, layer in enumerate(network.layers):
+        if isinstance(layer, ZeroPad2D):
+            keras_layer = layers.ZeroPadding2D(layer.padding)
+        elif isinstance(layer, Conv2D):
+            keras_layer = layers.Conv2D(layer.filters, layer.kernel_size, padding=layer.padding,
+                                        activation=_activation(layer.activation, index == last_index))
+        elif isinstance(layer, MaxPool2D):
+            keras_layer = layers.MaxPooling2D(layer.pool_size)
+        elif isinstance(layer, Flatten):
+            keras_layer = layers.Flatten()
+        elif isinstance(layer, Dense):
+            keras_layer = layers.Dense(layer.units, activation=_activation(layer.activation, index == last_index))
+        elif isinstance(layer, Dropout):
+            keras_layer = layers.Dropout(layer.rate)
+        else:
+            raise TypeError(f"keras_wrapper cannot translate {layer!r}")
+        model.add(keras_layer)
+        by_index[index] = keras_layer
+    for w in weights:
+        by_index[w.layer_index].set_weights([w.kernel, w.bias])
+    return model
+
+
+def _activation(name, is_last):
+    return None if name == "softmax" and is_last else name
+
+
+def make_optimizer(spec):
+    if spec.name == "sgd":
+        return keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum, nesterov=spec.nesterov)
+    if spec.name == "adam":
+        return keras.optimizers.Adam(spec.learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon)
+    raise ValueError(f"unknown optimizer {spec.name!r}")
+
+
+class LastBatch(keras.metrics.Metric):
+    """The value of `fn` on the latest batch alone (Keras's own loss/accuracy logs
+    are running means over the epoch; the CSV wants each step's value)."""
+
+    def __init__(self, fn, name):
+        super().__init__(name=name)
+        self.fn = fn
+        self.value = self.add_weight(name="value", shape=(), initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.value.assign(keras.ops.mean(self.fn(y_true, y_pred)))
+
+    def result(self):
+        return keras.ops.convert_to_tensor(self.value)
+
+    def reset_state(self):
+        self.value.assign(0.0)
+
+
+def compile_model(model: keras.Model, optimizer_spec) -> keras.Model:
+    def batch_loss(y_true, y_pred):
+        return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+    model.compile(
+        optimizer=make_optimizer(optimizer_spec),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[LastBatch(batch_loss, "batch_loss"),
+                 LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy")],
+    )
+    return model

@@ -1,0 +1,84 @@
+"""Keras training: model.fit, one call per epoch over that epoch's shared batch
+order (shuffle off, so Keras takes exactly the shared batches), with each step's
+row written by a callback."""
+from __future__ import annotations
+
+import importlib
+import time
+
+import keras
+import numpy as np
+
+from algorithms.data import batch_order
+from algorithms.init import initial_weights
+from algorithms.loop import finish_with_test, validate
+from keras_wrapper.model import build_model, compile_model
+
+BACKEND_MODULES = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax"}
+
+
+def describe_runtime():
+    backend = keras.backend.backend()
+    module = importlib.import_module(BACKEND_MODULES.get(backend, backend))
+    versions = {"keras": keras.__version__, backend: module.__version__, "numpy": np.__version__}
+    try:
+        devices = ", ".join(keras.distribution.list_devices())
+    except Exception:  # not every backend lists devices through keras.distribution
+        devices = "cpu"
+    return "keras", backend, versions, devices
+
+
+class StepRecorder(keras.callbacks.Callback):
+    """Writes one CSV row per finished batch and stops at --max_steps."""
+
+    def __init__(self, session):
+        super().__init__()
+        self.session = session
+        self.epoch, self.batch_sizes = 0, []
+        self._begin = self._previous_end = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss, accuracy = float(logs["batch_loss"]), float(logs["batch_accuracy"])  # waits for the step
+        end = time.perf_counter()
+        gap_ms = 0.0 if self._previous_end is None else (self._begin - self._previous_end) * 1000.0
+        self.session.train_step(self.epoch, loss, accuracy, (end - self._begin) * 1000.0, gap_ms,
+                                self.batch_sizes[batch])
+        if self.session.should_stop():
+            self.model.stop_training = True
+        self._previous_end = time.perf_counter()
+
+
+def make_model(network, optimizer_spec, seed: int):
+    keras.utils.set_random_seed(seed)  # dropout masks
+    return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec)
+
+
+def train(session):
+    config, data = session.config, session.dataset
+    model = make_model(config.network, config.optimizer, config.seed)
+    recorder = StepRecorder(session)
+
+    def logits_fn(images):
+        return np.asarray(model.predict(images[..., None], batch_size=config.batch_size, verbose=0))
+
+    for epoch in range(config.num_epochs):
+        batches = batch_order(len(data.train_x), config.batch_size, epoch, config.seed)
+        order = np.concatenate(batches)
+        recorder.epoch, recorder.batch_sizes = epoch, [len(b) for b in batches]
+        model.fit(data.train_x[order][..., None], data.train_y[order], batch_size=config.batch_size,
+                  epochs=epoch + 1, initial_epoch=epoch, shuffle=False, verbose=0, callbacks=[recorder])
+        validate(session, epoch, logits_fn)
+        if session.should_stop():
+            break
+    return finish_with_test(session, logits_fn)
+
+
+def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
+    """Keras's own loss (model.evaluate, dropout off) and logits of the shared initial weights."""
+    model = make_model(network, network.training.optimizer, seed)
+    result = model.evaluate(images[..., None], labels, batch_size=len(images), verbose=0, return_dict=True)
+    logits = np.asarray(model.predict(images[..., None], batch_size=len(images), verbose=0))
+    return float(result["loss"]), logits

@@ -1,0 +1,3 @@
+"""Raw TensorFlow 2: the spec as tf.Variables and tf.nn ops (NHWC), trained by a
+tf.function + GradientTape step; no model.fit. `model.py` translates the spec,
+`train.py` runs it through the shared loop in algorithms/loop.py."""
