@@ -1,0 +1,99 @@
+"""The main job: train the same network on the same data with every framework
+available, one process after another (so timings do not compete), and print one
+comparison table read back from the CSVs they wrote.
+
+    python run_all.py [--only tensorflow,torch] [any flag of the entry scripts]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from .cli import REPO_ROOT
+from .errors import EXIT_INPUT_ERROR, InputError
+from .recorder import read_rows, results_csv_name, summarize_rows
+from .run import prepare
+from .session import new_run_id
+
+# name: (entry script, extra environment, framework, backend)
+RUNS = {
+    "tensorflow": ("tensorflow_script.py", {}, "tensorflow", "tensorflow"),
+    "keras_tensorflow": ("keras_script.py", {"KERAS_BACKEND": "tensorflow"}, "keras", "tensorflow"),
+    "keras_torch": ("keras_script.py", {"KERAS_BACKEND": "torch"}, "keras", "torch"),
+    "keras_jax": ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras", "jax"),
+    "torch": ("torch_script.py", {}, "torch", "torch"),
+}
+
+
+def parse_suite_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="run_all.py", add_help=False,
+        description="Train one network with every framework and print a comparison table. "
+                    "Every other flag is passed to each entry script (see python torch_script.py --help).")
+    parser.add_argument("--only", default=",".join(RUNS),
+                        help=f"comma-separated subset of: {', '.join(RUNS)} (default: all)")
+    parser.add_argument("-h", "--help", action="store_true")
+    args, forwarded = parser.parse_known_args(argv)
+    if args.help:
+        parser.print_help()
+        print("\nflags passed to every entry script:")
+        prepare(["--help"], "run_all.py", "")  # prints the shared flags and exits
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNS]
+    if unknown or not names:
+        parser.error(f"--only: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
+    return names, forwarded
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    names, forwarded = parse_suite_args(argv)
+    try:
+        config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    run_id = config.run_id or new_run_id()
+    if "--run_id" not in forwarded:
+        forwarded = forwarded + ["--run_id", run_id]
+    print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}\n", flush=True)
+    outcomes = {}
+    for index, name in enumerate(names, start=1):
+        script, env, _, _ = RUNS[name]
+        print(f"[{index}/{len(names)}] {name}: python {script} {' '.join(forwarded)}", flush=True)
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *forwarded],
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env})
+        outcomes[name] = (proc.returncode, time.perf_counter() - started)
+        print(flush=True)
+    print_table(config, run_id, names, outcomes)
+    return 0 if all(code == 0 for code, _ in outcomes.values()) else 1
+
+
+def print_table(config, run_id: str, names: list, outcomes: dict) -> None:
+    header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
+    lines = []
+    for name in names:
+        _, _, framework, backend = RUNS[name]
+        code, wall = outcomes[name]
+        path = os.path.join(config.results_dir, results_csv_name(config.network.name, framework, backend))
+        rows = read_rows(path, run_id) if os.path.exists(path) else []
+        if code != 0 or not rows:
+            lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}"))
+            continue
+        s = summarize_rows(rows)
+        lines.append((framework, backend, _fmt(s["val_accuracy"]), _fmt(s["test_accuracy"]), _fmt(s["train_loss"]),
+                      _fmt(s["median_ms"], ".1f"), _fmt(s["samples_per_sec"], ".0f"), f"{wall:.0f}"))
+    widths = [max(len(str(row[i])) for row in [header] + lines) for i in range(len(header))]
+    print(f"{config.network.name} · run {run_id} · batch {config.batch_size} · {config.num_epochs} epochs")
+    for row in [header, tuple("-" * w for w in widths)] + lines:
+        print("  ".join(str(cell).ljust(w) if i < 2 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    print(f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
+          f"summaries: {config.results_log}")
+
+
+def _fmt(value, spec=".4f"):
+    return "n/a" if value is None else format(value, spec)

