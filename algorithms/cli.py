@@ -80,8 +80,15 @@ def _fraction(text: str) -> float:
     return value
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A malformed flag is one line on stderr and exit status 2, like every input error."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=prog, description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Preset defaults (batch size, epochs, learning rate, optimizer) come from the network: "

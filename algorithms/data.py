@@ -149,27 +149,33 @@ def _check_header(path: str, labelled: bool) -> None:
 
 def _diagnose(path: str, labelled: bool) -> Optional[str]:
     """Find the first bad data line (slow, only on the error path)."""
-    expected = len(TRAIN_HEADER) if labelled else len(PIXEL_HEADER)
-    names = TRAIN_HEADER if labelled else PIXEL_HEADER
     with open(path, encoding="utf-8-sig", newline="") as handle:
         for line_number, line in enumerate(handle, start=1):
             if line_number == 1 or not line.strip():
                 continue
-            cells = [cell.strip().strip('"') for cell in line.rstrip("\r\n").split(",")]
-            if len(cells) != expected:
-                return (f"{path}:{line_number}: {len(cells)} columns, expected {expected}; "
-                        "every line needs " + ("a label and 784 pixels" if labelled else "784 pixels"))
-            for column, (name, cell) in enumerate(zip(names, cells)):
-                try:
-                    value = float(cell)
-                except ValueError:
-                    return f"{path}:{line_number}: column {column + 1} ({name}) is {cell!r}, not a number"
-                if not math.isfinite(value):
-                    return f"{path}:{line_number}: column {column + 1} ({name}) is {cell!r}; every cell must be a finite number"
-                if name == "label" and (value != int(value) or not 0 <= value < NUM_CLASSES):
-                    return f"{path}:{line_number}: label {cell!r} is outside 0-9; labels are digits 0 to 9"
-                if name != "label" and not 0 <= value <= 255:
-                    return f"{path}:{line_number}: {name} is {cell!r}, outside 0-255; pixels are 8-bit grey levels"
+            problem = _line_problem(line, labelled)
+            if problem:
+                return f"{path}:{line_number}: {problem}; correct or delete that line"
+    return None
+
+
+def _line_problem(line: str, labelled: bool) -> Optional[str]:
+    names = TRAIN_HEADER if labelled else PIXEL_HEADER
+    cells = [cell.strip().strip('"') for cell in line.rstrip("\r\n").split(",")]
+    if len(cells) != len(names):
+        return (f"{len(cells)} columns, expected {len(names)} "
+                f"({'a label and 784 pixels' if labelled else '784 pixels'})")
+    for column, (name, cell) in enumerate(zip(names, cells), start=1):
+        try:
+            value = float(cell)
+        except ValueError:
+            return f"column {column} ({name}) is {cell!r}, not a number"
+        if not math.isfinite(value):
+            return f"column {column} ({name}) is {cell!r}; every cell must be a finite number"
+        if name == "label" and (value != int(value) or not 0 <= value < NUM_CLASSES):
+            return f"label {cell!r} is outside 0-9; labels are the digits 0 to 9"
+        if name != "label" and not 0 <= value <= 255:
+            return f"{name} is {cell!r}, outside 0-255; pixels are 8-bit grey levels"
     return None
 
 

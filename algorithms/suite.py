@@ -6,13 +6,12 @@ comparison table read back from the CSVs they wrote.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 
-from .cli import REPO_ROOT
+from .cli import REPO_ROOT, OneLineErrorParser
 from .errors import EXIT_INPUT_ERROR, InputError
 from .recorder import read_rows, results_csv_name, summarize_rows
 from .run import prepare
@@ -29,7 +28,7 @@ RUNS = {
 
 
 def parse_suite_args(argv):
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="run_all.py", add_help=False,
         description="Train one network with every framework and print a comparison table. "
                     "Every other flag is passed to each entry script (see python torch_script.py --help).")

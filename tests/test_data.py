@@ -130,7 +130,8 @@ def test_bad_flags_exit_2_with_the_flag_named(argv, expected, tmp_path, capsys, 
         run_entry_point("torch_wrapper.train", "torch_script.py", "test",
                         ["--train", str(small_data / "train.csv"), "--results_dir", str(tmp_path / "r")] + argv)
     assert exit_info.value.code == 2
-    assert expected in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert expected in err and err.startswith("error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "r").exists()
 
 
