@@ -6,8 +6,13 @@ PY := $(VENV)/bin/python
 REQ_HASH := $(shell sha1sum requirements.txt | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 ARGS ?=
+# The legacy env: theano-pymc, Lasagne 0.1, Keras 2.3.1 on numpy 1.23 (see README)
+LEGACY_VENV := .venv-legacy
+LEGACY_PY := $(LEGACY_VENV)/bin/python
+LEGACY_REQ_HASH := $(shell sha1sum requirements-legacy.txt | cut -c1-12)
+LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 
-.PHONY: all setup compare test clean-results
+.PHONY: all setup legacy-setup compare test clean-results
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -21,11 +26,28 @@ $(STAMP): requirements.txt
 
 setup: $(STAMP)
 
-compare: setup
+# The legacy env, rebuilt when requirements-legacy.txt changes. Theano links OpenBLAS
+# (libopenblas-dev, from apt when missing). setuptools<81 first: lasagne 0.1 needs
+# pkg_resources; numpy and scipy next: theano-pymc builds against them.
+$(LEGACY_STAMP): requirements-legacy.txt
+	@echo "[legacy-setup] creating $(LEGACY_VENV) (theano-pymc, Lasagne, Keras 2.3.1; about a minute the first time)"
+	dpkg -s libopenblas-dev >/dev/null 2>&1 || (apt-get update && apt-get install -y libopenblas-dev)
+	$(PYTHON) -m venv $(LEGACY_VENV)
+	$(LEGACY_PY) -m pip install --quiet --upgrade pip wheel "setuptools<81"
+	$(LEGACY_PY) -m pip install --quiet $$(grep -E '^(numpy|scipy)==' requirements-legacy.txt)
+	$(LEGACY_PY) -m pip install --quiet -r requirements-legacy.txt
+	rm -f $(LEGACY_VENV)/.installed-*
+	touch $@
+
+legacy-setup: $(LEGACY_STAMP)
+
+compare: setup legacy-setup
 	$(PY) run_all.py $(ARGS)
 
-test: setup
+# tests/legacy/ runs in the legacy env (status 5, no test selected by ARGS, is fine there)
+test: setup legacy-setup
 	$(PY) -m pytest -q tests $(ARGS)
+	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) || [ $$? -eq 5 ]
 
 clean-results:
 	rm -rf results/*.csv results/predictions results.log

@@ -1,8 +1,10 @@
 """The spec translated to Keras layers (NHWC, the canonical weight layout).
 
 Only layer classes and calls that Keras 2 and Keras 3 share are used, so the same
-builder serves every backend."""
+builder serves every backend; the few differences live in compat.py."""
 from __future__ import annotations
+
+from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
 
 import keras
 from keras import layers
@@ -13,7 +15,7 @@ from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network,
 def build_model(network: Network, weights: list) -> keras.Model:
     """A Sequential emitting logits (a final softmax is fused into the loss)."""
     model = keras.Sequential(name=network.name)
-    model.add(keras.Input(shape=network.input_shape))
+    model.add(compat.input_layer(network.input_shape))
     by_index, last_index = {}, len(network.layers) - 1
     for index, layer in enumerate(network.layers):
         if isinstance(layer, ZeroPad2D):
@@ -34,7 +36,8 @@ def build_model(network: Network, weights: list) -> keras.Model:
         model.add(keras_layer)
         by_index[index] = keras_layer
     for w in weights:
-        by_index[w.layer_index].set_weights([w.kernel, w.bias])
+        kernel = compat.conv_kernel(w.kernel) if isinstance(network.layers[w.layer_index], Conv2D) else w.kernel
+        by_index[w.layer_index].set_weights([kernel, w.bias])
     return model
 
 
@@ -50,25 +53,6 @@ def make_optimizer(spec):
     raise ValueError(f"unknown optimizer {spec.name!r}")
 
 
-class LastBatch(keras.metrics.Metric):
-    """The value of `fn` on the latest batch alone (Keras's own loss/accuracy logs
-    are running means over the epoch; the CSV wants each step's value)."""
-
-    def __init__(self, fn, name):
-        super().__init__(name=name)
-        self.fn = fn
-        self.value = self.add_weight(name="value", shape=(), initializer="zeros")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        self.value.assign(keras.ops.mean(self.fn(y_true, y_pred)))
-
-    def result(self):
-        return keras.ops.convert_to_tensor(self.value)
-
-    def reset_state(self):
-        self.value.assign(0.0)
-
-
 def compile_model(model: keras.Model, optimizer_spec) -> keras.Model:
     def batch_loss(y_true, y_pred):
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
@@ -76,7 +60,7 @@ def compile_model(model: keras.Model, optimizer_spec) -> keras.Model:
     model.compile(
         optimizer=make_optimizer(optimizer_spec),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[LastBatch(batch_loss, "batch_loss"),
-                 LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy")],
+        metrics=[compat.LastBatch(batch_loss, "batch_loss"),
+                 compat.LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy")],
     )
     return model

@@ -3,8 +3,9 @@ order (shuffle off, so Keras takes exactly the shared batches), with each step's
 row written by a callback."""
 from __future__ import annotations
 
-import importlib
 import time
+
+from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
 
 import keras
 import numpy as np
@@ -14,17 +15,11 @@ from algorithms.init import initial_weights
 from algorithms.loop import finish_with_test, validate
 from keras_wrapper.model import build_model, compile_model
 
-BACKEND_MODULES = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax"}
-
 
 def describe_runtime():
     backend = keras.backend.backend()
-    module = importlib.import_module(BACKEND_MODULES.get(backend, backend))
-    versions = {"keras": keras.__version__, backend: module.__version__, "numpy": np.__version__}
-    try:
-        devices = ", ".join(keras.distribution.list_devices())
-    except Exception:  # not every backend lists devices through keras.distribution
-        devices = "cpu"
+    backend_version, devices = compat.describe_backend()
+    versions = {"keras": keras.__version__, backend: backend_version, "numpy": np.__version__}
     return "keras", backend, versions, devices
 
 
@@ -52,7 +47,7 @@ class StepRecorder(keras.callbacks.Callback):
 
 
 def make_model(network, optimizer_spec, seed: int):
-    keras.utils.set_random_seed(seed)  # dropout masks
+    compat.set_random_seed(seed)  # dropout masks
     return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec)
 
 
@@ -79,6 +74,6 @@ def train(session):
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     """Keras's own loss (model.evaluate, dropout off) and logits of the shared initial weights."""
     model = make_model(network, network.training.optimizer, seed)
-    result = model.evaluate(images[..., None], labels, batch_size=len(images), verbose=0, return_dict=True)
+    loss = compat.evaluate_loss(model, images[..., None], labels, batch_size=len(images))
     logits = np.asarray(model.predict(images[..., None], batch_size=len(images), verbose=0))
-    return float(result["loss"]), logits
+    return loss, logits

@@ -1,0 +1,100 @@
+"""Keras 2 vs Keras 3, in one place, so model.py and train.py read the same for
+both: Keras 3 (main env; tensorflow, torch, jax) and multi-backend Keras 2.3.1 on
+Theano (legacy env, `keras_theano_backend.py`).
+
+Import this before keras: with KERAS_BACKEND=theano it first sets THEANO_FLAGS and
+bridges theano-pymc to Keras 2.3.1 (lasagne_wrapper/theano_compat.py).
+"""
+from __future__ import annotations
+
+import os
+import random
+
+if os.environ.get("KERAS_BACKEND", "").lower() == "theano":
+    from lasagne_wrapper import theano_compat  # noqa: F401
+
+import keras
+import numpy as np
+
+KERAS_2 = keras.__version__.startswith("2.")
+BACKEND = keras.backend.backend()
+
+
+def input_layer(shape: tuple):
+    """The first layer of a Sequential (Keras 2 takes no Input tensor there)."""
+    return keras.layers.InputLayer(input_shape=shape) if KERAS_2 else keras.Input(shape=shape)
+
+
+def conv_kernel(kernel: np.ndarray) -> np.ndarray:
+    """An HWIO cross-correlation kernel as this backend's Conv2D wants it: Keras 2's
+    Theano backend convolves for real (T.nnet.conv2d flips the kernel), so its
+    kernel is the spatial flip of everyone else's."""
+    return np.ascontiguousarray(kernel[::-1, ::-1]) if BACKEND == "theano" else kernel
+
+
+def set_random_seed(seed: int) -> None:
+    """Seeds dropout (Keras 2 on Theano draws its dropout seeds from numpy)."""
+    if KERAS_2:
+        random.seed(seed)
+        np.random.seed(seed)
+    else:
+        keras.utils.set_random_seed(seed)
+
+
+if KERAS_2:
+    class LastBatch(keras.metrics.Metric):
+        """The value of `fn` on the latest batch alone (Keras's own metric logs are
+        running means over the epoch; the CSV wants each step's value). Keras 2 on
+        Theano reads `result()` in a second function after the step's updates, so
+        the batch value goes through a variable, as in Keras 3."""
+
+        def __init__(self, fn, name):
+            super().__init__(name=name)
+            self.fn = fn
+            self.value = self.add_weight(name="value", shape=(), initializer="zeros")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            return [keras.backend.update(self.value, keras.backend.mean(self.fn(y_true, y_pred)))]
+
+        def result(self):
+            return self.value
+else:
+    class LastBatch(keras.metrics.Metric):
+        """The value of `fn` on the latest batch alone (Keras's own metric logs are
+        running means over the epoch; the CSV wants each step's value)."""
+
+        def __init__(self, fn, name):
+            super().__init__(name=name)
+            self.fn = fn
+            self.value = self.add_weight(name="value", shape=(), initializer="zeros")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.value.assign(keras.ops.mean(self.fn(y_true, y_pred)))
+
+        def result(self):
+            return keras.ops.convert_to_tensor(self.value)
+
+        def reset_state(self):
+            self.value.assign(0.0)
+
+
+def evaluate_loss(model, images, labels, batch_size: int) -> float:
+    """model.evaluate's loss (Keras 2 returns a list, loss first)."""
+    if KERAS_2:
+        return float(model.evaluate(images, labels, batch_size=batch_size, verbose=0)[0])
+    return float(model.evaluate(images, labels, batch_size=batch_size, verbose=0, return_dict=True)["loss"])
+
+
+def describe_backend() -> tuple:
+    """(backend version, devices text) for results.log."""
+    if BACKEND == "theano":
+        import theano
+        from lasagne_wrapper import theano_compat
+        return theano.__version__, theano_compat.describe_theano()
+    import importlib
+    module = importlib.import_module(BACKEND)
+    try:
+        devices = ", ".join(keras.distribution.list_devices())
+    except Exception:  # not every backend lists devices through keras.distribution
+        devices = "cpu"
+    return module.__version__, devices

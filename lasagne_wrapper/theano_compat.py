@@ -1,0 +1,115 @@
+"""Theano for the Theano-era packages: the project's THEANO_FLAGS, then four bridges
+between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1.
+
+Import this module before lasagne or keras (lasagne_wrapper and keras_wrapper.compat
+do). Nothing installed is edited: each bridge puts an old name back where the old
+package looks for it, and only when it is missing.
+
+1. theano-pymc renamed `MRG_RandomStreams` to `MRG_RandomStream` (Lasagne's dropout
+   and Keras's Theano backend import the old name).
+2. `theano.tensor.signal.downsample` went away in Theano 0.9; Lasagne 0.1's pooling
+   layers call `downsample.max_pool_2d`, which `pool.pool_2d` still computes.
+3. Python 3.10 moved `Iterable`, `Mapping`, ... out of `collections` (Keras 2.3.1).
+4. Python 3.11 removed `inspect.getargspec` and `inspect.ArgSpec` (Keras 2.3.1).
+"""
+from __future__ import annotations
+
+import collections
+import collections.abc
+import inspect
+import os
+import sys
+import types
+import warnings
+
+COLLECTIONS_ABC_NAMES = ("Iterable", "Mapping", "Sequence", "MutableMapping", "Callable")
+
+
+def theano_cache_dir() -> str:
+    """Where compiled Theano modules live between runs (outside results/)."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache_home, "cnn-parallel", "theano")
+
+
+def project_theano_flags() -> str:
+    # blas__ldflags must be set: unset, `import theano` reads numpy's BLAS config,
+    # which numpy 1.23 no longer has, and crashes
+    return ("floatX=float32,mode=FAST_RUN,device=cpu,blas__ldflags=-lopenblas,"
+            f"base_compiledir={theano_cache_dir()}")
+
+
+def configure_theano_flags(environ=os.environ) -> str:
+    """Set the project's THEANO_FLAGS unless the user set their own; says which."""
+    if environ.get("THEANO_FLAGS"):
+        return "set by the user"
+    environ["THEANO_FLAGS"] = project_theano_flags()
+    return "set by the project"
+
+
+# lasagne 0.1 imports pkg_resources, which setuptools<81 warns about on every run
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+
+# Flags are read once, when theano is first imported, so they are set before it.
+THEANO_FLAGS_SOURCE = ("already imported: " if "theano" in sys.modules else "") + configure_theano_flags()
+
+import theano  # noqa: E402
+import theano.sandbox.rng_mrg  # noqa: E402
+import theano.tensor.signal  # noqa: E402
+from theano.tensor.signal import pool  # noqa: E402
+
+
+def bridge_mrg_random_streams() -> None:
+    rng_mrg = theano.sandbox.rng_mrg
+    if not hasattr(rng_mrg, "MRG_RandomStreams"):
+        rng_mrg.MRG_RandomStreams = rng_mrg.MRG_RandomStream
+
+
+def max_pool_2d(input, ds, ignore_border=None, st=None, padding=(0, 0), mode="max"):
+    """Theano 0.8's `downsample.max_pool_2d`, on today's `pool.pool_2d`."""
+    return pool.pool_2d(input, ws=ds, ignore_border=ignore_border, stride=st, pad=padding, mode=mode)
+
+
+def bridge_downsample() -> None:
+    name = "theano.tensor.signal.downsample"
+    if name in sys.modules or hasattr(theano.tensor.signal, "downsample"):
+        return
+    downsample = types.ModuleType(name, "Theano 0.8's downsample module, rebuilt on pool.pool_2d "
+                                        "by lasagne_wrapper.theano_compat")
+    downsample.max_pool_2d = max_pool_2d
+    sys.modules[name] = downsample
+    theano.tensor.signal.downsample = downsample
+
+
+def bridge_collections_abc() -> None:
+    for name in COLLECTIONS_ABC_NAMES:
+        if not hasattr(collections, name):
+            setattr(collections, name, getattr(collections.abc, name))
+
+
+ArgSpec = collections.namedtuple("ArgSpec", "args varargs keywords defaults")
+
+
+def getargspec(func) -> ArgSpec:
+    """Python 3.10's `inspect.getargspec`, from `getfullargspec`."""
+    spec = inspect.getfullargspec(func)
+    return ArgSpec(spec.args, spec.varargs, spec.varkw, spec.defaults)
+
+
+def bridge_getargspec() -> None:
+    if not hasattr(inspect, "getargspec"):
+        inspect.getargspec = getargspec
+    if not hasattr(inspect, "ArgSpec"):
+        inspect.ArgSpec = ArgSpec
+
+
+def describe_theano() -> str:
+    """The devices line of results.log: where Theano runs and with which flags."""
+    flags = os.environ.get("THEANO_FLAGS", "")
+    return (f"{theano.config.device} (Theano mode {theano.config.mode}, floatX {theano.config.floatX}, "
+            f"blas {theano.config.blas__ldflags or 'none'}, C compiler {theano.config.cxx or 'none: Python fallback, slow'}); THEANO_FLAGS={flags} ({THEANO_FLAGS_SOURCE})")
+
+
+bridge_mrg_random_streams()
+bridge_downsample()
+bridge_collections_abc()
+bridge_getargspec()

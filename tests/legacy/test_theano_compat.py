@@ -1,0 +1,101 @@
+"""lasagne_wrapper/theano_compat.py: the project's THEANO_FLAGS (a user's are kept),
+and each of the four bridges, exercised through the Lasagne / Keras code that needs it."""
+import collections
+import collections.abc
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ["KERAS_BACKEND"] = "theano"  # before keras_wrapper.compat imports keras
+
+from lasagne_wrapper import theano_compat  # noqa: E402  (before lasagne and keras)
+
+import keras  # noqa: E402
+import lasagne  # noqa: E402
+import theano  # noqa: E402
+import theano.tensor as T  # noqa: E402
+
+from tests.conftest import REPO_ROOT  # noqa: E402
+
+PRINT_CONFIG = ("from lasagne_wrapper import theano_compat; import json, theano; c = theano.config; "
+                "print(json.dumps([c.floatX, c.mode, c.device, c.blas__ldflags, c.base_compiledir, "
+                "theano_compat.describe_theano()]))")
+
+
+def _theano_config(env_changes: dict) -> list:
+    env = {key: value for key, value in os.environ.items() if key != "THEANO_FLAGS"}
+    env.update(env_changes)
+    proc = subprocess.run([sys.executable, "-c", PRINT_CONFIG], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_project_sets_theano_flags_and_keeps_a_users_own(tmp_path):
+    floatx, mode, device, blas, compiledir, described = _theano_config({})
+    assert (floatx, mode, device, blas) == ("float32", "FAST_RUN", "cpu", "-lopenblas")
+    assert compiledir == theano_compat.theano_cache_dir() and "results" not in compiledir
+    assert "set by the project" in described and "THEANO_FLAGS=floatX=float32,mode=FAST_RUN" in described
+
+    users = f"floatX=float32,mode=FAST_RUN,device=cpu,blas__ldflags=,base_compiledir={tmp_path}"
+    floatx, mode, device, blas, compiledir, described = _theano_config({"THEANO_FLAGS": users})
+    assert (blas, compiledir) == ("", str(tmp_path))
+    assert f"THEANO_FLAGS={users} (set by the user)" in described
+
+
+def test_without_the_bridges_lasagne_and_keras_do_not_import():
+    """Proves the bridges are needed (and so that the tests below can fail)."""
+    for code in ("import theano, lasagne.layers", "import theano, keras"):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                              env={**os.environ, "THEANO_FLAGS": theano_compat.project_theano_flags()},
+                              timeout=300)
+        assert proc.returncode != 0 and ("ImportError" in proc.stderr or "AttributeError" in proc.stderr), code
+
+
+def test_bridge_1_mrg_random_streams_drives_lasagne_dropout():
+    from theano.sandbox.rng_mrg import MRG_RandomStream, MRG_RandomStreams
+    assert MRG_RandomStreams is MRG_RandomStream
+    images = T.matrix("images")
+    dropout = lasagne.layers.DropoutLayer(lasagne.layers.InputLayer((None, 1000), input_var=images), p=0.25)
+    out = theano.function([images], lasagne.layers.get_output(dropout))(np.ones((4, 1000), np.float32))
+    kept = out != 0
+    assert 0.65 < kept.mean() < 0.85  # p=0.25 dropped
+    np.testing.assert_allclose(out[kept], 1 / 0.75, rtol=1e-6)  # survivors rescaled
+
+
+def test_bridge_2_downsample_max_pool_matches_numpy():
+    from theano.tensor.signal import downsample
+    assert downsample.max_pool_2d is theano_compat.max_pool_2d
+    images = T.tensor4("images")
+    pool = lasagne.layers.MaxPool2DLayer(lasagne.layers.InputLayer((None, 3, 6, 8), input_var=images), 2)
+    data = np.random.default_rng(0).standard_normal((2, 3, 6, 8)).astype(np.float32)
+    got = theano.function([images], lasagne.layers.get_output(pool))(data)
+    np.testing.assert_array_equal(got, data.reshape(2, 3, 3, 2, 4, 2).max(axis=(3, 5)))
+
+
+def test_bridge_3_collections_abc_names_let_keras_compile():
+    for name in theano_compat.COLLECTIONS_ABC_NAMES:
+        assert getattr(collections, name) is getattr(collections.abc, name)
+    model = keras.Sequential([keras.layers.Dense(3, input_shape=(4,))])
+    model.compile(optimizer="sgd", loss="mse")  # reaches collections.Mapping in training_utils
+    assert model.predict(np.ones((2, 4), np.float32)).shape == (2, 3)
+
+
+def test_bridge_4_getargspec_answers_like_python_3_10():
+    def fn(a, b=1, *rest, **options):
+        return a
+
+    expected = (["a", "b"], "rest", "options", (1,))
+    assert tuple(inspect.getargspec(fn)) == expected
+    spec = keras.utils.generic_utils.getargspec(fn)  # builds an inspect.ArgSpec
+    assert isinstance(spec, inspect.ArgSpec) and spec.keywords == "options" and tuple(spec) == expected
+
+
+def test_keras_runs_on_the_theano_backend():
+    from keras_wrapper import compat
+    assert keras.__version__ == "2.3.1" and keras.backend.backend() == "theano" == compat.BACKEND
