@@ -1,13 +1,29 @@
-"""Keras on the Theano backend, as the original `keras_theano_backend.py` ran.
+"""Train a spec network with Keras on the Theano backend, as the original
+`keras_theano_backend.py` did: multi-backend Keras 2.3.1 on theano-pymc, with the
+same model builder and trainer as Keras 3 (keras_wrapper/).
 
-Theano needs Keras 2 and numpy < 1.24, which cannot share the main environment;
-that legacy environment is not built by this project yet, so this script stops
-with a clear message instead of pretending.
+Keras 2 and Theano need the legacy environment (.venv-legacy); started from any
+other Python, this script re-executes itself there, building it first when needed.
+`KERAS_BACKEND=theano python keras_script.py` comes here too.
+
+    python keras_theano_backend.py --num_epochs 10
 """
+import os
 import sys
 
+from algorithms.legacy_env import reexec_in_legacy_env
+from algorithms.run import run_entry_point
+
 if __name__ == "__main__":
-    print("error: the Theano backend needs the legacy environment (theano-pymc, Keras 2.3.1, numpy 1.23), "
-          "which this checkout does not build yet; use keras_tensorflow_backend.py or "
-          "KERAS_BACKEND=torch|jax python keras_script.py", file=sys.stderr)
-    sys.exit(2)
+    reexec_in_legacy_env(__file__)
+    if os.environ.get("KERAS_BACKEND", "theano").lower() != "theano":
+        print(f"warning: KERAS_BACKEND={os.environ['KERAS_BACKEND']} names another backend, but "
+              "keras_theano_backend.py runs Keras on theano", file=sys.stderr)
+    os.environ["KERAS_BACKEND"] = "theano"
+    from keras_wrapper import compat  # noqa: E402  (THEANO_FLAGS and the bridges, then keras)
+
+    if compat.BACKEND != "theano":
+        print(f"error: Keras loaded the {compat.BACKEND} backend, not theano", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(run_entry_point("keras_wrapper.train", "keras_theano_backend.py",
+                             "Train a spec network with Keras 2 on the Theano backend."))

@@ -24,6 +24,9 @@ RUNS = {
     "keras_torch": ("keras_script.py", {"KERAS_BACKEND": "torch"}, "keras", "torch"),
     "keras_jax": ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras", "jax"),
     "torch": ("torch_script.py", {}, "torch", "torch"),
+    # the Theano family: these scripts re-execute themselves in .venv-legacy
+    "lasagne": ("lasagne_script.py", {}, "lasagne", "theano"),
+    "keras_theano": ("keras_theano_backend.py", {}, "keras", "theano"),
 }
 
 

@@ -1,0 +1,76 @@
+"""The spec translated to Lasagne layers (NCHW). Weights come from algorithms/init.py,
+converted to the channels-first layout (OIHW kernels, CHW flatten); Lasagne's dense
+kernels are (in, out), so the converted (out, in) ones are transposed back."""
+from __future__ import annotations
+
+from lasagne_wrapper import theano_compat  # noqa: F401  (before lasagne: the bridges)
+
+import lasagne
+import numpy as np
+import theano
+import theano.tensor as T
+from lasagne import layers
+from lasagne.nonlinearities import identity, rectify
+
+from algorithms.init import to_channels_first
+from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+
+ACTIVATIONS = {"relu": rectify, None: identity}
+
+
+def cross_correlation(input, filters, image_shape=None, **kwargs):
+    """Lasagne 0.1's Conv2DLayer convolves for real (T.nnet.conv2d flips the kernel);
+    every other framework here cross-correlates. Lasagne 0.2 spells this
+    flip_filters=False. (`image_shape` is Theano 0.8's name for `input_shape`.)"""
+    return T.nnet.conv2d(input, filters, input_shape=image_shape, filter_flip=False, **kwargs)
+
+
+def build_model(network: Network, weights: list, input_var=None):
+    """The output layer of a Lasagne stack emitting logits (a final softmax is left to the loss)."""
+    height, width, channels = network.input_shape
+    net = layers.InputLayer((None, channels, height, width), input_var=input_var)
+    loaded = {w.layer_index: w for w in to_channels_first(network, weights)}
+    last_index = len(network.layers) - 1
+    for index, layer in enumerate(network.layers):
+        activation = _activation(getattr(layer, "activation", None), index == last_index)
+        if isinstance(layer, ZeroPad2D):
+            net = layers.PadLayer(net, width=layer.padding)
+        elif isinstance(layer, Conv2D):
+            w = loaded[index]
+            net = layers.Conv2DLayer(net, layer.filters, layer.kernel_size, pad=layer.padding,
+                                     W=_shared(w.kernel), b=_shared(w.bias), nonlinearity=activation,
+                                     convolution=cross_correlation)
+        elif isinstance(layer, MaxPool2D):
+            net = layers.MaxPool2DLayer(net, layer.pool_size)
+        elif isinstance(layer, Flatten):
+            net = layers.FlattenLayer(net)
+        elif isinstance(layer, Dense):
+            w = loaded[index]
+            net = layers.DenseLayer(net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias),
+                                    nonlinearity=activation)
+        elif isinstance(layer, Dropout):
+            net = layers.DropoutLayer(net, p=layer.rate)
+        else:
+            raise TypeError(f"lasagne_wrapper cannot translate {layer!r}")
+    return net
+
+
+def _activation(name, is_last):
+    if name == "softmax" and is_last:
+        return identity
+    return ACTIVATIONS[name]
+
+
+def _shared(array: np.ndarray):
+    return theano.shared(np.ascontiguousarray(array, dtype=theano.config.floatX))
+
+
+def make_updates(spec, loss, params):
+    if spec.name == "sgd" and spec.nesterov:
+        return lasagne.updates.nesterov_momentum(loss, params, spec.learning_rate, momentum=spec.momentum)
+    if spec.name == "sgd":
+        return lasagne.updates.momentum(loss, params, spec.learning_rate, momentum=spec.momentum)
+    if spec.name == "adam":
+        return lasagne.updates.adam(loss, params, spec.learning_rate, beta1=spec.beta_1, beta2=spec.beta_2,
+                                    epsilon=spec.epsilon)
+    raise ValueError(f"unknown optimizer {spec.name!r}")

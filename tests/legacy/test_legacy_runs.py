@@ -1,0 +1,25 @@
+"""Real short runs of Lasagne and Keras-on-Theano through their entry scripts, held
+to the same checks as the modern wrappers (tests/test_frameworks.py): the loss goes
+down, every CSV row parses with the common schema, results.log and the predictions
+are written. Plus what only these runs have: THEANO_FLAGS in results.log."""
+import pytest
+
+import tests.test_frameworks as modern
+
+RUNS = [
+    # (script, environment, framework, backend, CSV suffix)
+    ("lasagne_script.py", {}, "lasagne", "theano", "lasagne_theano"),
+    ("keras_theano_backend.py", {}, "keras", "theano", "keras_theano"),
+]
+
+
+@pytest.mark.parametrize("script, env, framework, backend, suffix", RUNS, ids=[r[4] for r in RUNS])
+def test_short_run_lowers_the_loss_and_records_every_step(script, env, framework, backend, suffix,
+                                                          small_data, tmp_path):
+    modern.test_short_run_lowers_the_loss_and_records_every_step(script, env, framework, backend, suffix,
+                                                                 small_data, tmp_path)
+    log = (tmp_path / "results.log").read_text()
+    assert "THEANO_FLAGS=" in log and "floatX float32" in log
+    if framework == "keras":
+        # the backend column and the versions line come from keras.backend.backend()
+        assert "versions:    keras 2.3.1, theano 1.1.2" in log
