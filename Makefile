@@ -12,7 +12,7 @@ LEGACY_PY := $(LEGACY_VENV)/bin/python
 LEGACY_REQ_HASH := $(shell sha1sum requirements-legacy.txt | cut -c1-12)
 LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 
-.PHONY: all setup legacy-setup compare test clean-results
+.PHONY: all setup legacy-setup caffe compare test clean-results
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -41,11 +41,17 @@ $(LEGACY_STAMP): requirements-legacy.txt
 
 legacy-setup: $(LEGACY_STAMP)
 
-compare: setup legacy-setup
+# Real Caffe (pycaffe, CPU only) built from the PyPI sdist brocolli-caffe into a cache
+# outside the clone (~/.cache/cnn-parallel/caffe): about 11 minutes the first time,
+# seconds once cached. Installs apt build dependencies when missing.
+caffe: setup
+	bash caffe_wrapper/build_caffe.sh $(PY)
+
+compare: setup legacy-setup caffe
 	$(PY) run_all.py $(ARGS)
 
 # tests/legacy/ runs in the legacy env (status 5, no test selected by ARGS, is fine there)
-test: setup legacy-setup
+test: setup legacy-setup caffe
 	$(PY) -m pytest -q tests $(ARGS)
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) || [ $$? -eq 5 ]
 

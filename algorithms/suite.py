@@ -27,6 +27,8 @@ RUNS = {
     # the Theano family: these scripts re-execute themselves in .venv-legacy
     "lasagne": ("lasagne_script.py", {}, "lasagne", "theano"),
     "keras_theano": ("keras_theano_backend.py", {}, "keras", "theano"),
+    # Caffe built from the PyPI sdist by `make caffe`
+    "caffe": ("caffe_script.py", {}, "caffe", "caffe"),
 }
 
 

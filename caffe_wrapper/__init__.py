@@ -1,3 +1,4 @@
-"""Caffe: the spec as a prototxt NetParameter trained by Caffe's own solvers
-(the declarative route of the comparison). Real content arrives with its issue;
-until then no entry script uses this package."""
+"""Caffe: the spec as prototxt (a NetParameter for training, one for deployment,
+a SolverParameter), trained by Caffe's own solver over the shared batch order.
+`build_caffe.sh` builds real pycaffe from the PyPI sdist (`make caffe`);
+`prototxt.py` translates the spec; `train.py` runs it through algorithms/loop.py."""

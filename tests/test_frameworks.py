@@ -22,6 +22,7 @@ RUNS = [
     ("keras_script.py", {"KERAS_BACKEND": "tensorflow"}, "keras", "tensorflow", "keras_tensorflow"),
     ("keras_script.py", {"KERAS_BACKEND": "torch"}, "keras", "torch", "keras_torch"),
     ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras", "jax", "keras_jax"),
+    ("caffe_script.py", {}, "caffe", "caffe", "caffe"),
 ]
 EPOCHS, BATCH, TRAIN_ROWS = 2, 32, 480  # 600 rows less the 20% validation split
 
@@ -95,10 +96,10 @@ def _probe(wrapper_module, env, train_csv):
 def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_data):
     train_csv = str(small_data / "train.csv")
     reference = _probe("torch_wrapper.train", {}, train_csv)
-    others = [_probe("tensorflow_wrapper.train", {}, train_csv)] + [
+    others = [_probe("tensorflow_wrapper.train", {}, train_csv), _probe("caffe_wrapper.train", {}, train_csv)] + [
         _probe("keras_wrapper.train", {"KERAS_BACKEND": backend}, train_csv) for backend in ("tensorflow", "torch", "jax")]
     assert [(o["framework"], o["backend"]) for o in others] == \
-        [("tensorflow", "tensorflow"), ("keras", "tensorflow"), ("keras", "torch"), ("keras", "jax")]
+        [("tensorflow", "tensorflow"), ("caffe", "caffe"), ("keras", "tensorflow"), ("keras", "torch"), ("keras", "jax")]
     for network, expected in reference["networks"].items():
         reference_logits = np.array(expected["logits"])
         # Glorot logits are small (std ~0.04); 1e-5 absolute is far below what a wrong
