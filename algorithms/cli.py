@@ -60,24 +60,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str, accept, requirement: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    if not accept(value):
+        raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    return _number(text, lambda v: 0 < v < float("inf"), "a positive finite number")
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
+    return _number(text, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -5,12 +5,41 @@ every network (run in its own process: a Keras backend is fixed at import).
 """
 import importlib
 import json
+import os
+import subprocess
 import sys
+
+import numpy as np
+import pytest
 
 from algorithms.data import load_kaggle_csv
 from algorithms.spec import NETWORKS
 
 BATCH = 32
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_probe(python: str, wrapper_module: str, env: dict, train_csv: str) -> dict:
+    """This probe's JSON for one wrapper, run by `python` in its own process."""
+    proc = subprocess.run([python, "-m", "tests.initial_loss_probe", wrapper_module, train_csv],
+                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_same_initial_outputs(reference: dict, others: list) -> None:
+    """Loss to 1e-5 relative and logits to 1e-5 absolute, for every network."""
+    for network, expected in reference["networks"].items():
+        reference_logits = np.array(expected["logits"])
+        # Glorot logits are small (std ~0.04); 1e-5 absolute is far below what a wrong
+        # kernel or flatten layout changes, so the layouts are checked, not just the loss
+        assert reference_logits.std() > 0.01
+        for other in others:
+            got = other["networks"][network]
+            where = f"{other['framework']}/{other['backend']} {network}"
+            assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5), where
+            np.testing.assert_allclose(np.array(got["logits"]), reference_logits, rtol=1e-4, atol=1e-5, err_msg=where)
 
 
 def main(wrapper_module: str, train_csv: str) -> None:

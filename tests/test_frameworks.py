@@ -2,17 +2,15 @@
 goes down, the CSV rows parse back with the schema, results.log and the
 predictions are written; and the shared init gives the same initial loss in
 every framework."""
-import json
 import math
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from algorithms.recorder import CSV_COLUMNS, read_rows, run_ids
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import run_script
+from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 RUNS = [
@@ -85,28 +83,13 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
     assert [r["phase"] for r in rows] == ["train"] * 3 + ["val"]  # validated at the stop, no test set
 
 
-def _probe(wrapper_module, env, train_csv):
-    proc = subprocess.run([sys.executable, "-m", "tests.initial_loss_probe", wrapper_module, train_csv],
-                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_data):
     train_csv = str(small_data / "train.csv")
-    reference = _probe("torch_wrapper.train", {}, train_csv)
-    others = [_probe("tensorflow_wrapper.train", {}, train_csv), _probe("caffe_wrapper.train", {}, train_csv)] + [
-        _probe("keras_wrapper.train", {"KERAS_BACKEND": backend}, train_csv) for backend in ("tensorflow", "torch", "jax")]
+    reference = run_probe(sys.executable, "torch_wrapper.train", {}, train_csv)
+    others = [run_probe(sys.executable, module, {}, train_csv)
+              for module in ("tensorflow_wrapper.train", "caffe_wrapper.train")] + [
+        run_probe(sys.executable, "keras_wrapper.train", {"KERAS_BACKEND": backend}, train_csv)
+        for backend in ("tensorflow", "torch", "jax")]
     assert [(o["framework"], o["backend"]) for o in others] == \
         [("tensorflow", "tensorflow"), ("caffe", "caffe"), ("keras", "tensorflow"), ("keras", "torch"), ("keras", "jax")]
-    for network, expected in reference["networks"].items():
-        reference_logits = np.array(expected["logits"])
-        # Glorot logits are small (std ~0.04); 1e-5 absolute is far below what a wrong
-        # kernel or flatten layout changes, so the layouts are checked, not just the loss
-        assert reference_logits.std() > 0.01
-        for other in others:
-            got = other["networks"][network]
-            where = f"{other['framework']}/{other['backend']} {network}"
-            assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5), where
-            np.testing.assert_allclose(np.array(got["logits"]), reference_logits, rtol=1e-4, atol=1e-5, err_msg=where)
+    assert_same_initial_outputs(reference, others)

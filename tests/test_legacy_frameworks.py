@@ -2,41 +2,24 @@
 Keras-on-Theano (run by .venv-legacy's Python) the same initial loss and logits as
 PyTorch, and the entry scripts, started with the main env's Python, re-execute
 themselves in .venv-legacy. The legacy env's own tests are in tests/legacy/."""
-import json
 import os
-import subprocess
 
-import numpy as np
 import pytest
 
 from algorithms.legacy_env import LEGACY_PYTHON
 from algorithms.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
+from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 from tests.test_frameworks import NETWORK
-
-
-def _probe(python, wrapper_module, env, train_csv):
-    proc = subprocess.run([python, "-m", "tests.initial_loss_probe", wrapper_module, train_csv],
-                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_shared_init_gives_theano_the_same_initial_loss_and_logits_as_torch(small_data):
     train_csv = str(small_data / "train.csv")
-    reference = _probe(os.path.join(REPO_ROOT, ".venv", "bin", "python"), "torch_wrapper.train", {}, train_csv)
-    others = [_probe(LEGACY_PYTHON, "lasagne_wrapper.train", {}, train_csv),
-              _probe(LEGACY_PYTHON, "keras_wrapper.train", {"KERAS_BACKEND": "theano"}, train_csv)]
+    reference = run_probe(os.path.join(REPO_ROOT, ".venv", "bin", "python"), "torch_wrapper.train", {}, train_csv)
+    others = [run_probe(LEGACY_PYTHON, "lasagne_wrapper.train", {}, train_csv),
+              run_probe(LEGACY_PYTHON, "keras_wrapper.train", {"KERAS_BACKEND": "theano"}, train_csv)]
     assert [(o["framework"], o["backend"]) for o in others] == [("lasagne", "theano"), ("keras", "theano")]
-    for network, expected in reference["networks"].items():
-        reference_logits = np.array(expected["logits"])
-        assert reference_logits.std() > 0.01  # as in test_frameworks: the layouts are checked, not just the loss
-        for other in others:
-            got = other["networks"][network]
-            where = f"{other['framework']}/{other['backend']} {network}"
-            assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5), where
-            np.testing.assert_allclose(np.array(got["logits"]), reference_logits, rtol=1e-4, atol=1e-5, err_msg=where)
+    assert_same_initial_outputs(reference, others)
 
 
 @pytest.mark.parametrize("script, env, suffix", [
