@@ -12,6 +12,7 @@ import sys
 import time
 
 from .cli import REPO_ROOT, OneLineErrorParser
+from .compare import build_report, format_against_first, write_outputs
 from .errors import EXIT_INPUT_ERROR, InputError
 from .recorder import read_rows, results_csv_name, summarize_rows
 from .run import prepare
@@ -73,13 +74,20 @@ def main(argv=None) -> int:
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env})
         outcomes[name] = (proc.returncode, time.perf_counter() - started)
         print(flush=True)
-    print_table(config, run_id, names, outcomes)
+    csv_paths = print_table(config, run_id, names, outcomes)
+    if len(csv_paths) >= 2:
+        report = build_report([f"{path}@{run_id}" for path in csv_paths], [0.5, 0.8, 0.9])
+        png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
+        print("\n" + format_against_first(report))
+        print(f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
+              f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]")
     return 0 if all(code == 0 for code, _ in outcomes.values()) else 1
 
 
-def print_table(config, run_id: str, names: list, outcomes: dict) -> None:
+def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
+    """Prints the table; returns the CSVs of the runs that finished."""
     header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
-    lines = []
+    lines, finished = [], []
     for name in names:
         _, _, framework, backend = RUNS[name]
         code, wall = outcomes[name]
@@ -88,6 +96,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> None:
         if code != 0 or not rows:
             lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}"))
             continue
+        finished.append(path)
         s = summarize_rows(rows)
         lines.append((framework, backend, _fmt(s["val_accuracy"]), _fmt(s["test_accuracy"]), _fmt(s["train_loss"]),
                       _fmt(s["median_ms"], ".1f"), _fmt(s["samples_per_sec"], ".0f"), f"{wall:.0f}"))
@@ -97,6 +106,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> None:
         print("  ".join(str(cell).ljust(w) if i < 2 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
     print(f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
           f"summaries: {config.results_log}")
+    return finished
 
 
 def _fmt(value, spec=".4f"):

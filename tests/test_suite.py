@@ -4,7 +4,7 @@ from tests.conftest import run_script
 
 
 def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
-    proc = run_script("run_all.py", ["--only", "torch", "--train", str(small_data / "train.csv"),
+    proc = run_script("run_all.py", ["--only", "torch,tensorflow", "--train", str(small_data / "train.csv"),
                                      "--test", str(small_data / "test.csv"), "--num_epochs", "1",
                                      "--batch_size", "64", "--results_dir", str(tmp_path / "results"),
                                      "--run_id", "suite-test"])
@@ -16,6 +16,12 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"), "suite-test")
     (test_row,) = [r for r in rows if r["phase"] == "test"]
     assert torch_row[:2] == ["torch", "torch"] and float(torch_row[3]) == round(test_row["accuracy"], 4)
+    assert lines[header + 3].split()[:2] == ["tensorflow", "tensorflow"]
+    # the main job ends with the comparison of the run it made
+    against = lines.index("against torch/torch suite-test:")
+    assert lines[against + 1].split()[:2] == ["tensorflow/tensorflow", "suite-test"]
+    assert (tmp_path / "results" / "compare" / "suite-test.png").stat().st_size > 10_000
+    assert "tensorflow/tensorflow suite-test" in (tmp_path / "results" / "compare" / "suite-test.html").read_text()
 
 
 def test_run_all_rejects_an_unknown_framework(tmp_path):

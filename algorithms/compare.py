@@ -1,0 +1,322 @@
+"""Compare result CSVs: is a difference real error or only floating-point and
+scheduling drift?
+
+    python -m algorithms.compare results/net_torch.csv results/net_keras_jax.csv
+    python -m algorithms.compare results/net_torch.csv@RUN_A results/net_torch.csv@RUN_B
+
+Each input is a results CSV, optionally `@RUN_ID` (default: the file's latest run).
+Runs are aligned by step. Printed: final and best validation accuracy, test accuracy,
+steps to reach given accuracies; for every pair, the per-step loss difference (max,
+mean, at checkpoints), the correlation of the loss curves and a verdict on three
+signals: (1) the loss curves have the same shape, (2) the final accuracies are of the
+same magnitude, (3) the pair differs by much more than two runs of one backend do
+(measured only when the inputs include such a same-backend pair). A PNG of the
+curves and a self-contained HTML report are written beside each other.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .recorder import read_rows, run_ids
+
+SHAPE_CORRELATION = 0.9   # signal 1: Pearson r of the smoothed loss curves at least this
+ACCURACY_MAGNITUDE = 0.02  # signal 2: final validation accuracies within this
+BAND_FACTOR = 5.0          # signal 3: cross-backend mean |dloss| at least this times the run-to-run one
+SMOOTHING_STEPS = 5
+
+
+@dataclass
+class Run:
+    path: str
+    run_id: str
+    label: str
+    backend_key: tuple
+    config_key: tuple  # (network, global batch, strategy, devices): what must match for a fair pair
+    steps: np.ndarray
+    losses: np.ndarray
+    val: list = field(default_factory=list)  # (step, loss, accuracy)
+    test_accuracy: Optional[float] = None
+
+
+@dataclass
+class PairDiff:
+    a: Run
+    b: Run
+    common_steps: np.ndarray
+    abs_diff: np.ndarray
+    correlation: Optional[float]
+    final_accuracy_gap: Optional[float]
+
+    @property
+    def identical(self) -> bool:
+        return self.abs_diff.size > 0 and not self.abs_diff.any()
+
+    @property
+    def same_backend(self) -> bool:
+        return self.a.backend_key == self.b.backend_key
+
+
+def load_run(spec: str) -> Run:
+    path, _, run_id = spec.partition("@")
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: {path}: file not found; give results CSVs written by an entry script")
+    ids = run_ids(path)
+    if not ids:
+        raise SystemExit(f"error: {path}: no rows")
+    run_id = run_id or ids[-1]
+    if run_id not in ids:
+        raise SystemExit(f"error: {path}: no run {run_id!r}; runs in it: {', '.join(ids[-5:])}")
+    rows = read_rows(path, run_id)
+    train = [r for r in rows if r["phase"] == "train"]
+    first = rows[0]
+    test = [r["accuracy"] for r in rows if r["phase"] == "test"]
+    return Run(path=path, run_id=run_id, label=f"{first['framework']}/{first['backend']} {run_id}",
+               backend_key=(first["framework"], first["backend"], first["network"]),
+               config_key=(first["network"], first["global_batch"], first["strategy"], first["devices"]),
+               steps=np.array([r["step"] for r in train]), losses=np.array([r["loss"] for r in train]),
+               val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
+               test_accuracy=test[-1] if test else None)
+
+
+def smooth(values: np.ndarray, width: int = SMOOTHING_STEPS) -> np.ndarray:
+    if len(values) < width:
+        return values
+    return np.convolve(values, np.ones(width) / width, mode="valid")
+
+
+def diff_pair(a: Run, b: Run) -> PairDiff:
+    common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
+    la, lb = a.losses[ia], b.losses[ib]
+    correlation = None
+    sa, sb = smooth(la), smooth(lb)
+    if len(sa) >= 3 and sa.std() > 0 and sb.std() > 0:
+        correlation = float(np.corrcoef(sa, sb)[0, 1])
+    elif len(sa) >= 1 and np.array_equal(sa, sb):
+        correlation = 1.0
+    gap = None
+    if a.val and b.val:
+        gap = abs(a.val[-1][2] - b.val[-1][2])
+    return PairDiff(a, b, common, np.abs(la - lb), correlation, gap)
+
+
+def steps_to_accuracy(run: Run, threshold: float) -> Optional[int]:
+    return next((step for step, _, accuracy in run.val if accuracy >= threshold), None)
+
+
+def verdict(pair: PairDiff, run_to_run: Optional[float]) -> tuple:
+    """(word, [signal texts])."""
+    if pair.identical:
+        return "same", ["every aligned loss is bit-identical"]
+    caveat = []
+    if pair.a.config_key != pair.b.config_key:
+        caveat = [f"note: the runs differ in setup (network, batch, strategy, devices): "
+                  f"{pair.a.config_key} vs {pair.b.config_key}"]
+    shape = pair.correlation is not None and pair.correlation >= SHAPE_CORRELATION
+    magnitude = pair.final_accuracy_gap is not None and pair.final_accuracy_gap <= ACCURACY_MAGNITUDE
+    signals = [
+        f"(1) curve shape {'same' if shape else 'differs'} (r = {_fmt(pair.correlation, '.3f')}, need >= {SHAPE_CORRELATION})",
+        f"(2) final val accuracy {'same magnitude' if magnitude else 'differs'} "
+        f"(gap {_fmt(pair.final_accuracy_gap, '.4f')}, need <= {ACCURACY_MAGNITUDE})",
+    ]
+    mean_diff = float(pair.abs_diff.mean()) if pair.abs_diff.size else None
+    if pair.same_backend:
+        signals.append("(3) same backend: this pair is the run-to-run band")
+        beyond_band = None
+    elif run_to_run is None:
+        signals.append("(3) not measured: give two runs of one backend to know the run-to-run band")
+        beyond_band = None
+    else:
+        beyond_band = mean_diff is not None and mean_diff >= BAND_FACTOR * max(run_to_run, 1e-12)
+        signals.append(f"(3) mean |dloss| {_fmt(mean_diff, '.2e')} is {'well above' if beyond_band else 'within'} "
+                       f"{BAND_FACTOR:g}x the run-to-run {run_to_run:.2e}")
+    if shape and magnitude and not beyond_band:
+        word = "drift only" if not pair.same_backend else "run-to-run drift"
+    elif shape and magnitude:
+        word = "consistent, beyond run-to-run drift"
+    else:
+        word = "different"
+    return word, caveat + signals
+
+
+def serial_sum(values: np.ndarray) -> np.float32:
+    """Left to right, one float32 addition at a time (np.cumsum is sequential)."""
+    return np.cumsum(values, dtype=np.float32)[-1]
+
+
+def tree_sum(values: np.ndarray) -> np.float32:
+    """Pairwise: halve the array by adding neighbours until one value is left."""
+    values = values.astype(np.float32)
+    while len(values) > 1:
+        if len(values) % 2:
+            values = np.append(values, np.float32(0))
+        values = values[0::2] + values[1::2]
+    return values[0]
+
+
+def sharded_sum(values: np.ndarray, shards: int) -> np.float32:
+    """What an all-reduce over `shards` devices adds: each shard's serial sum, then
+    the shard totals in ring order."""
+    return serial_sum(np.array([serial_sum(part) for part in np.array_split(values, shards)], np.float32))
+
+
+def summation_order(network_name: str, seed: int = 0) -> tuple:
+    """(how many values, [(order, float32 sum, difference from the exact float64 sum)]) for
+    the network's own initial kernels: float32 values like those a gradient all-reduce
+    adds up, in different orders."""
+    from .init import initial_weights
+    from .spec import get_network
+
+    values = np.concatenate([w.kernel.ravel() for w in initial_weights(get_network(network_name), seed)])
+    exact = float(np.sum(values, dtype=np.float64))
+    orders = [("serial, left to right", serial_sum(values)), ("pairwise tree", tree_sum(values))]
+    orders += [(f"all-reduce of {k} shards", sharded_sum(values, k)) for k in (2, 4, 8)]
+    return values.size, [(name, float(total), float(total) - exact) for name, total in orders]
+
+
+def checkpoints(steps: np.ndarray) -> list:
+    if steps.size == 0:
+        return []
+    marks = [steps[0]] + [s for s in (10, 100, 1000) if steps[0] < s < steps[-1]] + [steps[-1]]
+    return sorted(set(int(s) for s in marks))
+
+
+def build_report(specs: list, thresholds: list) -> dict:
+    runs = [load_run(spec) for spec in specs]
+    pairs = [diff_pair(a, b) for a, b in itertools.combinations(runs, 2)]
+    band_values = [float(p.abs_diff.mean()) for p in pairs if p.same_backend and p.abs_diff.size]
+    run_to_run = max(band_values) if band_values else None
+    return {"runs": runs, "pairs": pairs, "run_to_run": run_to_run, "thresholds": thresholds,
+            "verdicts": [verdict(p, run_to_run) for p in pairs]}
+
+
+def format_report(report: dict) -> str:
+    lines = ["runs:"]
+    thresholds = report["thresholds"]
+    header = ["run", "steps", "final val acc", "best val acc", "test acc"] + [f"steps to {t:g}" for t in thresholds]
+    table = []
+    for run in report["runs"]:
+        val_acc = [accuracy for _, _, accuracy in run.val]
+        table.append([run.label, str(len(run.steps)), _fmt(val_acc[-1] if val_acc else None),
+                      _fmt(max(val_acc) if val_acc else None), _fmt(run.test_accuracy)] +
+                     [_fmt(steps_to_accuracy(run, t), "d") for t in thresholds])
+    lines += _table(header, table)
+    for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
+        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {word}")
+        if pair.abs_diff.size == 0:
+            lines.append("  no common steps")
+            continue
+        lines.append(f"  |dloss| over {pair.abs_diff.size} aligned steps: max {pair.abs_diff.max():.3e}, "
+                     f"mean {pair.abs_diff.mean():.3e}; correlation {_fmt(pair.correlation, '.4f')}")
+        index = {int(s): i for i, s in enumerate(pair.common_steps)}
+        lines.append("  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps)))
+        lines += [f"  {signal}" for signal in signals]
+    network = report["runs"][0].backend_key[2]
+    count, sums = summation_order(network)
+    lines.append(f"\nfloat32 summation order ({network}'s initial kernels, {count:,} values; "
+                 "the same numbers added in another order give another float32 result):")
+    lines += [f"  {name:<24} {total:+.9e}  vs exact float64 sum: {delta:+.3e}" for name, total, delta in sums]
+    return "\n".join(lines)
+
+
+def format_against_first(report: dict) -> str:
+    """One line per run against the first run: the short form the main command prints."""
+    first = report["runs"][0]
+    lines = [f"against {first.label}:"]
+    for pair, (word, _) in zip(report["pairs"], report["verdicts"]):
+        if pair.a is not first or pair.abs_diff.size == 0:
+            continue
+        lines.append(f"  {pair.b.label:<45} {word:<20} max |dloss| {pair.abs_diff.max():.2e}  "
+                     f"mean {pair.abs_diff.mean():.2e}  r {_fmt(pair.correlation, '.3f')}  "
+                     f"val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}")
+    return "\n".join(lines)
+
+
+def write_outputs(report: dict, prefix: str) -> tuple:
+    """The PNG and the HTML (full report inside); returns their paths."""
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    plot_png(report, prefix + ".png")
+    write_html(report, format_report(report), prefix + ".png", prefix + ".html")
+    return prefix + ".png", prefix + ".html"
+
+
+def _table(header: list, rows: list) -> list:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    return ["  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            for r in [header] + rows]
+
+
+def _fmt(value, spec=".4f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def plot_png(report: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for run in report["runs"]:
+        loss_axis.plot(run.steps, run.losses, linewidth=0.8, alpha=0.35)
+        color = loss_axis.lines[-1].get_color()
+        smoothed = smooth(run.losses)
+        loss_axis.plot(run.steps[len(run.steps) - len(smoothed):], smoothed, color=color, label=run.label)
+        if run.val:
+            steps, _, accuracy = zip(*run.val)
+            accuracy_axis.plot(steps, accuracy, marker="o", color=color, label=run.label)
+    loss_axis.set(title="training loss per step (faint) and its 5-step mean", xlabel="step", ylabel="loss")
+    accuracy_axis.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
+    for axis in (loss_axis, accuracy_axis):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_html(report: dict, text: str, png_path: str, path: str) -> None:
+    with open(png_path, "rb") as handle:
+        image = base64.b64encode(handle.read()).decode()
+    page = (f"<!doctype html><meta charset='utf-8'><title>CNN-parallel comparison</title>"
+            f"<body style='font-family:sans-serif;max-width:1200px;margin:2em auto'>"
+            f"<h1>CNN-parallel comparison</h1><img alt='loss and accuracy curves' style='width:100%' "
+            f"src='data:image/png;base64,{image}'><pre>{html.escape(text)}</pre></body>")
+    with open(path, "w") as handle:
+        handle.write(page)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m algorithms.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", metavar="CSV[@RUN_ID]", help="results CSVs (two runs at least)")
+    parser.add_argument("--accuracies", default="0.5,0.8,0.9", help="report the first step reaching each")
+    parser.add_argument("--out", default=None,
+                        help="path prefix of the PNG and HTML (default: results/compare/<first run id>)")
+    args = parser.parse_args(argv)
+    try:
+        thresholds = [float(t) for t in args.accuracies.split(",") if t.strip()]
+    except ValueError:
+        parser.error(f"--accuracies: expected numbers like 0.5,0.9, got {args.accuracies!r}")
+    report = build_report(args.inputs, thresholds)
+    if len(report["runs"]) < 2:
+        parser.error("give at least two runs (two CSVs, or one CSV twice with @RUN_ID)")
+    text = format_report(report)
+    print(text)
+    prefix = args.out or os.path.join(os.path.dirname(os.path.abspath(args.inputs[0].partition("@")[0])),
+                                      "compare", report["runs"][0].run_id)
+    png, page = write_outputs(report, prefix)
+    print(f"\nplot: {png}\nreport: {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

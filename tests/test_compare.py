@@ -1,0 +1,69 @@
+"""The compare command on real result CSVs: a CSV against itself is the same, two
+seeds are told apart, and the printed numbers are recomputed here from the rows."""
+import numpy as np
+import pytest
+
+from algorithms.compare import build_report, format_report, main
+from algorithms.recorder import read_rows, run_ids
+from tests.conftest import run_script
+
+NETWORK = "cnn2d_3layer_fullconnected_3layer"
+
+
+@pytest.fixture(scope="module")
+def two_seeds(small_data, tmp_path_factory):
+    """Two real torch runs, seeds 0 and 1, in one CSV."""
+    results = tmp_path_factory.mktemp("compare") / "results"
+    for seed in (0, 1):
+        proc = run_script("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
+                                              "--num_epochs", "2", "--batch_size", "32", "--seed", str(seed),
+                                              "--results_dir", str(results), "--run_id", f"seed{seed}", "--quiet"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(results / f"{NETWORK}_torch.csv")
+
+
+def test_a_run_against_itself_is_the_same(two_seeds, tmp_path, capsys):
+    assert main([f"{two_seeds}@seed0", f"{two_seeds}@seed0", "--out", str(tmp_path / "self")]) == 0
+    out = capsys.readouterr().out
+    assert ": same" in out and "max 0.000e+00, mean 0.000e+00" in out
+    assert (tmp_path / "self.png").stat().st_size > 10_000
+    html = (tmp_path / "self.html").read_text()
+    assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
+
+
+def test_two_seeds_are_told_apart_and_the_numbers_are_recomputed(two_seeds):
+    assert run_ids(two_seeds) == ["seed0", "seed1"]
+    report = build_report([f"{two_seeds}@seed0", f"{two_seeds}@seed1"], [0.5])
+    (pair,) = report["pairs"]
+    word, signals = report["verdicts"][0]
+    assert word != "same" and "(3) same backend: this pair is the run-to-run band" in signals
+
+    rows = {run: [r for r in read_rows(two_seeds, run) if r["phase"] == "train"] for run in ("seed0", "seed1")}
+    expected = np.abs(np.array([r["loss"] for r in rows["seed0"]]) - np.array([r["loss"] for r in rows["seed1"]]))
+    assert pair.abs_diff.max() == pytest.approx(expected.max()) and pair.abs_diff.mean() == pytest.approx(expected.mean())
+    assert expected.max() > 1e-3  # different seeds: different weights, batches and dropout
+    text = format_report(report)
+    assert f"max {expected.max():.3e}, mean {expected.mean():.3e}" in text
+    val = [r for r in read_rows(two_seeds, "seed1") if r["phase"] == "val"]
+    assert f"{val[-1]['accuracy']:.4f}" in text
+
+
+def test_the_latest_run_is_the_default_and_unknown_runs_are_named(two_seeds):
+    report = build_report([two_seeds, f"{two_seeds}@seed0"], [])
+    assert [run.run_id for run in report["runs"]] == ["seed1", "seed0"]
+    with pytest.raises(SystemExit, match="no run 'nope'; runs in it: seed0, seed1"):
+        build_report([f"{two_seeds}@nope", two_seeds], [])
+
+
+def test_summation_order_changes_the_float32_sum_by_a_measured_amount():
+    from algorithms.compare import serial_sum, sharded_sum, summation_order, tree_sum
+
+    values = np.full(1 << 20, 0.1, np.float32)  # 2^20 copies of 0.1: serial float32 addition drifts visibly
+    exact = float(np.float32(0.1)) * (1 << 20)
+    assert abs(float(tree_sum(values)) - exact) < 1e-6 * exact  # every tree level adds equal halves
+    assert abs(float(serial_sum(values)) - exact) > 1e-3 * exact
+    assert abs(float(sharded_sum(values, 8)) - exact) < abs(float(serial_sum(values)) - exact)
+    count, rows = summation_order("cnn2d_3layer_fullconnected_3layer")
+    assert count == 246_682 - (32 + 48 + 32 + 128 + 128 + 10)  # kernels only, no biases
+    totals = {name: total for name, total, _ in rows}
+    assert len(set(totals.values())) > 1  # the order matters in float32
