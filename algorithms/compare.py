@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from .errors import EXIT_INPUT_ERROR, InputError
 from .recorder import read_rows, run_ids
 
 SHAPE_CORRELATION = 0.9   # signal 1: Pearson r of the smoothed loss curves at least this
@@ -69,13 +70,13 @@ class PairDiff:
 def load_run(spec: str) -> Run:
     path, _, run_id = spec.partition("@")
     if not os.path.isfile(path):
-        raise SystemExit(f"error: {path}: file not found; give results CSVs written by an entry script")
+        raise InputError(f"{path}: file not found; give results CSVs written by an entry script")
     ids = run_ids(path)
     if not ids:
-        raise SystemExit(f"error: {path}: no rows")
+        raise InputError(f"{path}: no rows")
     run_id = run_id or ids[-1]
     if run_id not in ids:
-        raise SystemExit(f"error: {path}: no run {run_id!r}; runs in it: {', '.join(ids[-5:])}")
+        raise InputError(f"{path}: no run {run_id!r}; runs in it: {', '.join(ids[-5:])}")
     rows = read_rows(path, run_id)
     train = [r for r in rows if r["phase"] == "train"]
     first = rows[0]
@@ -306,7 +307,11 @@ def main(argv=None) -> int:
         thresholds = [float(t) for t in args.accuracies.split(",") if t.strip()]
     except ValueError:
         parser.error(f"--accuracies: expected numbers like 0.5,0.9, got {args.accuracies!r}")
-    report = build_report(args.inputs, thresholds)
+    try:
+        report = build_report(args.inputs, thresholds)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     if len(report["runs"]) < 2:
         parser.error("give at least two runs (two CSVs, or one CSV twice with @RUN_ID)")
     text = format_report(report)

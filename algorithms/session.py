@@ -17,7 +17,8 @@ import numpy as np
 
 from .cli import RunConfig
 from .data import Dataset, steps_per_epoch
-from .recorder import ResultsCsv, append_log_block, results_csv_name, steady_state_ms, write_predictions
+from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
+                       write_predictions)
 
 NON_TTY_PROGRESS_EVERY_S = 15.0
 
@@ -143,7 +144,7 @@ class RunSession:
             return empty if values is None or values[1] is None else f"loss {values[0]:.4f}  accuracy {values[1]:.4f}"
 
         median = summary["median_ms"]
-        warm = f"steps {min(4, self.step)}-{self.step}" if self.step > 3 else f"all {self.step} steps"
+        warm = f"steps {WARMUP_STEPS + 1}-{self.step}" if self.step > WARMUP_STEPS else f"all {self.step} steps"
         test_set = "none" if data.test_x is None else (
             f"{config.test} ({len(data.test_x)} images, {'scored with ' + str(config.test_labels) if data.test_y is not None else 'no labels: predictions only'})")
         append_log_block(config.results_log, f"{self.run_id} · {config.network.name} · {self.framework}/{self.backend} · {status}", [
