@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 from typing import Optional
 
-from .cli import DEFAULT_DATA_DIR, DEFAULT_TRAIN, RunConfig, parse_config
+from .cli import DEFAULT_DATA_DIR, DEFAULT_TRAIN, parse_config
 from .data import default_test_labels, ensure_default_data, load_dataset
 from .errors import EXIT_INPUT_ERROR, InputError
 from .session import RunSession
@@ -56,6 +56,3 @@ def train_session(wrapper, session: RunSession) -> int:
         session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
         raise
     return 0
-
-
-__all__ = ["RunConfig", "prepare", "run_entry_point", "train_session"]
