@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .errors import InputError
+from .parallel import INNER_STRATEGIES, STRATEGIES, LearningRateSchedule, ParallelPlan, linear_scale, make_plan
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data")
 DEFAULT_TRAIN = os.path.join(DEFAULT_DATA_DIR, "train.csv")
 DEFAULT_TEST = os.path.join(DEFAULT_DATA_DIR, "test.csv")
-STRATEGIES = ("single",)  # the parallel strategies are added with their wrappers' support
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,31 @@ class RunConfig:
     run_id: Optional[str]
     quiet: bool
     command_line: str
+    plan: ParallelPlan = None
+    accumulate: int = 1
+    lr_scaling: str = "none"
+    warmup_steps: int = 0
+    checkpointing: bool = False
+    early_stopping: int = 0
+    reduce_lr_on_plateau: int = 0
+    plateau_factor: float = 0.5
+
+    @property
+    def effective_batch(self) -> int:
+        """Samples per optimizer step: --batch_size x --accumulate."""
+        return self.batch_size * self.accumulate
+
+    def learning_rate_schedule(self) -> LearningRateSchedule:
+        scale = (linear_scale(self.effective_batch, self.network.training.batch_size)
+                 if self.lr_scaling == "linear" else 1.0)
+        return LearningRateSchedule(self.optimizer.learning_rate, scale, self.warmup_steps,
+                                    self.reduce_lr_on_plateau, self.plateau_factor)
+
+    def uses(self) -> dict:
+        """The optional features this run asks of a wrapper, flag -> in use."""
+        return {"--lr_scaling linear": self.lr_scaling == "linear", "--warmup_steps": self.warmup_steps > 0,
+                "--reduce_lr_on_plateau": self.reduce_lr_on_plateau > 0, "--accumulate": self.accumulate > 1,
+                "--checkpointing": self.checkpointing}
 
     def describe(self) -> str:
         opt = self.optimizer
@@ -47,7 +72,15 @@ class RunConfig:
             optimizer = f"adam(lr={opt.learning_rate:g}, beta_1={opt.beta_1:g}, beta_2={opt.beta_2:g}, epsilon={opt.epsilon:g})"
         return (f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
                 f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
-                f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices}")
+                f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices}"
+                + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
+                + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
+                + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
+                + (f" early_stopping={self.early_stopping}" if self.early_stopping else "")
+                + (f" reduce_lr_on_plateau={self.reduce_lr_on_plateau}x{self.plateau_factor:g}"
+                   if self.reduce_lr_on_plateau else "")
+                + (" checkpointing" if self.checkpointing else "")
+                + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else ""))
 
 
 def _positive_int(text: str) -> int:
@@ -67,6 +100,16 @@ def _number(text: str, accept, requirement: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not accept(value):
         raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -118,8 +161,33 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     training.add_argument("--max_steps", type=_positive_int, default=None,
                           help="stop after this many training steps (smoke runs)")
     parallel = parser.add_argument_group("parallelism")
-    parallel.add_argument("--strategy", choices=STRATEGIES, default="single", help="parallel strategy")
-    parallel.add_argument("--devices", type=_positive_int, default=1, help="number of devices")
+    parallel.add_argument("--strategy", choices=STRATEGIES, default="single",
+                          help="data: replicas share the batch; model: conv block | dense block on two devices; "
+                               "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
+                               "hybrid: data x --inner")
+    parallel.add_argument("--devices", type=_positive_int, default=1,
+                          help="devices (GPUs, else logical CPU devices or processes) in total")
+    parallel.add_argument("--inner", choices=INNER_STRATEGIES, default="model",
+                          help="hybrid: the strategy inside each data-parallel replica")
+    parallel.add_argument("--group", type=_positive_int, default=2,
+                          help="hybrid: devices per replica (replicas = devices / group)")
+    parallel.add_argument("--micro_batches", type=_count, default=0,
+                          help="pipeline: micro-batches per batch (0: twice the number of stages)")
+    hygiene = parser.add_argument_group("large-batch training")
+    hygiene.add_argument("--accumulate", type=_positive_int, default=1,
+                         help="gradient accumulation: one optimizer step per K batches, equal to a K x batch")
+    hygiene.add_argument("--lr_scaling", choices=("none", "linear"), default="none",
+                         help="linear: lr x (batch_size x accumulate) / the preset's batch")
+    hygiene.add_argument("--warmup_steps", type=_count, default=0,
+                         help="ramp the lr up linearly over this many optimizer steps")
+    hygiene.add_argument("--early_stopping", type=_count, default=0, metavar="PATIENCE",
+                         help="stop after this many epochs without a lower validation loss (0: off)")
+    hygiene.add_argument("--reduce_lr_on_plateau", type=_count, default=0, metavar="PATIENCE",
+                         help="multiply the lr by --plateau_factor after this many epochs without a lower "
+                              "validation loss (0: off)")
+    hygiene.add_argument("--plateau_factor", type=_fraction, default=0.5, help="see --reduce_lr_on_plateau")
+    hygiene.add_argument("--checkpointing", action="store_true",
+                         help="gradient checkpointing: recompute activations in the backward pass to save memory")
     output = parser.add_argument_group("output")
     output.add_argument("--results_dir", default=os.path.join(REPO_ROOT, "results"),
                         help="per-step CSVs go here, predictions under its predictions/")
@@ -136,9 +204,8 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     args = parser.parse_args(argv)
     network = get_network(args.network)
     defaults = network.training
-    if args.devices != 1:
-        raise InputError(f"--devices {args.devices}: strategy '{args.strategy}' runs on one device; "
-                         "use --devices 1")
+    batch_size = args.batch_size or defaults.batch_size
+    plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
     optimizer = defaults.optimizer
     if args.learning_rate is not None:
         optimizer = replace(optimizer, learning_rate=args.learning_rate)
@@ -148,10 +215,13 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     return RunConfig(
         network=network, optimizer=optimizer, train=args.train, test=test,
         test_labels=args.test_labels, num_epochs=args.num_epochs or defaults.epochs,
-        batch_size=args.batch_size or defaults.batch_size,
+        batch_size=batch_size,
         validation_split=defaults.validation_split if args.validation_split is None else args.validation_split,
         seed=args.seed, max_steps=args.max_steps, results_dir=results_dir,
         results_log=args.results_log or os.path.join(os.path.dirname(results_dir), "results.log"),
         strategy=args.strategy, devices=args.devices, run_id=args.run_id, quiet=args.quiet,
         command_line="python " + " ".join(shlex.quote(part) for part in command),
+        plan=plan, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
+        checkpointing=args.checkpointing, early_stopping=args.early_stopping,
+        reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
     )

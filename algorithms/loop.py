@@ -6,6 +6,10 @@ A hand-stepping wrapper supplies an object with:
     to_batch(x, y)      numpy batch -> framework tensors (timed as data time)
     train_step(batch)   one optimizer step -> (loss, accuracy) as Python floats
     logits(x)           numpy images (N, 28, 28) -> numpy logits (N, classes), dropout off
+and, when its package declares the matching flags in `supported()`:
+    set_learning_rate(lr)        called before a step whenever the schedule changes the lr
+    accumulate_step(batches)     one optimizer step over K batches (--accumulate K) -> (loss, accuracy)
+    train_step may also return (loss, accuracy, comm_time_ms) where a strategy measures communication
 """
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ import time
 
 import numpy as np
 
-from .data import batch_order
 from .session import RunSession
 
 
@@ -60,14 +63,20 @@ def train_by_hand(model, session: RunSession) -> dict:
     def logits_fn(images):
         return batched_logits(model.logits, images, config.batch_size)
 
+    learning_rate = config.optimizer.learning_rate
     for epoch in range(config.num_epochs):
-        for indices in batch_order(len(data.train_x), config.batch_size, epoch, config.seed):
+        for parts in session.optimizer_batches(epoch):
+            if session.learning_rate != learning_rate:
+                learning_rate = session.learning_rate
+                model.set_learning_rate(learning_rate)
             start = time.perf_counter()
-            batch = model.to_batch(data.train_x[indices], data.train_y[indices])
+            batches = [model.to_batch(data.train_x[indices], data.train_y[indices]) for indices in parts]
             ready = time.perf_counter()
-            loss, acc = model.train_step(batch)
+            result = model.train_step(batches[0]) if len(batches) == 1 else model.accumulate_step(batches)
             done = time.perf_counter()
-            session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0, len(indices))
+            loss, acc, comm_ms = result if len(result) == 3 else (*result, None)
+            session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0,
+                               sum(len(indices) for indices in parts), comm_ms)
             if session.should_stop():
                 break
         validate(session, epoch, logits_fn)

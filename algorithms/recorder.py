@@ -18,8 +18,10 @@ from .errors import InputError
 CSV_COLUMNS = [
     "run_id", "framework", "backend", "network", "strategy", "devices", "global_batch",
     "epoch", "step", "phase", "loss", "accuracy", "learning_rate", "step_time_ms",
-    "data_time_ms", "samples_per_sec", "wall_time_s",
+    "data_time_ms", "samples_per_sec", "wall_time_s", "comm_time_ms",
 ]
+# a file written before comm_time_ms existed is still read (and compared), not appended to
+READABLE_HEADERS = (CSV_COLUMNS, CSV_COLUMNS[:-1])
 WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
 
 
@@ -87,7 +89,8 @@ def append_log_block(path: str, title: str, fields: list) -> None:
 def read_rows(path: str, run_id: Optional[str] = None) -> list:
     """Rows of a results CSV as dicts with numbers converted; one run's rows if run_id is given."""
     numeric = {"devices", "global_batch", "epoch", "step"}
-    floats = {"loss", "accuracy", "learning_rate", "step_time_ms", "data_time_ms", "samples_per_sec", "wall_time_s"}
+    floats = {"loss", "accuracy", "learning_rate", "step_time_ms", "data_time_ms", "samples_per_sec", "wall_time_s",
+              "comm_time_ms"}
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
@@ -96,7 +99,7 @@ def read_rows(path: str, run_id: Optional[str] = None) -> list:
             for key in numeric:
                 row[key] = int(row[key]) if row[key] else None
             for key in floats:
-                row[key] = float(row[key]) if row[key] else None
+                row[key] = float(row[key]) if row.get(key) else None
             rows.append(row)
     return rows
 

@@ -5,6 +5,10 @@ writes nothing), then hand the run to one wrapper.
 A wrapper module passed to `run_entry_point` provides:
     describe_runtime() -> (framework, backend, {package: version}, devices text)
     train(session) -> summary dict     (trains, then calls session.finish)
+and its package's `__init__.py` (which must not import the framework) provides
+    supported() -> {"strategies": (...), "flags": (...)}
+naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
+so an unsupported request fails before the framework loads.
 """
 from __future__ import annotations
 
@@ -35,6 +39,11 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    try:
+        check_supported(config, wrapper_module, prog)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     wrapper = importlib.import_module(wrapper_module)
     framework, backend, versions, devices = wrapper.describe_runtime()
     try:
@@ -43,6 +52,19 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     return train_session(wrapper, session)
+
+
+def check_supported(config, wrapper_module: str, prog: str) -> None:
+    package = importlib.import_module(wrapper_module.split(".")[0])
+    supported = package.supported()
+    if config.strategy not in supported["strategies"]:
+        raise InputError(f"--strategy {config.strategy}: {prog} runs "
+                         f"{', '.join(supported['strategies'])}; "
+                         "see README's strategy table for the frameworks that run it")
+    missing = [flag for flag, used in config.uses().items() if used and flag not in supported["flags"]]
+    if missing:
+        raise InputError(f"{', '.join(missing)}: not available in {prog}; drop the flag "
+                         "or see README's feature table for the frameworks that have it")
 
 
 def train_session(wrapper, session: RunSession) -> int:

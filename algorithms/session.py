@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from .cli import RunConfig
-from .data import Dataset, steps_per_epoch
+from .data import Dataset, batch_order, steps_per_epoch
 from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
                        write_predictions)
 
@@ -34,14 +34,18 @@ class RunSession:
         self.framework, self.backend = framework, backend
         self.versions, self.devices = versions, devices
         self.run_id = config.run_id or new_run_id()
-        self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.batch_size)
+        self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
         self.csv_path = os.path.join(config.results_dir,
                                      results_csv_name(config.network.name, framework, backend))
         self.csv = ResultsCsv(self.csv_path, {
             "run_id": self.run_id, "framework": framework, "backend": backend,
             "network": config.network.name, "strategy": config.strategy,
-            "devices": config.devices, "global_batch": config.batch_size,
+            "devices": config.devices, "global_batch": config.effective_batch,
         })
+        self.schedule = config.learning_rate_schedule()
+        self._best_val_loss = float("inf")
+        self._epochs_without_gain = 0
+        self.stopped_early = False
         self.start_time = datetime.now(timezone.utc)
         self._t0 = time.perf_counter()
         self.step = 0
@@ -62,21 +66,39 @@ class RunSession:
     def wall(self) -> float:
         return time.perf_counter() - self._t0
 
+    @property
+    def learning_rate(self) -> float:
+        """The lr for the optimizer step about to run (scaling, warm-up and plateau
+        applied); a wrapper sets it on its optimizer before each step."""
+        return self.schedule.at(self.step)
+
+    def optimizer_batches(self, epoch: int) -> list:
+        """One list per optimizer step of `--accumulate` index arrays (the shared
+        batch order at batch_size x accumulate, each cut into accumulate parts), so
+        accumulating K batches sees exactly the samples of one K x batch step."""
+        config = self.config
+        steps = batch_order(len(self.dataset.train_x), config.effective_batch, epoch, config.seed)
+        return [[indices[start:start + config.batch_size] for start in range(0, len(indices), config.batch_size)]
+                for indices in steps]
+
     def train_step(self, epoch: int, loss: float, accuracy: float, step_time_ms: float,
-                   data_time_ms: float, batch_size: int) -> None:
-        """Record one finished step; `epoch` is 0-based here, 1-based in the CSV."""
+                   data_time_ms: float, batch_size: int, comm_time_ms: Optional[float] = None) -> None:
+        """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
+        the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
+        where the strategy can measure it."""
+        learning_rate = self.learning_rate
         self.step += 1
         self.step_times_ms.append(step_time_ms)
         self._epoch_losses.append(loss)
         self._epoch_accs.append(accuracy)
         self.csv.write(epoch=epoch + 1, step=self.step, phase="train", loss=loss, accuracy=accuracy,
-                       learning_rate=self.config.optimizer.learning_rate, step_time_ms=step_time_ms,
+                       learning_rate=learning_rate, step_time_ms=step_time_ms,
                        data_time_ms=data_time_ms, samples_per_sec=batch_size * 1000.0 / step_time_ms,
-                       wall_time_s=self.wall())
+                       wall_time_s=self.wall(), comm_time_ms=comm_time_ms)
         self._progress(epoch)
 
     def should_stop(self) -> bool:
-        return self.config.max_steps is not None and self.step >= self.config.max_steps
+        return self.stopped_early or (self.config.max_steps is not None and self.step >= self.config.max_steps)
 
     def _progress(self, epoch: int) -> None:
         if self.config.quiet:
@@ -94,7 +116,7 @@ class RunSession:
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
         count = len(self.dataset.val_x)
         self.csv.write(epoch=epoch + 1, step=self.step, phase="val", loss=val_loss, accuracy=val_accuracy,
-                       learning_rate=self.config.optimizer.learning_rate, step_time_ms=val_time_ms,
+                       learning_rate=self.learning_rate, step_time_ms=val_time_ms,
                        samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
                        wall_time_s=self.wall())
         self.last_val = (val_loss, val_accuracy)
@@ -109,6 +131,22 @@ class RunSession:
         print(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
+        self._after_validation(epoch, val_loss)
+
+    def _after_validation(self, epoch: int, val_loss: float) -> None:
+        """Reduce-on-plateau and early stopping, both keyed on the validation loss."""
+        if self.schedule.end_epoch(val_loss) and not self.config.quiet:
+            print(f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
+                  f"lr now {self.learning_rate:g}", flush=True)
+        if val_loss < self._best_val_loss:
+            self._best_val_loss, self._epochs_without_gain = val_loss, 0
+            return
+        self._epochs_without_gain += 1
+        patience = self.config.early_stopping
+        if patience and self._epochs_without_gain >= patience and epoch + 1 < self.config.num_epochs:
+            self.stopped_early = True
+            print(f"  early stopping: validation loss has not improved for {patience} epoch(s) "
+                  f"(best {self._best_val_loss:.4f})", flush=True)
 
     # ------------------------------------------------------------------ end of run
     def finish(self, test_loss: Optional[float], test_accuracy: Optional[float],
