@@ -39,6 +39,7 @@ class RunConfig:
     quiet: bool
     command_line: str
     plan: ParallelPlan = None
+    parity: bool = False
     accumulate: int = 1
     lr_scaling: str = "none"
     warmup_steps: int = 0
@@ -80,6 +81,7 @@ class RunConfig:
                 + (f" reduce_lr_on_plateau={self.reduce_lr_on_plateau}x{self.plateau_factor:g}"
                    if self.reduce_lr_on_plateau else "")
                 + (" checkpointing" if self.checkpointing else "")
+                + (" parity" if self.parity else "")
                 + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else ""))
 
 
@@ -160,6 +162,10 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                           help="seeds the weights, the validation split, the batch order and dropout")
     training.add_argument("--max_steps", type=_positive_int, default=None,
                           help="stop after this many training steps (smoke runs)")
+    training.add_argument("--parity", action="store_true",
+                          help="cross-framework parity: dropout off and deterministic kernels where the "
+                               "framework offers them (what could not be made deterministic is noted in "
+                               "results.log); the shared init, batch order and float32 are always on")
     parallel = parser.add_argument_group("parallelism")
     parallel.add_argument("--strategy", choices=STRATEGIES, default="single",
                           help="data: replicas share the batch; model: conv block | dense block on two devices; "
@@ -203,6 +209,8 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     parser = build_parser(prog, description)
     args = parser.parse_args(argv)
     network = get_network(args.network)
+    if args.parity:
+        network = network.without_dropout()
     defaults = network.training
     batch_size = args.batch_size or defaults.batch_size
     plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
@@ -221,7 +229,7 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         results_log=args.results_log or os.path.join(os.path.dirname(results_dir), "results.log"),
         strategy=args.strategy, devices=args.devices, run_id=args.run_id, quiet=args.quiet,
         command_line="python " + " ".join(shlex.quote(part) for part in command),
-        plan=plan, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
+        plan=plan, parity=args.parity, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
         checkpointing=args.checkpointing, early_stopping=args.early_stopping,
         reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
     )

@@ -210,7 +210,7 @@ def format_report(report: dict) -> str:
         table.append([run.label, str(len(run.steps)), _fmt(val_acc[-1] if val_acc else None),
                       _fmt(max(val_acc) if val_acc else None), _fmt(run.test_accuracy)] +
                      [_fmt(steps_to_accuracy(run, t), "d") for t in thresholds])
-    lines += _table(header, table)
+    lines += text_table(header, table)
     for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
         lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {word}")
         if pair.abs_diff.size == 0:
@@ -250,7 +250,7 @@ def write_outputs(report: dict, prefix: str) -> tuple:
     return prefix + ".png", prefix + ".html"
 
 
-def _table(header: list, rows: list) -> list:
+def text_table(header: list, rows: list) -> list:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     return ["  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
             for r in [header] + rows]

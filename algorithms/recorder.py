@@ -142,3 +142,18 @@ def summarize_rows(rows: list) -> dict:
         "median_ms": median_ms,
         "samples_per_sec": batch * 1000.0 / median_ms if median_ms else None,
     }
+
+
+def read_log_field(path: str, run_id: str, title_part: str, key: str) -> Optional[str]:
+    """One `key:` line of the results.log block of `run_id` whose title contains
+    `title_part` (e.g. "torch/torch"); the last such block wins."""
+    if not os.path.exists(path):
+        return None
+    value, in_block = None, False
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith("=== "):
+                in_block = line[4:].startswith(run_id + " ") and f" {title_part} " in line
+            elif in_block and line.startswith(key + ":"):
+                value = line[len(key) + 1:].strip()
+    return value

@@ -44,14 +44,21 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    parity_notes = enable_parity(wrapper_module) if config.parity else None
     wrapper = importlib.import_module(wrapper_module)
     framework, backend, versions, devices = wrapper.describe_runtime()
     try:
-        session = RunSession(config, dataset, framework, backend, versions, devices)
+        session = RunSession(config, dataset, framework, backend, versions, devices, parity_notes)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     return train_session(wrapper, session)
+
+
+def enable_parity(wrapper_module: str) -> tuple:
+    """The wrapper's deterministic-kernel switches, before it builds anything;
+    returns (what was set, what still is not deterministic) for results.log."""
+    return importlib.import_module(wrapper_module.split(".")[0] + ".determinism").enable()
 
 
 def check_supported(config, wrapper_module: str, prog: str) -> None:

@@ -29,8 +29,9 @@ def new_run_id() -> str:
 
 class RunSession:
     def __init__(self, config: RunConfig, dataset: Dataset, framework: str, backend: str,
-                 versions: dict, devices: str):
+                 versions: dict, devices: str, parity_notes: Optional[tuple] = None):
         self.config, self.dataset = config, dataset
+        self.parity_notes = parity_notes  # (what was set, what is not deterministic) in --parity runs
         self.framework, self.backend = framework, backend
         self.versions, self.devices = versions, devices
         self.run_id = config.run_id or new_run_id()
@@ -195,6 +196,9 @@ class RunSession:
             ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
             ("devices", self.devices),
             ("config", config.describe()),
+            ("parity", "off (dropout on, framework-default kernels)" if self.parity_notes is None else
+             "dropout off; set: " + "; ".join(self.parity_notes[0])
+             + "; not deterministic: " + ("; ".join(self.parity_notes[1]) or "nothing known")),
             ("network", f"{config.network.param_count():,} parameters, "
                         f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward"),
             ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),

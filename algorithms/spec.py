@@ -6,7 +6,7 @@ channels-first converts where it builds its model.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Optional, Tuple, Union
 
@@ -88,6 +88,11 @@ class Network:
 
     def input_shapes(self) -> list:
         return [self.input_shape] + self.output_shapes()[:-1]
+
+    def without_dropout(self) -> "Network":
+        """The same network for parity runs: no random masks. The weights are
+        unchanged (init draws them in parametric-layer order, and dropout has none)."""
+        return replace(self, layers=tuple(layer for layer in self.layers if not isinstance(layer, Dropout)))
 
     def parametric_layers(self) -> list:
         """(layer index, layer, input shape) for every layer that owns weights."""

@@ -67,13 +67,7 @@ def main(argv=None) -> int:
     print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}\n", flush=True)
     outcomes = {}
     for index, name in enumerate(names, start=1):
-        script, env, _, _ = RUNS[name]
-        print(f"[{index}/{len(names)}] {name}: python {script} {' '.join(forwarded)}", flush=True)
-        started = time.perf_counter()
-        proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *forwarded],
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env})
-        outcomes[name] = (proc.returncode, time.perf_counter() - started)
-        print(flush=True)
+        outcomes[name] = run_framework(name, forwarded, f"[{index}/{len(names)}] ")
     csv_paths = print_table(config, run_id, names, outcomes)
     if len(csv_paths) >= 2:
         report = build_report([f"{path}@{run_id}" for path in csv_paths], [0.5, 0.8, 0.9])
@@ -82,6 +76,18 @@ def main(argv=None) -> int:
         print(f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
               f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]")
     return 0 if all(code == 0 for code, _ in outcomes.values()) else 1
+
+
+def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
+    """One entry script in its own process (so timings do not compete);
+    returns (exit status, wall seconds)."""
+    script, env, _, _ = RUNS[name]
+    print(f"{prefix}{name}: python {script} {' '.join(flags)}", flush=True)
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *flags],
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env})
+    print(flush=True)
+    return proc.returncode, time.perf_counter() - started
 
 
 def print_table(config, run_id: str, names: list, outcomes: dict) -> list:

@@ -1,0 +1,244 @@
+"""Run-to-run drift next to cross-framework drift, in parity mode.
+
+    python -m algorithms.drift [--only torch,tensorflow] [--steps 100] [any entry-script flag]
+
+Each framework trains twice with `--parity --max_steps N` (shared init, the same
+batches, dropout off, deterministic kernels where offered). Step by step the
+relative loss difference |loss_a - loss_b| / |loss_a| is measured between the two
+runs of one framework (run-to-run) and between each framework and the reference,
+the first one listed (cross-framework). Printed per framework: the largest of each,
+whether the two runs were bit-identical, the first step where each difference
+exceeds 1e-6, 1e-4 and 1e-2, and what its parity run could not make deterministic.
+If run-to-run stays at zero while cross-framework grows, the frameworks differ
+only in how they order float32 arithmetic; a run-to-run difference means the
+framework itself is not reproducible, and that drift is part of every comparison.
+
+Written under --results_dir (default results/drift/): the rows of every run, and
+<run id>.csv (the table), <run id>_steps.csv (every step's differences) and
+<run id>.png (both differences on a log scale).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+
+from .cli import REPO_ROOT
+from .compare import text_table
+from .data import steps_per_epoch
+from .errors import EXIT_INPUT_ERROR, InputError
+from .recorder import read_log_field, read_rows, results_csv_name
+from .run import prepare
+from .session import new_run_id
+from .suite import RUNS, run_framework
+
+THRESHOLDS = (1e-6, 1e-4, 1e-2)
+DEFAULT_STEPS = 100
+DEFAULT_BATCH = 128
+SMALLEST_LOSS = 1e-12  # a zero loss cannot be a denominator
+
+
+def relative_difference(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
+    return np.abs(other - reference) / np.maximum(np.abs(reference), SMALLEST_LOSS)
+
+
+def first_step_beyond(steps: np.ndarray, differences: np.ndarray, threshold: float) -> Optional[int]:
+    beyond = np.nonzero(differences > threshold)[0]
+    return int(steps[beyond[0]]) if beyond.size else None
+
+
+def train_losses(path: str, run_id: str) -> tuple:
+    rows = [r for r in read_rows(path, run_id) if r["phase"] == "train"] if os.path.exists(path) else []
+    return np.array([r["step"] for r in rows], dtype=int), np.array([r["loss"] for r in rows], dtype=np.float64)
+
+
+def aligned(a: tuple, b: tuple) -> tuple:
+    steps, ia, ib = np.intersect1d(a[0], b[0], return_indices=True)
+    return steps, a[1][ia], b[1][ib]
+
+
+def measure(results_dir: str, results_log: str, network: str, names: list, run_id: str) -> list:
+    """One dict per framework that produced both runs; the first is the reference."""
+    measured, reference = [], None
+    for name in names:
+        _, _, framework, backend = RUNS[name]
+        path = os.path.join(results_dir, results_csv_name(network, framework, backend))
+        first, second = train_losses(path, run_id + "-a"), train_losses(path, run_id + "-b")
+        if first[0].size == 0 or second[0].size == 0:
+            measured.append({"name": name, "failed": True})
+            continue
+        reference = reference or first
+        steps, a, b = aligned(first, second)
+        run_to_run = relative_difference(a, b)
+        cross_steps, ref, mine = aligned(reference, first)
+        cross = relative_difference(ref, mine)
+        measured.append({
+            "name": name, "failed": False, "steps": steps, "run_to_run": run_to_run,
+            "cross_steps": cross_steps, "cross": cross,
+            "identical": bool(np.array_equal(a, b)),
+            "notes": read_log_field(results_log, run_id + "-a", f"{framework}/{backend}", "parity") or "",
+        })
+    return measured
+
+
+def table_rows(measured: list) -> list:
+    """The printed/CSV table: one row per framework."""
+    rows = []
+    for item in measured:
+        if item["failed"]:
+            rows.append({"framework": item["name"], "steps": 0, "bit_identical": "failed"})
+            continue
+        row = {"framework": item["name"], "steps": int(item["steps"].size),
+               "bit_identical": "yes" if item["identical"] else "no",
+               "run_to_run_max": float(item["run_to_run"].max()),
+               "cross_step1": float(item["cross"][0]) if item["cross"].size else None,
+               "cross_max": float(item["cross"].max()) if item["cross"].size else None}
+        for threshold in THRESHOLDS:
+            row[f"run_to_run_first_above_{threshold:g}"] = first_step_beyond(item["steps"], item["run_to_run"], threshold)
+            row[f"cross_first_above_{threshold:g}"] = first_step_beyond(item["cross_steps"], item["cross"], threshold)
+        rows.append(row)
+    return rows
+
+
+def format_drift(rows: list, measured: list, reference: str) -> str:
+    header = ["framework", "steps", "bit-identical", "run-to-run max", "first >1e-6/1e-4/1e-2",
+              f"vs {reference} step 1", "max", "first >1e-6/1e-4/1e-2"]
+    body = []
+    for row in rows:
+        if row["bit_identical"] == "failed":
+            body.append([row["framework"], "0", "run failed", "", "", "", "", ""])
+            continue
+        firsts = ["/".join(_step(row[f"{kind}_first_above_{t:g}"]) for t in THRESHOLDS) for kind in ("run_to_run", "cross")]
+        body.append([row["framework"], str(row["steps"]), row["bit_identical"], f"{row['run_to_run_max']:.2e}",
+                     firsts[0], _sci(row["cross_step1"]), _sci(row["cross_max"]), firsts[1]])
+    lines = [f"relative loss difference |dloss|/loss per step, parity mode ('-': never crossed):"]
+    lines += text_table(header, body)
+    lines.append("\nwhat each parity run could not make deterministic:")
+    lines += [f"  {item['name']}: {item['notes'] or 'not recorded'}" for item in measured if not item["failed"]]
+    return "\n".join(lines)
+
+
+def _step(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _sci(value) -> str:
+    return "n/a" if value is None else f"{value:.2e}"
+
+
+def write_csvs(rows: list, measured: list, prefix: str) -> None:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open(prefix + ".csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(prefix + "_steps.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["framework", "step", "run_to_run", "cross"])
+        for item in measured:
+            if item["failed"]:
+                continue
+            cross = dict(zip(item["cross_steps"].tolist(), item["cross"].tolist()))
+            for step, value in zip(item["steps"].tolist(), item["run_to_run"].tolist()):
+                writer.writerow([item["name"], step, repr(value), repr(cross.get(step, ""))])
+
+
+def plot_drift(measured: list, reference: str, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    floor = 1e-10  # where a zero difference is drawn on the log axis
+    figure, axis = plt.subplots(figsize=(10, 5))
+    for item in measured:
+        if item["failed"]:
+            continue
+        line, = axis.plot(item["cross_steps"], np.maximum(item["cross"], floor), label=f"{item['name']} vs {reference}")
+        same = "bit-identical" if item["identical"] else "run-to-run"
+        axis.plot(item["steps"], np.maximum(item["run_to_run"], floor), linestyle="--", color=line.get_color(),
+                  label=f"{item['name']} {same}")
+    for threshold in THRESHOLDS:
+        axis.axhline(threshold, color="grey", linewidth=0.6, linestyle=":")
+    axis.set(yscale="log", ylim=(floor / 2, 1), xlabel="step", ylabel="|dloss| / loss",
+             title=f"parity mode: cross-framework (solid) vs run-to-run (dashed); zero drawn at {floor:g}")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def without_flag(flags: list, name: str) -> list:
+    """`flags` minus `name VALUE` / `name=VALUE`."""
+    kept, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag == name:
+            skip = True
+        elif not flag.startswith(name + "="):
+            kept.append(flag)
+    return kept
+
+
+def parse_args(argv: list) -> tuple:
+    parser = argparse.ArgumentParser(prog="python -m algorithms.drift", description=__doc__, add_help=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(RUNS),
+                        help=f"comma-separated frameworks, the first is the reference (default: {','.join(RUNS)})")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimizer steps per run")
+    parser.add_argument("-h", "--help", action="store_true")
+    args, forwarded = parser.parse_known_args(argv)
+    if args.help:
+        parser.print_help()
+        print("\nflags passed to every entry script (--parity and --max_steps are added):")
+        prepare(["--help"], "python -m algorithms.drift", "")
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNS]
+    if unknown or not names:
+        parser.error(f"--only: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
+    if args.steps < 1:
+        parser.error(f"--steps {args.steps}: must be 1 or more")
+    if not any(flag.startswith("--batch_size") for flag in forwarded):
+        forwarded += ["--batch_size", str(DEFAULT_BATCH)]
+    if not any(flag.startswith("--results_dir") for flag in forwarded):
+        forwarded += ["--results_dir", os.path.join(REPO_ROOT, "results", "drift")]
+    return names, args.steps, forwarded
+
+
+def main(argv=None) -> int:
+    names, steps, forwarded = parse_args(list(sys.argv[1:] if argv is None else argv))
+    forwarded += ["--parity", "--max_steps", str(steps)]
+    try:
+        config, dataset = prepare(forwarded, "python -m algorithms.drift", "")
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if not any(flag.startswith(("--num_epochs", "--epochs")) for flag in forwarded):
+        per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
+        forwarded += ["--num_epochs", str(max(config.num_epochs, -(-steps // per_epoch)))]
+    run_id = config.run_id or new_run_id()
+    forwarded = without_flag(forwarded, "--run_id")
+    print(f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
+          f"each of {', '.join(names)} twice in parity mode\n", flush=True)
+    for index, name in enumerate(names, start=1):
+        for copy in ("a", "b"):
+            run_framework(name, forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"],
+                          f"[{index}/{len(names)} run {copy}] ")
+    measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id)
+    rows = table_rows(measured)
+    print(format_drift(rows, measured, names[0]))
+    prefix = os.path.join(config.results_dir, run_id)
+    write_csvs(rows, measured, prefix)
+    if any(not item["failed"] for item in measured):
+        plot_drift(measured, names[0], prefix + ".png")
+        print(f"\nplot: {prefix}.png\ntable: {prefix}.csv  every step: {prefix}_steps.csv")
+    return 0 if all(not item["failed"] for item in measured) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
