@@ -12,7 +12,7 @@ LEGACY_PY := $(LEGACY_VENV)/bin/python
 LEGACY_REQ_HASH := $(shell sha1sum requirements-legacy.txt | cut -c1-12)
 LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 
-.PHONY: all setup legacy-setup caffe compare test clean-results
+.PHONY: all setup legacy-setup caffe compare test baseline drift clean-results
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -54,6 +54,23 @@ compare: setup legacy-setup caffe
 test: setup legacy-setup caffe
 	$(PY) -m pytest -q tests $(ARGS)
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) || [ $$? -eq 5 ]
+
+# The shipped reference runs in results/baseline/ (both networks, 3 epochs at the
+# presets' batch sizes, seeds 0-2, every framework): the main command, run six times.
+# Takes about an hour on 2 cores. Ordinary runs never write there.
+BASELINE_NETWORKS := cnn2d_3layer_fullconnected_3layer cnn2d_2layer_full_connected_2layer
+baseline: setup legacy-setup caffe
+	rm -rf results/baseline.new
+	for network in $(BASELINE_NETWORKS); do for seed in 0 1 2; do \
+	  $(PY) run_all.py --network $$network --num_epochs 3 --seed $$seed --run_id baseline-seed$$seed \
+	    --results_dir results/baseline.new --results_log results/baseline.new/results.log --quiet || exit 1; \
+	done; done
+	rm -rf results/baseline.new/predictions results/baseline.new/caffe results/baseline.new/compare/*.html results/baseline
+	mv results/baseline.new results/baseline
+
+# Parity mode, every framework twice: run-to-run next to cross-framework drift (results/drift/)
+drift: setup legacy-setup caffe
+	$(PY) -m algorithms.drift $(ARGS)
 
 clean-results:
 	rm -rf results/*.csv results/predictions results.log

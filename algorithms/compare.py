@@ -191,13 +191,18 @@ def checkpoints(steps: np.ndarray) -> list:
     return sorted(set(int(s) for s in marks))
 
 
-def build_report(specs: list, thresholds: list) -> dict:
+def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = None) -> dict:
+    """`baseline_dir`: check every run against the shipped baselines there (see baseline.py)."""
     runs = [load_run(spec) for spec in specs]
     pairs = [diff_pair(a, b) for a, b in itertools.combinations(runs, 2)]
     band_values = [float(p.abs_diff.mean()) for p in pairs if p.same_backend and p.abs_diff.size]
     run_to_run = max(band_values) if band_values else None
+    baseline_checks = []
+    if baseline_dir:
+        from .baseline import check_run  # baseline.py reads runs with this module's loader
+        baseline_checks = [check_run(run, baseline_dir) for run in runs]
     return {"runs": runs, "pairs": pairs, "run_to_run": run_to_run, "thresholds": thresholds,
-            "verdicts": [verdict(p, run_to_run) for p in pairs]}
+            "verdicts": [verdict(p, run_to_run) for p in pairs], "baseline": baseline_checks}
 
 
 def format_report(report: dict) -> str:
@@ -221,6 +226,9 @@ def format_report(report: dict) -> str:
         index = {int(s): i for i, s in enumerate(pair.common_steps)}
         lines.append("  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps)))
         lines += [f"  {signal}" for signal in signals]
+    if report.get("baseline"):
+        from .baseline import format_checks
+        lines.append("\n" + format_checks(report["baseline"]))
     network = report["runs"][0].backend_key[2]
     count, sums = summation_order(network)
     lines.append(f"\nfloat32 summation order ({network}'s initial kernels, {count:,} values; "
@@ -300,6 +308,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="CSV[@RUN_ID]", help="results CSVs (two runs at least)")
     parser.add_argument("--accuracies", default="0.5,0.8,0.9", help="report the first step reaching each")
+    parser.add_argument("--baseline", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                           "results", "baseline"),
+                        help="check each run against the shipped baselines in this folder ('none': skip)")
     parser.add_argument("--out", default=None,
                         help="path prefix of the PNG and HTML (default: results/compare/<first run id>)")
     args = parser.parse_args(argv)
@@ -308,7 +319,7 @@ def main(argv=None) -> int:
     except ValueError:
         parser.error(f"--accuracies: expected numbers like 0.5,0.9, got {args.accuracies!r}")
     try:
-        report = build_report(args.inputs, thresholds)
+        report = build_report(args.inputs, thresholds, None if args.baseline == "none" else args.baseline)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR

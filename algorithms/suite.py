@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+from .baseline import BASELINE_DIR, format_checks
 from .cli import REPO_ROOT, OneLineErrorParser
 from .compare import build_report, format_against_first, write_outputs
 from .errors import EXIT_INPUT_ERROR, InputError
@@ -70,9 +71,10 @@ def main(argv=None) -> int:
         outcomes[name] = run_framework(name, forwarded, f"[{index}/{len(names)}] ")
     csv_paths = print_table(config, run_id, names, outcomes)
     if len(csv_paths) >= 2:
-        report = build_report([f"{path}@{run_id}" for path in csv_paths], [0.5, 0.8, 0.9])
+        report = build_report([f"{path}@{run_id}" for path in csv_paths], [0.5, 0.8, 0.9], BASELINE_DIR)
         png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
         print("\n" + format_against_first(report))
+        print("\n" + format_checks(report["baseline"]))
         print(f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
               f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]")
     return 0 if all(code == 0 for code, _ in outcomes.values()) else 1

@@ -67,3 +67,51 @@ def test_summation_order_changes_the_float32_sum_by_a_measured_amount():
     assert count == 246_682 - (32 + 48 + 32 + 128 + 128 + 10)  # kernels only, no biases
     totals = {name: total for name, total, _ in rows}
     assert len(set(totals.values())) > 1  # the order matters in float32
+
+
+def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_path):
+    """Seeds 0 and 1 as the baseline: seed 0 rerun is within the band, a learning rate
+    20x too high is outside, another batch size is not checked (and says why)."""
+    import shutil
+
+    from algorithms.baseline import check_run
+    from algorithms.compare import load_run
+
+    baseline_dir = tmp_path / "baseline"
+    baseline_dir.mkdir()
+    shutil.copy(two_seeds, baseline_dir / f"{NETWORK}_torch.csv")
+    results = tmp_path / "new"
+    common = ["--train", str(small_data / "train.csv"), "--test", "none", "--num_epochs", "2",
+              "--results_dir", str(results), "--quiet"]
+    for run_id, extra in (("rerun", ["--batch_size", "32"]), ("hot", ["--batch_size", "32", "--learning_rate", "1.0"]),
+                          ("wide", ["--batch_size", "64"])):
+        proc = run_script("torch_script.py", common + extra + ["--run_id", run_id])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    path = results / f"{NETWORK}_torch.csv"
+    rerun = check_run(load_run(f"{path}@rerun"), str(baseline_dir))
+    assert rerun.verdict == "within", rerun.detail
+    hot = check_run(load_run(f"{path}@hot"), str(baseline_dir))
+    assert hot.verdict == "outside", hot.detail
+    wide = check_run(load_run(f"{path}@wide"), str(baseline_dir))
+    assert wide.verdict == "not checked" and "the baselines ran at batch 32" in wide.detail
+    report = build_report([f"{path}@rerun", f"{path}@hot"], [], str(baseline_dir))
+    assert "within the baseline band" in format_report(report) and "outside the baseline band" in format_report(report)
+
+
+def test_the_shipped_baselines_cover_every_framework_and_both_networks():
+    """results/baseline/ holds three seeds of 3 epochs per framework/backend and network,
+    made by `make baseline`, and the compare command reads them."""
+    import os
+
+    from algorithms.baseline import BASELINE_DIR, baseline_runs
+    from algorithms.spec import NETWORKS
+    from algorithms.suite import RUNS
+
+    for network in NETWORKS.values():
+        for name, (_, _, framework, backend) in RUNS.items():
+            runs = baseline_runs(network.name, framework, backend)
+            assert [run.run_id for run in runs] == ["baseline-seed0", "baseline-seed1", "baseline-seed2"], (network.name, name)
+            for run in runs:
+                assert run.config_key == (network.name, network.training.batch_size, "single", 1)
+                assert len(run.val) == 3 and run.losses[-1] < run.losses[0], (network.name, name, run.run_id)
+    assert "baseline-seed2" in open(os.path.join(BASELINE_DIR, "results.log")).read()
