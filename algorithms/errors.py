@@ -10,3 +10,4 @@ class InputError(Exception):
 
 
 EXIT_INPUT_ERROR = 2
+EXIT_RESOURCE_ERROR = 3  # the machine ran out of something (memory): rows kept, advice printed

@@ -7,6 +7,7 @@ crash keeps every finished row and concurrent runs never interleave half rows.
 from __future__ import annotations
 
 import csv
+import fcntl
 import os
 import statistics
 from typing import Optional
@@ -38,9 +39,14 @@ class ResultsCsv:
         self.identity = identity  # the columns that are the same on every row of a run
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size == 0:
-            os.write(self._fd, (",".join(CSV_COLUMNS) + "\n").encode())
-        else:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)  # two runs starting together write one header
+        try:
+            empty = os.fstat(self._fd).st_size == 0
+            if empty:
+                os.write(self._fd, (",".join(CSV_COLUMNS) + "\n").encode())
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if not empty:
             with open(path, newline="") as handle:
                 header = handle.readline().strip()
             if header != ",".join(CSV_COLUMNS):
@@ -51,7 +57,13 @@ class ResultsCsv:
     def write(self, **values) -> None:
         row = {**self.identity, **values}
         line = ",".join(_format(row.get(column)) for column in CSV_COLUMNS) + "\n"
-        os.write(self._fd, line.encode())
+        # one write of the whole line under an exclusive lock: O_APPEND alone keeps whole
+        # lines on a local disk; the lock also covers network file systems
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            os.write(self._fd, line.encode())
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -81,7 +93,9 @@ def append_log_block(path: str, title: str, fields: list) -> None:
     lines = [f"=== {title}"] + [f"{key + ':':<{width}} {value}" for key, value in fields] + [""]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # two runs ending together: blocks stay whole
         handle.write("\n".join(lines) + "\n")
+        handle.flush()
 
 
 # --------------------------------------------------------------------------- reading back

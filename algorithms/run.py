@@ -19,7 +19,8 @@ from typing import Optional
 
 from .cli import DEFAULT_DATA_DIR, DEFAULT_TRAIN, parse_config
 from .data import default_test_labels, ensure_default_data, load_dataset
-from .errors import EXIT_INPUT_ERROR, InputError
+from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError
+from .faults import exit_status, install_signal_handlers, interruption_name, is_out_of_memory, out_of_memory_advice
 from .session import RunSession
 
 
@@ -75,13 +76,31 @@ def check_supported(config, wrapper_module: str, prog: str) -> None:
 
 
 def train_session(wrapper, session: RunSession) -> int:
+    """Trains; a signal or an out-of-memory ends the run with its rows kept, a
+    results.log block saying why, one line on stderr and a non-zero status."""
+    install_signal_handlers()
     try:
         wrapper.train(session)
-    except KeyboardInterrupt:
-        session.finish(None, None, None, status="interrupted")
-        print("\ninterrupted: the rows of every finished step are in " + session.csv_path, file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (faults.Terminated)
+        name = interruption_name(interruption)
+        session.finish(None, None, None, status=f"interrupted by {name}")
+        print(f"\ninterrupted by {name} after {session.step} steps: the rows of every finished step are in "
+              f"{session.csv_path}", file=sys.stderr)
+        return exit_status(interruption)
     except BaseException as error:
-        session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
-        raise
+        if not is_out_of_memory(error):
+            session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
+            raise
+        config = session.config
+        advice = out_of_memory_advice(config.batch_size, "--accumulate" in _supported_flags(wrapper))
+        session.finish(None, None, None, status=f"out of memory at step {session.step + 1}: {advice}")
+        print(f"\nerror: out of memory at step {session.step + 1} with --batch_size {config.batch_size} "
+              f"({type(error).__name__}); {advice}. The rows of the {session.step} finished steps are in "
+              f"{session.csv_path}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
     return 0
+
+
+def _supported_flags(wrapper) -> tuple:
+    package = importlib.import_module(wrapper.__name__.split(".")[0])
+    return package.supported()["flags"]

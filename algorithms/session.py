@@ -17,6 +17,7 @@ import numpy as np
 
 from .cli import RunConfig
 from .data import Dataset, batch_order, steps_per_epoch
+from .faults import first_loss_problem, raise_if_stop_requested, stuck_loss_problem
 from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
                        write_predictions)
 
@@ -47,6 +48,7 @@ class RunSession:
         self._best_val_loss = float("inf")
         self._epochs_without_gain = 0
         self.stopped_early = False
+        self.diagnostics: list = []  # loss sanity warnings, also written to results.log
         self.start_time = datetime.now(timezone.utc)
         self._t0 = time.perf_counter()
         self.step = 0
@@ -96,7 +98,10 @@ class RunSession:
                        learning_rate=learning_rate, step_time_ms=step_time_ms,
                        data_time_ms=data_time_ms, samples_per_sec=batch_size * 1000.0 / step_time_ms,
                        wall_time_s=self.wall(), comm_time_ms=comm_time_ms)
+        if self.step == 1:
+            self._diagnose(first_loss_problem(loss, self.config.network.num_classes))
         self._progress(epoch)
+        raise_if_stop_requested()  # a Ctrl-C / SIGTERM during the step ends the run here, its row written
 
     def should_stop(self) -> bool:
         return self.stopped_early or (self.config.max_steps is not None and self.step >= self.config.max_steps)
@@ -132,7 +137,15 @@ class RunSession:
         print(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
+        if epoch == 0 and self.last_train is not None:
+            self._diagnose(stuck_loss_problem(self.last_train[0], self.config.network.num_classes,
+                                              self.learning_rate))
         self._after_validation(epoch, val_loss)
+
+    def _diagnose(self, problem: Optional[str]) -> None:
+        if problem:
+            self.diagnostics.append(problem)
+            print(f"\nwarning: {problem}", file=sys.stderr, flush=True)
 
     def _after_validation(self, epoch: int, val_loss: float) -> None:
         """Reduce-on-plateau and early stopping, both keyed on the validation loss."""
@@ -204,6 +217,7 @@ class RunSession:
             ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
             ("test data", test_set),
             ("steps", f"{self.step}"),
+            ("diagnostics", " | ".join(self.diagnostics) or "none"),
             ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
             ("final val", pair(summary["val"])),
             ("final test", pair(summary["test"])),

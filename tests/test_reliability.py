@@ -1,0 +1,215 @@
+"""Reliability with real runs and real signals: Ctrl-C and SIGTERM keep every
+finished row, two runs on one CSV never mix lines, every malformed file is loaded
+or rejected with file:line, running out of memory ends with advice, and a loss
+that says the setup is wrong is named."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from algorithms.data import TRAIN_HEADER, load_kaggle_csv
+from algorithms.faults import first_loss_problem, stuck_loss_problem
+from algorithms.recorder import CSV_COLUMNS, read_rows
+from tests.conftest import REPO_ROOT, run_script
+
+NETWORK = "cnn2d_3layer_fullconnected_3layer"
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def start(script, args, env_extra=None, **popen):
+    return subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT,
+                            env={**ENV, **(env_extra or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+
+
+def wait_for_rows(path, count, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(path):
+            with open(path) as handle:
+                if sum(1 for line in handle if ",train," in line) >= count:
+                    return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} rows in {path} after {timeout}s")
+
+
+# --------------------------------------------------------------------------- signals
+
+@pytest.mark.parametrize("script, env, suffix, signum", [
+    ("torch_script.py", {}, "torch", signal.SIGINT),
+    ("tensorflow_script.py", {}, "tensorflow", signal.SIGTERM),
+    ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras_jax", signal.SIGTERM),
+    ("caffe_script.py", {}, "caffe", signal.SIGINT),
+], ids=["torch-SIGINT", "tensorflow-SIGTERM", "keras_jax-SIGTERM", "caffe-SIGINT"])
+def test_a_signal_mid_run_keeps_every_finished_row(script, env, suffix, signum, small_data, tmp_path):
+    results = tmp_path / "results"
+    proc = start(script, ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
+                          "--num_epochs", "50", "--results_dir", str(results), "--run_id", "sig", "--quiet"], env)
+    csv_path = str(results / f"{NETWORK}_{suffix}.csv")
+    wait_for_rows(csv_path, 3, proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT (Ctrl-C)"
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert f"interrupted by {name} after" in err and "Traceback" not in err, err[-2000:]
+    rows = read_rows(csv_path, "sig")
+    train = [row for row in rows if row["phase"] == "train"]
+    assert len(train) >= 3 and [row["step"] for row in train] == list(range(1, len(train) + 1))
+    assert all(math.isfinite(row["loss"]) for row in train)
+    with open(csv_path) as handle:
+        assert all(line.endswith("\n") and line.count(",") == len(CSV_COLUMNS) - 1 for line in handle)
+    log = (tmp_path / "results.log").read_text()
+    assert f"status:" in log and f"interrupted by {name}" in log and f"steps:" in log
+
+
+# --------------------------------------------------------------------------- concurrent runs
+
+def test_two_runs_at_once_on_one_csv_keep_every_row_whole(small_data, tmp_path):
+    results = tmp_path / "results"
+    args = ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16", "--num_epochs", "3",
+            "--results_dir", str(results), "--quiet"]
+    procs = [start("torch_script.py", args + ["--run_id", run_id, "--seed", str(seed)])
+             for seed, run_id in enumerate(("first", "second"))]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-2000:]
+    path = results / f"{NETWORK}_torch.csv"
+    with open(path, newline="") as handle:
+        lines = handle.read().splitlines()
+    assert lines.count(",".join(CSV_COLUMNS)) == 1 and lines[0] == ",".join(CSV_COLUMNS)
+    parsed = list(csv.reader(lines[1:]))
+    assert all(len(row) == len(CSV_COLUMNS) for row in parsed)
+    steps_per_run = 3 * math.ceil(480 / 16)  # 600 rows, 20% held out
+    for run_id in ("first", "second"):
+        train = [row for row in read_rows(str(path), run_id) if row["phase"] == "train"]
+        assert [row["step"] for row in train] == list(range(1, steps_per_run + 1))
+    # the runs really overlapped: their rows interleave in the file
+    owners = [row[0] for row in parsed]
+    assert owners.index("second") < len(owners) - 1 - owners[::-1].index("first")
+    log = (tmp_path / "results.log").read_text()
+    assert log.count("=== first ") == 1 and log.count("=== second ") == 1
+
+
+# --------------------------------------------------------------------------- malformed files
+
+def _clean_rows(small_data, count=50):
+    with open(small_data / "train.csv") as handle:
+        lines = handle.read().splitlines()
+    return lines[0], lines[1:1 + count]
+
+
+@pytest.mark.parametrize("variant", ["crlf", "utf8_bom", "quoted_numbers", "no_final_newline"])
+def test_harmless_file_variants_load_exactly_like_the_clean_file(variant, small_data, tmp_path):
+    header, rows = _clean_rows(small_data)
+    clean = tmp_path / "clean.csv"
+    clean.write_text(header + "\n" + "\n".join(rows) + "\n")
+    text = {
+        "crlf": header + "\r\n" + "\r\n".join(rows) + "\r\n",
+        "utf8_bom": "\ufeff" + header + "\n" + "\n".join(rows) + "\n",
+        "quoted_numbers": header + "\n" + "\n".join(",".join(f'"{v}"' for v in row.split(",")) for row in rows) + "\n",
+        "no_final_newline": header + "\n" + "\n".join(rows),
+    }[variant]
+    odd = tmp_path / f"{variant}.csv"
+    odd.write_bytes(text.encode())
+    expected_images, expected_labels = load_kaggle_csv(str(clean), labelled=True)
+    images, labels = load_kaggle_csv(str(odd), labelled=True)
+    assert np.array_equal(images, expected_images) and np.array_equal(labels, expected_labels)
+
+
+def _rejected(train, tmp_path):
+    proc = run_script("torch_script.py", ["--train", str(train), "--test", "none",
+                                          "--results_dir", str(tmp_path / "results")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "results").exists()
+    return proc.stderr
+
+
+def test_a_truncated_last_line_is_rejected_with_its_line(small_data, tmp_path):
+    header, rows = _clean_rows(small_data)
+    train = tmp_path / "train.csv"
+    train.write_text(header + "\n" + "\n".join(rows[:-1]) + "\n" + rows[-1][:len(rows[-1]) // 2])
+    err = _rejected(train, tmp_path)
+    assert f"train.csv:{len(rows) + 1}:" in err and "expected 785" in err
+
+
+def test_a_header_less_file_is_rejected_at_line_1(small_data, tmp_path):
+    _, rows = _clean_rows(small_data)
+    train = tmp_path / "train.csv"
+    train.write_text("\n".join(rows) + "\n")
+    assert "train.csv:1: no header line" in _rejected(train, tmp_path)
+
+
+def test_one_bad_row_at_the_end_of_a_42000_row_file_is_found(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = np.column_stack([rng.integers(0, 10, 42_000), rng.integers(0, 256, (42_000, 784))])
+    train = tmp_path / "train.csv"
+    with open(train, "w") as handle:
+        handle.write(",".join(TRAIN_HEADER) + "\n")
+        np.savetxt(handle, rows[:-1], fmt="%d", delimiter=",")
+        handle.write(",".join(str(v) for v in rows[-1][:-1]) + ",x\n")
+    assert "train.csv:42001: column 785 (pixel783) is 'x', not a number" in _rejected(train, tmp_path)
+
+
+@pytest.mark.parametrize("script, argv, expected", [
+    ("torch_script.py", ["--devices", "0"], "--devices: must be 1 or more, got 0"),
+    ("torch_script.py", ["--strategy", "sideways"], "--strategy: invalid choice: 'sideways'"),
+    ("caffe_script.py", ["--strategy", "data", "--devices", "2"], "--strategy data: caffe_script.py runs single"),
+    ("torch_script.py", ["--strategy", "data", "--devices", "2", "--batch_size", "33"],
+     "--batch_size 33 does not divide evenly across --devices (2); use --batch_size 32 or 34"),
+    ("torch_script.py", ["--strategy", "single", "--devices", "2"], "strategy 'single' runs on one device"),
+])
+def test_bad_parallel_flags_are_one_line_and_status_2(script, argv, expected, small_data, tmp_path):
+    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--results_dir", str(tmp_path / "r")] + argv)
+    assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+# --------------------------------------------------------------------------- resources
+
+def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp_path):
+    """A 3 GiB address-space limit and a batch of 3,200 images: torch's allocator fails."""
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2 ** 30, 3 * 2 ** 30))
+
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), "--train",
+                           str(full_data / "train.csv"), "--test", "none", "--batch_size", "3200", "--max_steps", "2",
+                           "--results_dir", str(results), "--quiet"],
+                          cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, preexec_fn=limit_memory, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "error: out of memory at step 1 with --batch_size 3200" in proc.stderr
+    assert "use a smaller --batch_size (e.g. 800)" in proc.stderr and "Traceback" not in proc.stderr
+    assert (results / f"{NETWORK}_torch.csv").exists()
+    assert "status:      out of memory at step 1" in (tmp_path / "results.log").read_text()
+
+
+# --------------------------------------------------------------------------- loss sanity
+
+def test_a_learning_rate_far_too_high_is_named_after_the_first_epoch(small_data, tmp_path):
+    proc = run_script("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
+                                          "--batch_size", "32", "--num_epochs", "1", "--learning_rate", "20",
+                                          "--results_dir", str(tmp_path / "r"), "--quiet"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning: the l" in proc.stderr and "learning rate" in proc.stderr and "(20)" in proc.stderr
+    assert "diagnostics: " in (tmp_path / "results.log").read_text()
+
+
+def test_the_loss_checks_name_causes_only_when_the_loss_says_so():
+    chance = math.log(10)
+    assert first_loss_problem(chance + 0.01, 10) is None
+    assert "input not normalised" in first_loss_problem(9.7, 10)
+    assert "input not normalised" in first_loss_problem(float("nan"), 10)
+    assert stuck_loss_problem(1.2, 10, 0.05) is None
+    assert "learned nothing" in stuck_loss_problem(chance + 0.005, 10, 0.05)
+    assert "too high" in stuck_loss_problem(float("inf"), 10, 5.0)
