@@ -127,6 +127,30 @@ class _GatherShards(torch.autograd.Function):
         return grad.narrow(ctx.dim, ctx.start, ctx.size).contiguous(), None, None, None, None
 
 
+class _SumGradientsOfReplicatedInput(torch.autograd.Function):
+    """Identity forward. The input of a sharded layer is the same on every rank,
+    but each rank's slice of the layer sends back only its own channels' part of
+    the input's gradient: backward sums the parts (Megatron's `f`)."""
+
+    @staticmethod
+    def forward(ctx, inputs, group, clock):
+        ctx.group, ctx.clock = group, clock
+        return inputs.view_as(inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        with ctx.clock.timing():
+            dist.all_reduce(grad, group=ctx.group)
+        return grad, None, None
+
+
+def replicated_input(inputs: torch.Tensor, group, clock: CommClock) -> torch.Tensor:
+    if not inputs.requires_grad:  # the images: no gradient to sum
+        return inputs
+    return _SumGradientsOfReplicatedInput.apply(inputs, group, clock)
+
+
 def gather_shards(shard: torch.Tensor, dim: int, sizes: list, group, clock: CommClock) -> torch.Tensor:
     return _GatherShards.apply(shard, dim, sizes, group, clock)
 

@@ -10,19 +10,23 @@ from __future__ import annotations
 from torch import nn
 
 from algorithms.spec import Network
-from torch_wrapper.distributed import CommClock, Layout, gather_shards
+from torch_wrapper.distributed import CommClock, Layout, gather_shards, replicated_input
 from torch_wrapper.model import Checkpointed, layer_modules
 
 
 class GatheredShard(nn.Module):
     """One layer's local slice, then the all-gather along the channel axis (dim 1
-    in NCHW and in (batch, units) alike)."""
+    in NCHW and in (batch, units) alike). Backward: the gathered gradient is the
+    same on every rank (the layers after it are replicated), so each keeps its
+    slice; the input's gradient is summed over the ranks (each slice saw all of
+    the input but contributes only through its own channels)."""
 
     def __init__(self, local: nn.Module, sizes: list, group, clock: CommClock):
         super().__init__()
         self.local, self.sizes, self.group, self.clock = local, sizes, group, clock
 
     def forward(self, inputs):
+        inputs = replicated_input(inputs, self.group, self.clock)
         return gather_shards(self.local(inputs), 1, self.sizes, self.group, self.clock)
 
 
