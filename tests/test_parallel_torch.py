@@ -36,15 +36,19 @@ def torchrun(*args):
 
 # --------------------------------------------------------------------------- equivalence
 
-@pytest.fixture(scope="module")
-def one_step_differences(small_data):
-    """tests/torch_parallel_probe.py once, for every strategy (one torchrun launch)."""
-    proc = subprocess.run(torchrun("--standalone", "--nproc_per_node=2", "tests/torch_parallel_probe.py",
+def run_probe(small_data, processes: int) -> dict:
+    proc = subprocess.run(torchrun("--standalone", f"--nproc_per_node={processes}", "tests/torch_parallel_probe.py",
                                    str(small_data / "train.csv")),
                           cwd=REPO_ROOT, env={**os.environ, **WORKER_ENV}, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def one_step_differences(small_data):
+    """tests/torch_parallel_probe.py once on two processes, for every strategy but hybrid."""
+    return run_probe(small_data, 2)
 
 
 def assert_same_step(differences: dict, name: str) -> None:
@@ -84,6 +88,17 @@ def test_gradient_checkpointing_changes_nothing_but_memory(one_step_differences)
     assert_same_step(one_step_differences, "checkpointing")
 
 
+def test_set_learning_rate_reaches_the_optimizer(one_step_differences):
+    assert one_step_differences["learning_rate_zero_moved_weights_by"] == 0.0
+
+
+def test_hybrid_on_four_processes_equals_one_device_for_every_inner_strategy(small_data):
+    differences = run_probe(small_data, 4)
+    for inner in ("tensor", "model", "pipeline"):
+        assert_same_step(differences, f"hybrid_{inner}")
+        assert differences[f"hybrid_{inner}_replica_gap"] == 0.0
+
+
 # --------------------------------------------------------------------------- training runs
 
 STRATEGY_RUNS = [
@@ -117,6 +132,21 @@ def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, smal
     assert all(0 < r["comm_time_ms"] < r["step_time_ms"] for r in train), [r["comm_time_ms"] for r in train]
     log = (tmp_path / "results.log").read_text()
     assert log.count("=== ") == 1 and "completed" in log and f"{devices} processes under torchrun" in log
+
+
+def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_data, tmp_path):
+    from algorithms.cli import parse_config
+
+    flags = ["--strategy", "data", "--devices", "2", "--accumulate", "2", "--lr_scaling", "linear",
+             "--warmup_steps", "3", "--checkpointing", "--max_steps", "4"]
+    results = tmp_path / "results"
+    proc = run_script("torch_script.py", common_flags(small_data, results, *flags))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schedule = parse_config(common_flags(small_data, results, *flags), "t", "t").learning_rate_schedule()
+    train = [r for r in read_rows(str(results / CSV_NAME)) if r["phase"] == "train"]
+    assert [r["global_batch"] for r in train] == [2 * BATCH] * 4
+    assert [r["learning_rate"] for r in train] == pytest.approx([schedule.at(step) for step in range(4)])
+    assert len({r["learning_rate"] for r in train}) == 3  # warm-up ramps over 3 steps, then holds
 
 
 # --------------------------------------------------------------------------- launching

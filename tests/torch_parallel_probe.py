@@ -1,11 +1,15 @@
-"""One optimizer step of every two-process PyTorch strategy on a fixed batch,
-dropout off, against the same step on one device; rank 0 prints one JSON line
-of the largest absolute differences (loss, gradients, updated weights).
+"""One optimizer step of every PyTorch strategy on a fixed batch, dropout off,
+against the same step on one device; rank 0 prints one JSON line of the largest
+absolute differences (loss, gradients, updated weights).
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/torch_parallel_probe.py TRAIN_CSV
+    python -m torch.distributed.run --standalone --nproc_per_node 4 tests/torch_parallel_probe.py TRAIN_CSV
 
-Also, on one device: --accumulate's K batches against one K x batch step, and
---checkpointing against the plain backward pass.
+Two processes: data (also with --accumulate), tensor, model, pipeline (also with
+--checkpointing), and on one device --accumulate's K batches against one K x
+batch step, --checkpointing against the plain backward pass, and a learning
+rate of 0 set through set_learning_rate leaving the weights alone. Four
+processes: hybrid, 2 replicas x each inner strategy on 2.
 """
 import json
 import os
@@ -20,9 +24,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from algorithms.cli import parse_config  # noqa: E402
 from algorithms.data import load_kaggle_csv  # noqa: E402
 from algorithms.spec import Dropout  # noqa: E402
+from torch_wrapper.distributed import join_process_group  # noqa: E402
 from torch_wrapper.train import build_trainer  # noqa: E402
 
 BATCH = 24  # split 12 + 12 across two replicas or two accumulated batches
+TWO_PROCESS_RUNS = (  # (name, flags, accumulated batches)
+    ("data", ["--strategy", "data", "--devices", "2"], 1),
+    ("data_accumulate2", ["--strategy", "data", "--devices", "2", "--accumulate", "2"], 2),
+    ("tensor", ["--strategy", "tensor", "--devices", "2"], 1),
+    ("tensor_checkpointing", ["--strategy", "tensor", "--devices", "2", "--checkpointing"], 1),
+    ("model", ["--strategy", "model", "--devices", "2"], 1),
+    ("pipeline", ["--strategy", "pipeline", "--devices", "2"], 1),
+    ("pipeline_checkpointing", ["--strategy", "pipeline", "--devices", "2", "--checkpointing"], 1),
+)
+ONE_DEVICE_RUNS = (("accumulate2", ["--accumulate", "2"], 2), ("accumulate3", ["--accumulate", "3"], 3),
+                   ("checkpointing", ["--checkpointing"], 1))
+FOUR_PROCESS_RUNS = tuple((f"hybrid_{inner}", ["--strategy", "hybrid", "--devices", "4", "--inner", inner], 1)
+                          for inner in ("tensor", "model", "pipeline"))
 
 
 def config_for(train_csv: str, *flags):
@@ -51,6 +69,12 @@ def keyed(config, position, tensors) -> dict:
     return dict(zip(keys, tensors))
 
 
+def initial_tensors(config) -> list:
+    from torch_wrapper.model import build_model
+    from algorithms.init import initial_weights
+    return [p.detach().numpy() for p in build_model(config.network, initial_weights(config.network, config.seed)).parameters()]
+
+
 def largest_differences(loss, tensors: dict, reference_loss, reference: dict) -> dict:
     assert tensors.keys() == reference.keys(), (sorted(tensors), sorted(reference))
     return {"loss": abs(loss - reference_loss),
@@ -66,33 +90,39 @@ def main(train_csv: str) -> None:
     reference_loss, tensors = step(build_trainer(single), images, labels)
     reference = keyed(single, 0, tensors)
     report = {}
-    two_process_runs = (("data", [], 1), ("data_accumulate2", ["--accumulate", "2"], 2), ("tensor", [], 1),
-                        ("tensor_checkpointing", ["--checkpointing"], 1), ("model", [], 1), ("pipeline", [], 1),
-                        ("pipeline_checkpointing", ["--checkpointing"], 1))
-    for name, extra_flags, parts in two_process_runs:
-        strategy = name.split("_")[0]
-        config = config_for(train_csv, "--strategy", strategy, "--devices", "2", *extra_flags)
+    join_process_group()
+    world = dist.get_world_size()
+    for name, flags, parts in (TWO_PROCESS_RUNS if world == 2 else FOUR_PROCESS_RUNS):
+        config = config_for(train_csv, *flags)
         trainer = build_trainer(config)
         loss, tensors = step(trainer, images, labels, parts)
-        position = dist.get_rank()
-        everyone = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, (loss, keyed(config, 0 if strategy == "data" else position, tensors)))
-        if strategy == "tensor":  # each rank holds a slice of every layer's output channels
-            merged = {k: tuple(np.concatenate([rank[1][k][i] for rank in everyone]) for i in (0, 1))
-                      for k in everyone[0][1]}
-        elif strategy == "data":  # replicas must hold identical weights after the step
-            merged = everyone[0][1]
-            report[f"{name}_replica_gap"] = max(float(np.abs(everyone[1][1][k][1] - merged[k][1]).max())
-                                                       for k in merged)
-        else:  # stages: each rank holds its layers
-            merged = {**everyone[0][1], **everyone[1][1]}
+        plan = config.plan
+        position = dist.get_rank() % plan.group
+        everyone = [None] * world
+        dist.all_gather_object(everyone, (loss, keyed(config, position if plan.group > 1 else 0, tensors)))
+        replicas = [everyone[r * plan.group:(r + 1) * plan.group] for r in range(plan.replicas)]
+        first = replicas[0]  # the ranks of replica 0, by position
+        if plan.shards:  # each position holds a slice of every layer's output channels
+            merged = {k: tuple(np.concatenate([rank[1][k][i] for rank in first]) for i in (0, 1)) for k in first[0][1]}
+        else:  # each position holds its stage's layers (one position: the whole model)
+            merged = {k: v for rank in first for k, v in rank[1].items()}
+        if plan.replicas > 1:  # every replica must hold the very same weights after the step
+            report[f"{name}_replica_gap"] = max(float(np.abs(other[1][k][1] - mine[1][k][1]).max())
+                                                for replica in replicas[1:] for other, mine in zip(replica, first)
+                                                for k in mine[1])
         report[name] = largest_differences(loss, merged, reference_loss, reference)
         report[name]["ranks_agree_on_loss"] = len({rank[0] for rank in everyone}) == 1
-    for name, flags, parts in (("accumulate2", ["--accumulate", "2"], 2), ("accumulate3", ["--accumulate", "3"], 3),
-                               ("checkpointing", ["--checkpointing"], 1)):
+    for name, flags, parts in ONE_DEVICE_RUNS if world == 2 else ():
         config = config_for(train_csv, *flags)
         loss, tensors = step(build_trainer(config), images, labels, parts)
         report[name] = largest_differences(loss, keyed(config, 0, tensors), reference_loss, reference)
+    if world == 2:
+        trainer = build_trainer(single)
+        trainer.set_learning_rate(0.0)
+        _, tensors = step(trainer, images, labels)
+        report["learning_rate_zero_moved_weights_by"] = max(
+            float(np.abs(tensor[1] - reference_weight).max())
+            for tensor, reference_weight in zip(tensors, initial_tensors(single)))
     if dist.get_rank() == 0:
         print(json.dumps(report))
     dist.destroy_process_group()

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -87,7 +88,6 @@ def build_trainer(config):
 
 
 def _nccl_sum_hook(group, bucket):
-    import torch.distributed as dist
     return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
