@@ -62,9 +62,9 @@ def parse_args(argv: list):
     parser.add_argument("--strategy", default="data", choices=[s for s in STRATEGIES if s != "single"])
     parser.add_argument("--devices", default="1,2", help="comma-separated device counts; 1 runs --strategy single")
     parser.add_argument("--max_steps", default=str(DEFAULT_MAX_STEPS), help="steps per run")
-    parser.add_argument("--threads_per_device", type=int, default=max(1, (os.cpu_count() or 1) // 2),
+    parser.add_argument("--threads_per_device", type=int, default=None,
                         help="OMP_NUM_THREADS of every process: on a CPU machine one 'device' is this many "
-                             "cores, so N devices use N x as many (default: half the cores)")
+                             "cores, so N devices use N x as many (default: cores / the largest device count)")
     parser.add_argument("--results_dir", default=os.path.join(REPO_ROOT, "results"),
                         help="the report goes to RESULTS_DIR/scaling/<id>.{csv,png}, its runs under <id>/")
     parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
@@ -84,6 +84,8 @@ def parse_args(argv: list):
         parser.error(f"--devices {args.devices}: expected whole numbers like 1,2,4")
     if devices[0] < 1:
         parser.error(f"--devices {args.devices}: counts must be 1 or more")
+    if args.threads_per_device is None:
+        args.threads_per_device = max(1, (os.cpu_count() or 1) // devices[-1])
     if args.threads_per_device < 1:
         parser.error(f"--threads_per_device {args.threads_per_device}: must be 1 or more")
     return frameworks, args, devices, forwarded
