@@ -1,5 +1,6 @@
 """Real multi-process PyTorch runs on CPU (torchrun, gloo), small data, a few
-steps: every strategy trains; one step of each equals one device's step; only
+steps: every strategy trains; one step of each equals one device's step (and a
+model- or tensor-parallel epoch, dropout on, equals the one-device epoch); only
 rank 0 records; two torchrun launchers on 127.0.0.1 rendezvous as two nodes; a
 killed worker ends the run with an error, fast; impossible requests are one line."""
 import json
@@ -101,19 +102,35 @@ def test_hybrid_on_four_processes_equals_one_device_for_every_inner_strategy(sma
 
 # --------------------------------------------------------------------------- training runs
 
+# (name, flags, processes, draws the one-device run's dropout masks: stages and tensor
+# slices of one replica do; replicas and micro-batches draw their own)
 STRATEGY_RUNS = [
-    ("data", ["--strategy", "data", "--devices", "2"], 2),
-    ("model", ["--strategy", "model", "--devices", "2"], 2),
-    ("tensor", ["--strategy", "tensor", "--devices", "2"], 2),
-    ("pipeline", ["--strategy", "pipeline", "--devices", "2", "--micro_batches", "4"], 2),
-    ("hybrid_pipeline", ["--strategy", "hybrid", "--devices", "4", "--inner", "pipeline"], 4),
+    ("data", ["--strategy", "data", "--devices", "2"], 2, False),
+    ("model", ["--strategy", "model", "--devices", "2"], 2, True),
+    ("tensor", ["--strategy", "tensor", "--devices", "2"], 2, True),
+    ("pipeline", ["--strategy", "pipeline", "--devices", "2", "--micro_batches", "4"], 2, False),
+    ("hybrid_pipeline", ["--strategy", "hybrid", "--devices", "4", "--inner", "pipeline"], 4, False),
 ]
+EPOCH_DRIFT = 1e-4  # float32 differences a whole epoch of SGD with momentum can grow
 
 
-@pytest.mark.parametrize("name, flags, devices", STRATEGY_RUNS, ids=[r[0] for r in STRATEGY_RUNS])
-def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, small_data, tmp_path):
+def train_losses(results) -> list:
+    return [r["loss"] for r in read_rows(str(results / CSV_NAME)) if r["phase"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def one_device_losses(small_data, tmp_path_factory):
+    results = tmp_path_factory.mktemp("one_device") / "results"
+    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1"), WORKER_ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return train_losses(results)
+
+
+@pytest.mark.parametrize("name, flags, devices, same_masks", STRATEGY_RUNS, ids=[r[0] for r in STRATEGY_RUNS])
+def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, same_masks, small_data, tmp_path,
+                                                      one_device_losses):
     results = tmp_path / "results"
-    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1", *flags))
+    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1", *flags), WORKER_ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"launching {devices} processes" not in proc.stdout  # --quiet
     csv_path = results / CSV_NAME
@@ -123,12 +140,14 @@ def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, smal
     strategy = flags[1]
     assert {(r["strategy"], r["devices"], r["global_batch"]) for r in rows} == {(strategy, devices, BATCH)}
     train = [r for r in rows if r["phase"] == "train"]
-    assert [r["step"] for r in train] == list(range(1, len(train) + 1))  # each step once
+    assert [r["step"] for r in train] == list(range(1, len(one_device_losses) + 1))  # each step once
     losses = [r["loss"] for r in train]
     third = len(losses) // 3
     assert np.mean(losses[-third:]) < np.mean(losses[:third]), losses
     (val,) = [r for r in rows if r["phase"] == "val"]
     assert val["loss"] < losses[0], (val["loss"], losses[0])
+    if same_masks:  # then the whole epoch, dropout on, is the one-device epoch
+        np.testing.assert_allclose(losses, one_device_losses, rtol=0, atol=EPOCH_DRIFT)
     assert all(0 < r["comm_time_ms"] < r["step_time_ms"] for r in train), [r["comm_time_ms"] for r in train]
     log = (tmp_path / "results.log").read_text()
     assert log.count("=== ") == 1 and "completed" in log and f"{devices} processes under torchrun" in log
@@ -223,7 +242,7 @@ def test_torchrun_with_the_wrong_number_of_processes_names_the_fix(small_data, t
     assert "error: --strategy tensor --devices 2 needs 2 processes; torchrun started 1" in proc.stderr
 
 
-def test_keras_and_tensorflow_scripts_refuse_what_only_torch_runs(small_data, tmp_path):
+def test_another_framework_refuses_dataparallel_in_one_line(small_data, tmp_path):
     proc = run_script("keras_script.py", common_flags(small_data, tmp_path / "results", "--strategy", "data",
                                                       "--devices", "2", "--dp_impl", "dataparallel"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr

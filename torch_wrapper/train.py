@@ -48,11 +48,19 @@ def whole_model_blocks(network, checkpointing: bool) -> tuple:
 
 
 def build_trainer(config):
+    trainer = _build_trainer(config)
+    # dropout masks: seeded after every module is built (building draws from the
+    # RNG, and a shard draws less than the whole layer), so ranks of one replica, a
+    # stage and the one-device model all draw the same masks for the same batch
+    torch.manual_seed(config.seed + trainer.replica)
+    return trainer
+
+
+def _build_trainer(config):
     network, plan, seed = config.network, config.plan, config.seed
     weights = initial_weights(network, seed)
     blocks = whole_model_blocks(network, config.checkpointing)
     if plan.strategy == "single" or config.dp_impl == "dataparallel":
-        torch.manual_seed(seed)  # dropout masks
         device = torch.device("cuda" if plan.strategy != "single" else "cpu")
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
         if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
@@ -62,7 +70,6 @@ def build_trainer(config):
     device = join_process_group()
     clock = CommClock(measures=device.type == "cpu")  # nccl calls return before the transfer ends
     layout = make_layout(plan.replicas, plan.group)
-    torch.manual_seed(seed + layout.replica)  # dropout: alike inside a replica, different across replicas
     inner = plan.inner or plan.strategy
     replica = dict(replica=layout.replica, replicas=layout.replicas, data_group=layout.data_group)
     if inner == "data":
