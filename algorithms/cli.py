@@ -47,6 +47,7 @@ class RunConfig:
     early_stopping: int = 0
     reduce_lr_on_plateau: int = 0
     plateau_factor: float = 0.5
+    dp_impl: str = "auto"
 
     @property
     def effective_batch(self) -> int:
@@ -63,7 +64,7 @@ class RunConfig:
         """The optional features this run asks of a wrapper, flag -> in use."""
         return {"--lr_scaling linear": self.lr_scaling == "linear", "--warmup_steps": self.warmup_steps > 0,
                 "--reduce_lr_on_plateau": self.reduce_lr_on_plateau > 0, "--accumulate": self.accumulate > 1,
-                "--checkpointing": self.checkpointing}
+                "--checkpointing": self.checkpointing, "--dp_impl dataparallel": self.dp_impl == "dataparallel"}
 
     def describe(self) -> str:
         opt = self.optimizer
@@ -177,6 +178,9 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                           help="hybrid: the strategy inside each data-parallel replica")
     parallel.add_argument("--group", type=_positive_int, default=2,
                           help="hybrid: devices per replica (replicas = devices / group)")
+    parallel.add_argument("--dp_impl", choices=("auto", "dataparallel"), default="auto",
+                          help="data: 'dataparallel' asks for one process driving N GPUs (PyTorch's "
+                               "nn.DataParallel) instead of one process per device")
     parallel.add_argument("--micro_batches", type=_count, default=0,
                           help="pipeline: micro-batches per batch (0: twice the number of stages)")
     hygiene = parser.add_argument_group("large-batch training")
@@ -232,4 +236,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         plan=plan, parity=args.parity, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
         checkpointing=args.checkpointing, early_stopping=args.early_stopping,
         reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
+        dp_impl=args.dp_impl,
     )

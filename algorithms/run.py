@@ -8,7 +8,13 @@ A wrapper module passed to `run_entry_point` provides:
 and its package's `__init__.py` (which must not import the framework) provides
     supported() -> {"strategies": (...), "flags": (...)}
 naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
-so an unsupported request fails before the framework loads.
+so an unsupported request fails before the framework loads. A wrapper whose
+strategies run as several processes may also provide, in its package,
+    launch(config, argv)    starts the worker processes (e.g. re-executes under torchrun)
+                            and does not return, or returns None when this process is
+                            already a worker; raises InputError for an impossible request
+and, in its wrapper module,
+    is_chief() -> bool      False in a worker process that leaves the records to rank 0
 """
 from __future__ import annotations
 
@@ -42,14 +48,18 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_INPUT_ERROR
     try:
         check_supported(config, wrapper_module, prog)
+        launch = getattr(importlib.import_module(wrapper_module.split(".")[0]), "launch", None)
+        if launch is not None:
+            launch(config, sys.argv[1:] if argv is None else list(argv))
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     parity_notes = enable_parity(wrapper_module) if config.parity else None
     wrapper = importlib.import_module(wrapper_module)
     framework, backend, versions, devices = wrapper.describe_runtime()
+    record = getattr(wrapper, "is_chief", lambda: True)()
     try:
-        session = RunSession(config, dataset, framework, backend, versions, devices, parity_notes)
+        session = RunSession(config, dataset, framework, backend, versions, devices, parity_notes, record)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR

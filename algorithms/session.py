@@ -28,11 +28,26 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
+class _NoCsv:
+    """Stands in for the CSV in a worker process that leaves the records to its chief."""
+
+    def write(self, **values) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class RunSession:
+    """`record=False` is a worker process of a multi-process run (a rank other than
+    0): it steps through the same schedule, stopping rules and epochs as the chief,
+    but writes no CSV, log or predictions and prints nothing."""
+
     def __init__(self, config: RunConfig, dataset: Dataset, framework: str, backend: str,
-                 versions: dict, devices: str, parity_notes: Optional[tuple] = None):
+                 versions: dict, devices: str, parity_notes: Optional[tuple] = None, record: bool = True):
         self.config, self.dataset = config, dataset
         self.parity_notes = parity_notes  # (what was set, what is not deterministic) in --parity runs
+        self.record = record
         self.framework, self.backend = framework, backend
         self.versions, self.devices = versions, devices
         self.run_id = config.run_id or new_run_id()
@@ -43,7 +58,7 @@ class RunSession:
             "run_id": self.run_id, "framework": framework, "backend": backend,
             "network": config.network.name, "strategy": config.strategy,
             "devices": config.devices, "global_batch": config.effective_batch,
-        })
+        }) if record else _NoCsv()
         self.schedule = config.learning_rate_schedule()
         self._best_val_loss = float("inf")
         self._epochs_without_gain = 0
@@ -61,8 +76,9 @@ class RunSession:
         self.last_train: Optional[tuple] = None
         self._tty = sys.stdout.isatty()
         self.finished = False
+        self._say = print if record else (lambda *args, **kwargs: None)
         if not config.quiet:
-            print(f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
+            self._say(f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
                   f"batch {config.batch_size} · {config.num_epochs} epochs · run {self.run_id}", flush=True)
 
     # ------------------------------------------------------------------ per step
@@ -114,9 +130,9 @@ class RunSession:
         text = (f"  {in_epoch}/{self.steps_per_epoch} - loss: {statistics.fmean(self._epoch_losses):.4f} - "
                 f"acc: {statistics.fmean(self._epoch_accs):.4f} - {self.step_times_ms[-1]:.0f} ms/step")
         if self._tty:
-            print("\r" + text, end="", flush=True)
+            self._say("\r" + text, end="", flush=True)
         elif now - self._last_progress >= NON_TTY_PROGRESS_EVERY_S:
-            print(f"Epoch {epoch + 1}/{self.config.num_epochs} -" + text, flush=True)
+            self._say(f"Epoch {epoch + 1}/{self.config.num_epochs} -" + text, flush=True)
             self._last_progress = now
 
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
@@ -134,7 +150,7 @@ class RunSession:
         line = (f"Epoch {epoch + 1}/{self.config.num_epochs} - {epoch_steps}/{self.steps_per_epoch} steps - "
                 f"{now - self._epoch_start:.1f}s - loss: {self.last_train[0]:.4f} - acc: {self.last_train[1]:.4f} - "
                 f"val_loss: {val_loss:.4f} - val_acc: {val_accuracy:.4f} - {ms_step:.1f} ms/step")
-        print(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
+        self._say(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
         if epoch == 0 and self.last_train is not None:
@@ -145,12 +161,13 @@ class RunSession:
     def _diagnose(self, problem: Optional[str]) -> None:
         if problem:
             self.diagnostics.append(problem)
-            print(f"\nwarning: {problem}", file=sys.stderr, flush=True)
+            if self.record:
+                print(f"\nwarning: {problem}", file=sys.stderr, flush=True)
 
     def _after_validation(self, epoch: int, val_loss: float) -> None:
         """Reduce-on-plateau and early stopping, both keyed on the validation loss."""
         if self.schedule.end_epoch(val_loss) and not self.config.quiet:
-            print(f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
+            self._say(f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
                   f"lr now {self.learning_rate:g}", flush=True)
         if val_loss < self._best_val_loss:
             self._best_val_loss, self._epochs_without_gain = val_loss, 0
@@ -159,7 +176,7 @@ class RunSession:
         patience = self.config.early_stopping
         if patience and self._epochs_without_gain >= patience and epoch + 1 < self.config.num_epochs:
             self.stopped_early = True
-            print(f"  early stopping: validation loss has not improved for {patience} epoch(s) "
+            self._say(f"  early stopping: validation loss has not improved for {patience} epoch(s) "
                   f"(best {self._best_val_loss:.4f})", flush=True)
 
     # ------------------------------------------------------------------ end of run
@@ -173,7 +190,7 @@ class RunSession:
                            learning_rate=None, wall_time_s=self.wall())
         self.csv.close()
         predictions_path = None
-        if test_predictions is not None:
+        if test_predictions is not None and self.record:
             predictions_path = os.path.join(self.config.results_dir, "predictions",
                                             f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv")
             write_predictions(predictions_path, test_predictions)
@@ -185,8 +202,9 @@ class RunSession:
             "test_predictions": predictions_path, "median_ms": median_ms,
             "samples_per_sec": self.config.batch_size * 1000.0 / median_ms if median_ms else None,
         }
-        self._write_log(status, summary)
-        self._print_summary(summary)
+        if self.record:
+            self._write_log(status, summary)
+            self._print_summary(summary)
         return summary
 
     def _write_log(self, status: str, summary: dict) -> None:
@@ -232,9 +250,9 @@ class RunSession:
             return "n/a" if values is None or values[index] is None else f"{values[index]:.4f}"
 
         rows = [("train", summary["train"]), ("val", summary["val"]), ("test", summary["test"])]
-        print(f"\n{'':8}{'loss':>10}{'accuracy':>10}")
+        self._say(f"\n{'':8}{'loss':>10}{'accuracy':>10}")
         for name, values in rows:
-            print(f"{name:8}{fmt(values, 0):>10}{fmt(values, 1):>10}")
+            self._say(f"{name:8}{fmt(values, 0):>10}{fmt(values, 1):>10}")
         if summary["median_ms"] is not None:
-            print(f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
+            self._say(f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
                   f"over {self.step} steps · rows in {self.csv_path} · run {self.run_id}")

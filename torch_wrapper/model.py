@@ -1,9 +1,16 @@
 """The spec translated to torch.nn modules. Weights come from algorithms/init.py,
-converted to the channels-first layout (OIHW kernels, (out, in) dense, CHW flatten)."""
+converted to the channels-first layout (OIHW kernels, (out, in) dense, CHW flatten).
+
+`layer_modules` gives each spec layer its own modules, so a strategy can place a
+range of layers (a stage) or keep only a slice of a layer's output channels (a
+tensor-parallel shard) without re-deciding anything the plan already decided."""
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from algorithms.init import to_channels_first
 from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
@@ -11,38 +18,74 @@ from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network,
 ACTIVATIONS = {"relu": nn.ReLU, "softmax": lambda: nn.Softmax(dim=1)}
 
 
-def build_model(network: Network, weights: list) -> nn.Sequential:
-    """An nn.Sequential emitting logits (a final softmax is left to the loss)."""
-    modules, channels = [], network.input_shape[-1]
+def layer_modules(network: Network, weights: list, channels: Optional[dict] = None) -> list:
+    """One list of modules per spec layer (the layer, then its activation). With
+    `channels` (layer index -> (start, stop)), a conv or dense layer keeps only
+    those output channels / units: its tensor-parallel shard."""
     loaded = {w.layer_index: w for w in to_channels_first(network, weights)}
+    channels = channels or {}
     last_index = len(network.layers) - 1
+    layers = []
     for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
         if isinstance(layer, ZeroPad2D):
-            modules.append(nn.ZeroPad2d(layer.padding))
+            modules = [nn.ZeroPad2d(layer.padding)]
         elif isinstance(layer, Conv2D):
-            conv = nn.Conv2d(in_shape[-1], layer.filters, layer.kernel_size, padding=layer.padding)
-            modules.append(_load(conv, loaded[index]))
+            start, stop = channels.get(index, (0, layer.filters))
+            conv = nn.Conv2d(in_shape[-1], stop - start, layer.kernel_size, padding=layer.padding)
+            modules = [_load(conv, loaded[index], start, stop)]
         elif isinstance(layer, MaxPool2D):
-            modules.append(nn.MaxPool2d(layer.pool_size))
+            modules = [nn.MaxPool2d(layer.pool_size)]
         elif isinstance(layer, Flatten):
-            modules.append(nn.Flatten())
+            modules = [nn.Flatten()]
         elif isinstance(layer, Dense):
-            linear = nn.Linear(in_shape[0], layer.units)
-            modules.append(_load(linear, loaded[index]))
+            start, stop = channels.get(index, (0, layer.units))
+            modules = [_load(nn.Linear(in_shape[0], stop - start), loaded[index], start, stop)]
         elif isinstance(layer, Dropout):
-            modules.append(nn.Dropout(layer.rate))
+            modules = [nn.Dropout(layer.rate)]
         else:
             raise TypeError(f"torch_wrapper cannot translate {layer!r}")
         activation = getattr(layer, "activation", None)
         if activation and not (activation == "softmax" and index == last_index):
             modules.append(ACTIVATIONS[activation]())
-    return nn.Sequential(*modules)
+        layers.append(modules)
+    return layers
 
 
-def _load(module: nn.Module, weights) -> nn.Module:
+def build_model(network: Network, weights: list) -> nn.Sequential:
+    """An nn.Sequential emitting logits (a final softmax is left to the loss)."""
+    return nn.Sequential(*[module for modules in layer_modules(network, weights) for module in modules])
+
+
+def build_stage(network: Network, weights: list, start: int, stop: int) -> nn.Sequential:
+    """Spec layers start..stop-1 as one nn.Sequential (a model- or pipeline-parallel stage)."""
+    return nn.Sequential(*[module for modules in layer_modules(network, weights)[start:stop] for module in modules])
+
+
+def build_blocks(network: Network, weights: list, blocks: tuple, checkpointing: bool) -> nn.Sequential:
+    """The whole model as consecutive blocks (layer ranges), each recomputed in the
+    backward pass instead of keeping its activations when `checkpointing`."""
+    stages = [build_stage(network, weights, start, stop) for start, stop in blocks]
+    return nn.Sequential(*[Checkpointed(stage) if checkpointing else stage for stage in stages])
+
+
+class Checkpointed(nn.Module):
+    """Gradient checkpointing: keeps only the block's input; the block runs again
+    (same dropout masks: the RNG state is saved) when its gradient is needed."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, inputs):
+        if not torch.is_grad_enabled():
+            return self.block(inputs)
+        return checkpoint(self.block, inputs, use_reentrant=False)
+
+
+def _load(module: nn.Module, weights, start: int, stop: int) -> nn.Module:
     with torch.no_grad():
-        module.weight.copy_(torch.from_numpy(weights.kernel))
-        module.bias.copy_(torch.from_numpy(weights.bias))
+        module.weight.copy_(torch.from_numpy(weights.kernel[start:stop]))
+        module.bias.copy_(torch.from_numpy(weights.bias[start:stop]))
     return module
 
 

@@ -1,0 +1,249 @@
+"""Real multi-process PyTorch runs on CPU (torchrun, gloo), small data, a few
+steps: every strategy trains; one step of each equals one device's step (and a
+model- or tensor-parallel epoch, dropout on, equals the one-device epoch); only
+rank 0 records; two torchrun launchers on 127.0.0.1 rendezvous as two nodes; a
+killed worker ends the run with an error, fast; impossible requests are one line."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from algorithms.recorder import read_rows, run_ids
+from tests.conftest import REPO_ROOT, run_script
+
+NETWORK = "cnn2d_3layer_fullconnected_3layer"
+CSV_NAME = f"{NETWORK}_torch.csv"
+BATCH = 32
+FLOAT32_RELATIVE = 1e-5   # of the largest gradient entry: float32 sums in another order
+FLOAT32_ABSOLUTE = 1e-6   # losses (about 2.3) and updated weights (|w| < 0.3)
+KILLED_RUN_MUST_END_S = 60
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # two ranks share two cores
+
+
+def common_flags(small_data, results, *extra):
+    return ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", str(BATCH),
+            "--results_dir", str(results), "--quiet", *extra]
+
+
+def torchrun(*args):
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+# --------------------------------------------------------------------------- equivalence
+
+def run_probe(small_data, processes: int) -> dict:
+    proc = subprocess.run(torchrun("--standalone", f"--nproc_per_node={processes}", "tests/torch_parallel_probe.py",
+                                   str(small_data / "train.csv")),
+                          cwd=REPO_ROOT, env={**os.environ, **WORKER_ENV}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def one_step_differences(small_data):
+    """tests/torch_parallel_probe.py once on two processes, for every strategy but hybrid."""
+    return run_probe(small_data, 2)
+
+
+def assert_same_step(differences: dict, name: str) -> None:
+    got = differences[name]
+    assert got["loss"] <= FLOAT32_ABSOLUTE, (name, got)
+    assert got["grad"] <= FLOAT32_RELATIVE * got["grad_scale"], (name, got)
+    assert got["weight"] <= FLOAT32_ABSOLUTE, (name, got)
+    assert got.get("ranks_agree_on_loss", True), (name, got)
+
+
+def test_data_parallel_first_step_loss_and_updated_weights_equal_one_device(one_step_differences):
+    assert_same_step(one_step_differences, "data")
+    assert one_step_differences["data_replica_gap"] == 0.0  # both replicas hold the very same weights
+
+
+def test_data_parallel_with_accumulation_equals_one_device(one_step_differences):
+    assert_same_step(one_step_differences, "data_accumulate2")
+    assert one_step_differences["data_accumulate2_replica_gap"] == 0.0
+
+
+def test_tensor_parallel_loss_and_gradients_equal_the_unsplit_model(one_step_differences):
+    assert_same_step(one_step_differences, "tensor")
+    assert_same_step(one_step_differences, "tensor_checkpointing")
+
+
+def test_model_and_pipeline_parallel_equal_the_unsplit_model(one_step_differences):
+    for name in ("model", "pipeline", "pipeline_checkpointing"):
+        assert_same_step(one_step_differences, name)
+
+
+def test_accumulating_k_batches_equals_one_k_times_batch_step(one_step_differences):
+    assert_same_step(one_step_differences, "accumulate2")
+    assert_same_step(one_step_differences, "accumulate3")
+
+
+def test_gradient_checkpointing_changes_nothing_but_memory(one_step_differences):
+    assert_same_step(one_step_differences, "checkpointing")
+
+
+def test_set_learning_rate_reaches_the_optimizer(one_step_differences):
+    assert one_step_differences["learning_rate_zero_moved_weights_by"] == 0.0
+
+
+def test_hybrid_on_four_processes_equals_one_device_for_every_inner_strategy(small_data):
+    differences = run_probe(small_data, 4)
+    for inner in ("tensor", "model", "pipeline"):
+        assert_same_step(differences, f"hybrid_{inner}")
+        assert differences[f"hybrid_{inner}_replica_gap"] == 0.0
+
+
+# --------------------------------------------------------------------------- training runs
+
+# (name, flags, processes, draws the one-device run's dropout masks: stages and tensor
+# slices of one replica do; replicas and micro-batches draw their own)
+STRATEGY_RUNS = [
+    ("data", ["--strategy", "data", "--devices", "2"], 2, False),
+    ("model", ["--strategy", "model", "--devices", "2"], 2, True),
+    ("tensor", ["--strategy", "tensor", "--devices", "2"], 2, True),
+    ("pipeline", ["--strategy", "pipeline", "--devices", "2", "--micro_batches", "4"], 2, False),
+    ("hybrid_pipeline", ["--strategy", "hybrid", "--devices", "4", "--inner", "pipeline"], 4, False),
+]
+EPOCH_DRIFT = 1e-4  # float32 differences a whole epoch of SGD with momentum can grow
+
+
+def train_losses(results) -> list:
+    return [r["loss"] for r in read_rows(str(results / CSV_NAME)) if r["phase"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def one_device_losses(small_data, tmp_path_factory):
+    results = tmp_path_factory.mktemp("one_device") / "results"
+    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1"), WORKER_ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return train_losses(results)
+
+
+@pytest.mark.parametrize("name, flags, devices, same_masks", STRATEGY_RUNS, ids=[r[0] for r in STRATEGY_RUNS])
+def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, same_masks, small_data, tmp_path,
+                                                      one_device_losses):
+    results = tmp_path / "results"
+    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1", *flags), WORKER_ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"launching {devices} processes" not in proc.stdout  # --quiet
+    csv_path = results / CSV_NAME
+    rows = read_rows(str(csv_path))
+    assert len(run_ids(str(csv_path))) == 1
+    assert open(csv_path).read().count("run_id,") == 1  # one header: one writer
+    strategy = flags[1]
+    assert {(r["strategy"], r["devices"], r["global_batch"]) for r in rows} == {(strategy, devices, BATCH)}
+    train = [r for r in rows if r["phase"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, len(one_device_losses) + 1))  # each step once
+    losses = [r["loss"] for r in train]
+    third = len(losses) // 3
+    assert np.mean(losses[-third:]) < np.mean(losses[:third]), losses
+    (val,) = [r for r in rows if r["phase"] == "val"]
+    assert val["loss"] < losses[0], (val["loss"], losses[0])
+    if same_masks:  # then the whole epoch, dropout on, is the one-device epoch
+        np.testing.assert_allclose(losses, one_device_losses, rtol=0, atol=EPOCH_DRIFT)
+    assert all(0 < r["comm_time_ms"] < r["step_time_ms"] for r in train), [r["comm_time_ms"] for r in train]
+    log = (tmp_path / "results.log").read_text()
+    assert log.count("=== ") == 1 and "completed" in log and f"{devices} processes under torchrun" in log
+
+
+def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_data, tmp_path):
+    from algorithms.cli import parse_config
+
+    flags = ["--strategy", "data", "--devices", "2", "--accumulate", "2", "--lr_scaling", "linear",
+             "--warmup_steps", "3", "--checkpointing", "--max_steps", "4"]
+    results = tmp_path / "results"
+    proc = run_script("torch_script.py", common_flags(small_data, results, *flags))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schedule = parse_config(common_flags(small_data, results, *flags), "t", "t").learning_rate_schedule()
+    train = [r for r in read_rows(str(results / CSV_NAME)) if r["phase"] == "train"]
+    assert [r["global_batch"] for r in train] == [2 * BATCH] * 4
+    assert [r["learning_rate"] for r in train] == pytest.approx([schedule.at(step) for step in range(4)])
+    assert len({r["learning_rate"] for r in train}) == 3  # warm-up ramps over 3 steps, then holds
+
+
+# --------------------------------------------------------------------------- launching
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_torchrun_launchers_rendezvous_as_two_nodes(small_data, tmp_path):
+    results, port = tmp_path / "results", free_port()
+    nodes = [subprocess.Popen(torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
+                                       "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                                       f"--rdzv_id=test-{port}", "torch_script.py",
+                                       *common_flags(small_data, results, "--max_steps", "3",
+                                                     "--strategy", "data", "--devices", "2")),
+                              cwd=REPO_ROOT, env={**os.environ, **WORKER_ENV}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for node in (0, 1)]
+    outputs = [node.communicate(timeout=180)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    rows = read_rows(str(results / CSV_NAME))
+    assert [r["step"] for r in rows if r["phase"] == "train"] == [1, 2, 3]
+    assert {(r["strategy"], r["devices"]) for r in rows} == {("data", 2)}
+
+
+def children(pid: int) -> list:
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        return [int(child) for child in handle.read().split()]
+
+
+def test_a_killed_worker_ends_the_run_with_an_error_within_a_minute(small_data, tmp_path):
+    results = tmp_path / "results"
+    run = subprocess.Popen([sys.executable, "torch_script.py",
+                            *common_flags(small_data, results, "--num_epochs", "50", "--strategy", "data",
+                                          "--devices", "2")],
+                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    try:
+        csv_path, deadline = results / CSV_NAME, time.monotonic() + 120
+        while not (csv_path.exists() and len(read_rows(str(csv_path))) >= 2):  # training is under way
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
+            time.sleep(0.2)
+        workers = children(run.pid)  # the launcher became torchrun's agent; its children are the ranks
+        assert len(workers) == 2
+        os.kill(workers[1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        output = run.communicate(timeout=KILLED_RUN_MUST_END_S)[0]
+        assert time.monotonic() - killed_at < KILLED_RUN_MUST_END_S
+        assert run.returncode != 0 and "FAILED" in output, output[-3000:]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- clear refusals
+
+def test_dataparallel_on_a_machine_without_gpus_is_one_line(small_data, tmp_path):
+    proc = run_script("torch_script.py", common_flags(small_data, tmp_path / "results", "--strategy", "data",
+                                                      "--devices", "2", "--dp_impl", "dataparallel"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --dp_impl dataparallel needs 2 CUDA devices") and \
+        proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_torchrun_with_the_wrong_number_of_processes_names_the_fix(small_data, tmp_path):
+    proc = subprocess.run(torchrun("--standalone", "--nproc_per_node=1", "torch_script.py",
+                                   *common_flags(small_data, tmp_path / "results", "--strategy", "tensor",
+                                                 "--devices", "2")),
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "error: --strategy tensor --devices 2 needs 2 processes; torchrun started 1" in proc.stderr
+
+
+def test_another_framework_refuses_dataparallel_in_one_line(small_data, tmp_path):
+    proc = run_script("keras_script.py", common_flags(small_data, tmp_path / "results", "--strategy", "data",
+                                                      "--devices", "2", "--dp_impl", "dataparallel"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: ")

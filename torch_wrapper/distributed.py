@@ -1,0 +1,189 @@
+"""torch.distributed plumbing every multi-process strategy shares: joining the
+process group (gloo on CPU, nccl when each local rank has its own GPU), the
+replica x position layout of the ranks with their subgroups, a clock for the
+time spent communicating, and the collectives the strategies are built from."""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+# A peer that died leaves the others blocked in a collective: gloo gives up after
+# this, so a killed worker ends the run with an error instead of a hang (torchrun
+# usually notices the dead process sooner and stops the rest itself).
+COLLECTIVE_TIMEOUT_S = 30
+
+
+def is_worker_process() -> bool:
+    """True under torchrun (or any launcher that sets the torch.distributed env)."""
+    return "WORLD_SIZE" in os.environ
+
+
+def global_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def join_process_group() -> torch.device:
+    """Joins the default group from torchrun's environment; returns this rank's device."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    return device
+
+
+def leave_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@dataclass
+class Layout:
+    """Where this rank sits: replica `replica` of `replicas` (data parallel), and
+    `position` of `group_size` inside it (model / tensor / pipeline). Global rank
+    = replica x group_size + position."""
+    replica: int
+    replicas: int
+    position: int
+    group_size: int
+    inner_ranks: list                 # global ranks of this replica, by position
+    inner_group: Optional[object]     # process group of this replica's ranks (None: one rank)
+    data_group: Optional[object]      # process group of this position across replicas (None: one replica)
+
+
+def make_layout(replicas: int, group_size: int) -> Layout:
+    """Creates every subgroup (each rank must create all of them, in the same order)."""
+    world = dist.get_world_size()
+    if world != replicas * group_size:
+        raise RuntimeError(f"{world} processes for {replicas} replicas x {group_size} devices")
+    rank = dist.get_rank()
+    replica, position = divmod(rank, group_size)
+    inner_group = data_group = None
+    for r in range(replicas):
+        ranks = [r * group_size + p for p in range(group_size)]
+        group = dist.new_group(ranks) if group_size > 1 else None
+        if r == replica:
+            inner_group, inner_ranks = group, ranks
+    for p in range(group_size):
+        group = dist.new_group([r * group_size + p for r in range(replicas)]) if replicas > 1 else None
+        if p == position:
+            data_group = group
+    return Layout(replica, replicas, position, group_size, inner_ranks, inner_group, data_group)
+
+
+class CommClock:
+    """Milliseconds spent inside communication calls since the last `take()`."""
+
+    def __init__(self, measures: bool = True):
+        self.measures = measures  # False where calls return before the transfer is done (nccl)
+        self._ms = 0.0
+
+    @contextmanager
+    def timing(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._ms += (time.perf_counter() - start) * 1000.0
+
+    def take(self) -> Optional[float]:
+        ms, self._ms = self._ms, 0.0
+        return ms if self.measures else None
+
+
+class _GatherShards(torch.autograd.Function):
+    """All-gather of per-rank slices along `dim` (sizes may differ by one). The
+    code after the gather runs identically on every rank, so each rank already
+    holds the whole gradient of the gathered tensor: backward keeps its own slice."""
+
+    @staticmethod
+    def forward(ctx, shard, dim, sizes, group, clock):
+        index = dist.get_rank(group)
+        ctx.dim, ctx.start, ctx.size = dim, sum(sizes[:index]), sizes[index]
+        widest = max(sizes)
+        if shard.shape[dim] < widest:  # all_gather needs equal shapes: pad, then cut
+            pad_shape = list(shard.shape)
+            pad_shape[dim] = widest - shard.shape[dim]
+            shard = torch.cat([shard, shard.new_zeros(pad_shape)], dim)
+        pieces = [torch.empty_like(shard) for _ in sizes]
+        with clock.timing():
+            dist.all_gather(pieces, shard.contiguous(), group=group)
+        return torch.cat([piece.narrow(dim, 0, size) for piece, size in zip(pieces, sizes)], dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.narrow(ctx.dim, ctx.start, ctx.size).contiguous(), None, None, None, None
+
+
+class _SumGradientsOfReplicatedInput(torch.autograd.Function):
+    """Identity forward. The input of a sharded layer is the same on every rank,
+    but each rank's slice of the layer sends back only its own channels' part of
+    the input's gradient: backward sums the parts (Megatron's `f`)."""
+
+    @staticmethod
+    def forward(ctx, inputs, group, clock):
+        ctx.group, ctx.clock = group, clock
+        return inputs.view_as(inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        with ctx.clock.timing():
+            dist.all_reduce(grad, group=ctx.group)
+        return grad, None, None
+
+
+def replicated_input(inputs: torch.Tensor, group, clock: CommClock) -> torch.Tensor:
+    if not inputs.requires_grad:  # the images: no gradient to sum
+        return inputs
+    return _SumGradientsOfReplicatedInput.apply(inputs, group, clock)
+
+
+def gather_shards(shard: torch.Tensor, dim: int, sizes: list, group, clock: CommClock) -> torch.Tensor:
+    return _GatherShards.apply(shard, dim, sizes, group, clock)
+
+
+def sum_gradients(parameters, group, clock: CommClock) -> None:
+    """Sums every parameter's gradient over `group` in one flat all-reduce."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    with clock.timing():
+        dist.all_reduce(flat, group=group)
+    offset = 0
+    for grad in grads:
+        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+        offset += grad.numel()
+
+
+def sum_over(values: torch.Tensor, group, clock: CommClock) -> torch.Tensor:
+    if group is not None:
+        with clock.timing():
+            dist.all_reduce(values, group=group)
+    return values
+
+
+def timed_sum_hook(state, bucket):
+    """DDP communication hook: sums a gradient bucket over the replicas (the loss
+    is already scaled by 1 / global batch, so the sum is the global mean's
+    gradient), blocking, so the clock sees the whole transfer."""
+    clock, group = state
+    buffer = bucket.buffer()
+    with clock.timing():
+        dist.all_reduce(buffer, group=group)
+    future = torch.futures.Future()
+    future.set_result(buffer)
+    return future
