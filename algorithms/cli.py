@@ -40,6 +40,8 @@ class RunConfig:
     command_line: str
     plan: ParallelPlan = None
     parity: bool = False
+    checkpoint_every: int = 0
+    resume: Optional[str] = None
     accumulate: int = 1
     lr_scaling: str = "none"
     warmup_steps: int = 0
@@ -204,6 +206,11 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     output.add_argument("--results_log", default=None,
                         help="summary log (default: results.log beside --results_dir)")
     output.add_argument("--run_id", default=None, help="name this run's rows (default: time + random)")
+    output.add_argument("--checkpoint_every", type=_count, default=0, metavar="N",
+                        help="save the model and optimizer state every N steps, in the framework's own format, "
+                             "under <results_dir>/checkpoints/<run_id>/ (0: never)")
+    output.add_argument("--resume", default=None, metavar="RUN_ID",
+                        help="continue run RUN_ID from its latest checkpoint, with the same flags")
     output.add_argument("--quiet", action="store_true", help="print only the epoch lines and the summary")
     return parser
 
@@ -224,6 +231,9 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     test = None if args.test.lower() in ("", "none") else args.test
     results_dir = os.path.abspath(args.results_dir)
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
+    if args.resume and args.run_id and args.run_id != args.resume:
+        raise InputError(f"--run_id {args.run_id} --resume {args.resume}: a resumed run keeps its run id; "
+                         "drop --run_id")
     return RunConfig(
         network=network, optimizer=optimizer, train=args.train, test=test,
         test_labels=args.test_labels, num_epochs=args.num_epochs or defaults.epochs,
@@ -231,9 +241,9 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         validation_split=defaults.validation_split if args.validation_split is None else args.validation_split,
         seed=args.seed, max_steps=args.max_steps, results_dir=results_dir,
         results_log=args.results_log or os.path.join(os.path.dirname(results_dir), "results.log"),
-        strategy=args.strategy, devices=args.devices, run_id=args.run_id, quiet=args.quiet,
+        strategy=args.strategy, devices=args.devices, run_id=args.resume or args.run_id, quiet=args.quiet,
         command_line="python " + " ".join(shlex.quote(part) for part in command),
-        plan=plan, parity=args.parity, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
+        plan=plan, parity=args.parity, checkpoint_every=args.checkpoint_every, resume=args.resume, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
         checkpointing=args.checkpointing, early_stopping=args.early_stopping,
         reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
         dp_impl=args.dp_impl,

@@ -10,6 +10,8 @@ and, when its package declares the matching flags in `supported()`:
     set_learning_rate(lr)        called before a step whenever the schedule changes the lr
     accumulate_step(batches)     one optimizer step over K batches (--accumulate K) -> (loss, accuracy)
     train_step may also return (loss, accuracy, comm_time_ms) where a strategy measures communication
+    save_checkpoint(folder) / load_checkpoint(folder)   --checkpoint_every / --resume: the
+                                 framework's own state files (weights, optimizer, RNG) in `folder`
 """
 from __future__ import annotations
 
@@ -63,10 +65,16 @@ def train_by_hand(model, session: RunSession) -> dict:
     def logits_fn(images):
         return batched_logits(model.logits, images, config.batch_size)
 
+    start_epoch, start_index = session.resume_position
     learning_rate = config.optimizer.learning_rate
-    for epoch in range(config.num_epochs):
-        for parts in session.optimizer_batches(epoch):
-            if session.learning_rate != learning_rate:
+    if session.resume_from:
+        model.load_checkpoint(session.resume_from)
+        learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
+    for epoch in range(start_epoch, config.num_epochs):
+        steps = session.optimizer_batches(epoch)
+        for index in range(start_index if epoch == start_epoch else 0, len(steps)):
+            parts = steps[index]
+            if session.learning_rate != learning_rate and hasattr(model, "set_learning_rate"):
                 learning_rate = session.learning_rate
                 model.set_learning_rate(learning_rate)
             start = time.perf_counter()
@@ -77,6 +85,8 @@ def train_by_hand(model, session: RunSession) -> dict:
             loss, acc, comm_ms = result if len(result) == 3 else (*result, None)
             session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0,
                                sum(len(indices) for indices in parts), comm_ms)
+            if session.checkpoint_due():
+                session.save_checkpoint(model, epoch, index + 1)
             if session.should_stop():
                 break
         validate(session, epoch, logits_fn)

@@ -115,7 +115,30 @@ def read_rows(path: str, run_id: Optional[str] = None) -> list:
             for key in floats:
                 row[key] = float(row[key]) if row.get(key) else None
             rows.append(row)
-    return rows
+    return _latest_per_step(rows)
+
+
+def _latest_per_step(rows: list) -> list:
+    """A resumed run (--resume) starts again after its checkpoint's step S: the rows
+    its interrupted part wrote after S (train, val, test) are superseded by the new
+    ones. Seen in file order, a train row whose step is not past the run's last step
+    marks such a restart."""
+    kept_by_run: dict = {}
+    for row in rows:
+        kept = kept_by_run.setdefault(row["run_id"], [])
+        if row["phase"] == "train" and kept and row["step"] <= kept[-1]["step"]:  # steps never fall otherwise
+            while kept and kept[-1]["step"] >= row["step"]:
+                kept.pop()
+        elif row["phase"] == "val":  # resumed exactly at an epoch's end: its validation is repeated
+            tail = len(kept)
+            while tail and kept[tail - 1]["step"] == row["step"]:
+                tail -= 1
+            kept[tail:] = [r for r in kept[tail:] if r["phase"] != "val"]
+        kept.append(row)
+    if sum(len(kept) for kept in kept_by_run.values()) == len(rows):
+        return rows
+    survivors = {id(row) for kept in kept_by_run.values() for row in kept}
+    return [row for row in rows if id(row) in survivors]
 
 
 def run_ids(path: str) -> list:

@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from .cli import RunConfig
+from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settings, step_folder, write_state
 from .data import Dataset, batch_order, steps_per_epoch
 from .faults import first_loss_problem, raise_if_stop_requested, stuck_loss_problem
 from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
@@ -52,8 +53,14 @@ class RunSession:
         self.versions, self.devices = versions, devices
         self.run_id = config.run_id or new_run_id()
         self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
-        self.csv_path = os.path.join(config.results_dir,
-                                     results_csv_name(config.network.name, framework, backend))
+        csv_name = results_csv_name(config.network.name, framework, backend)
+        self.csv_path = os.path.join(config.results_dir, csv_name)
+        self.checkpoint_root = checkpoint_root(config.results_dir, self.run_id, csv_name)
+        self.resume_from: Optional[str] = None  # the checkpoint folder a --resume run starts from
+        resume_state = None
+        if config.resume:  # before the CSV is opened: a bad --resume writes nothing
+            self.resume_from, resume_state = find_resume_point(self.checkpoint_root, self.run_id,
+                                                               shared_settings(config))
         self.csv = ResultsCsv(self.csv_path, {
             "run_id": self.run_id, "framework": framework, "backend": backend,
             "network": config.network.name, "strategy": config.strategy,
@@ -77,9 +84,49 @@ class RunSession:
         self._tty = sys.stdout.isatty()
         self.finished = False
         self._say = print if record else (lambda *args, **kwargs: None)
+        self.resume_position = (0, 0)  # (epoch, index of the next optimizer step in it)
+        if resume_state is not None:
+            self._restore(resume_state)
         if not config.quiet:
             self._say(f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
                   f"batch {config.batch_size} · {config.num_epochs} epochs · run {self.run_id}", flush=True)
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_due(self) -> bool:
+        every = self.config.checkpoint_every
+        return bool(every) and self.step % every == 0
+
+    def save_checkpoint(self, model, epoch: int, next_index: int) -> None:
+        """`model.save_checkpoint(folder)` writes the framework's state (every process
+        calls it; it returns once all have written), then this records where the run
+        stands. Called after the step's row is written."""
+        directory = step_folder(self.checkpoint_root, self.step)
+        os.makedirs(directory, exist_ok=True)
+        model.save_checkpoint(directory)
+        if not self.record:
+            return
+        write_state(directory, {
+            "step": self.step, "epoch": epoch, "next_index": next_index,
+            "schedule": {"multiplier": self.schedule._plateau_multiplier, "best_val": self.schedule._best_val,
+                         "epochs_without_gain": self.schedule._epochs_without_gain},
+            "best_val_loss": self._best_val_loss, "epochs_without_gain": self._epochs_without_gain,
+            "last_val": self.last_val, "last_train": self.last_train,
+            "settings": shared_settings(self.config),
+        })
+        prune(self.checkpoint_root)
+
+    def _restore(self, state: dict) -> None:
+        self.step = state["step"]
+        self.resume_position = (state["epoch"], state["next_index"])
+        schedule = state["schedule"]
+        self.schedule._plateau_multiplier = schedule["multiplier"]
+        self.schedule._best_val = schedule["best_val"]
+        self.schedule._epochs_without_gain = schedule["epochs_without_gain"]
+        self._best_val_loss, self._epochs_without_gain = state["best_val_loss"], state["epochs_without_gain"]
+        self.last_val = tuple(state["last_val"]) if state["last_val"] else None
+        self.last_train = tuple(state["last_train"]) if state["last_train"] else None
+        self._say(f"resuming run {self.run_id} at step {self.step + 1} (epoch {state['epoch'] + 1}) "
+                  f"from {self.resume_from}", flush=True)
 
     # ------------------------------------------------------------------ per step
     def wall(self) -> float:
@@ -234,7 +281,7 @@ class RunSession:
                         f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward"),
             ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
             ("test data", test_set),
-            ("steps", f"{self.step}"),
+            ("steps", f"{self.step}" + (f" (resumed from {self.resume_from})" if self.resume_from else "")),
             ("diagnostics", " | ".join(self.diagnostics) or "none"),
             ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
             ("final val", pair(summary["val"])),

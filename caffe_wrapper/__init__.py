@@ -6,4 +6,4 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 
 def supported() -> dict:
     """What this wrapper implements (read before the framework is imported)."""
-    return {"strategies": ("single",), "flags": ()}
+    return {"strategies": ("single",), "flags": ("--checkpoint_every",)}

@@ -94,10 +94,14 @@ def net_parameter(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.
     return net
 
 
-def solver_parameter(optimizer, train_net_path: str, seed: int) -> caffe_pb2.SolverParameter:
+def solver_parameter(optimizer, train_net_path: str, seed: int, snapshot_prefix: str = "") -> caffe_pb2.SolverParameter:
+    """`snapshot_prefix`: where `solver.snapshot()` writes (the run saves when it
+    decides to, never on Caffe's own `snapshot` interval)."""
     solver = caffe_pb2.SolverParameter(train_net=train_net_path, base_lr=optimizer.learning_rate,
                                        lr_policy="fixed", max_iter=10 ** 9, display=0, snapshot=0,
                                        random_seed=seed, solver_mode=caffe_pb2.SolverParameter.CPU)
+    if snapshot_prefix:
+        solver.snapshot_prefix = snapshot_prefix
     if optimizer.name == "sgd":
         solver.type = "Nesterov" if optimizer.nesterov else "SGD"
         solver.momentum = optimizer.momentum

@@ -13,6 +13,7 @@ os.environ.setdefault("GLOG_minloglevel", "2")  # Caffe logs every layer setup o
 
 import caffe
 import numpy as np
+from caffe.proto import caffe_pb2
 
 from algorithms.init import initial_weights, to_channels_first
 from algorithms.loop import train_by_hand
@@ -24,12 +25,13 @@ def describe_runtime():
     return "caffe", "caffe", versions, "cpu (caffe.set_mode_cpu, OpenBLAS)"
 
 
-def write_definitions(network, optimizer, batch_size: int, seed: int, directory: str) -> dict:
+def write_definitions(network, optimizer, batch_size: int, seed: int, directory: str,
+                      snapshot_prefix: str = "") -> dict:
     os.makedirs(directory, exist_ok=True)
     paths = {name: os.path.join(directory, f"{name}.prototxt") for name in ("train", "deploy", "solver")}
     write_prototxt(net_parameter(network, batch_size, deploy=False), paths["train"])
     write_prototxt(net_parameter(network, batch_size, deploy=True), paths["deploy"])
-    write_prototxt(solver_parameter(optimizer, paths["train"], seed), paths["solver"])
+    write_prototxt(solver_parameter(optimizer, paths["train"], seed, snapshot_prefix), paths["solver"])
     return paths
 
 
@@ -54,10 +56,11 @@ def _feed(net, images: np.ndarray, labels=None) -> None:
 
 
 class CaffeTrainer:
-    def __init__(self, network, optimizer, seed: int, batch_size: int, directory: str):
+    def __init__(self, network, optimizer, seed: int, batch_size: int, directory: str, checkpoint_root: str = ""):
         caffe.set_mode_cpu()
         caffe.set_random_seed(seed)  # dropout masks
-        self.paths = write_definitions(network, optimizer, batch_size, seed, directory)
+        self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
+        self.paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
         self.solver = caffe.get_solver(self.paths["solver"])
         load_weights(self.solver.net, network, seed)
         self.deploy = caffe.Net(self.paths["deploy"], caffe.TEST)
@@ -72,6 +75,24 @@ class CaffeTrainer:
         blobs = self.solver.net.blobs
         return float(blobs["loss"].data), float(blobs["accuracy"].data)
 
+    def save_checkpoint(self, folder: str) -> None:
+        """Caffe's own snapshot (.caffemodel weights + .solverstate optimizer history),
+        moved into `folder`; the solverstate is pointed at the moved weights."""
+        self.solver.snapshot()
+        written = f"{self.snapshot_prefix}_iter_{self.solver.iter}"
+        weights = os.path.join(folder, "snapshot.caffemodel")
+        os.replace(written + ".caffemodel", weights)
+        state = caffe_pb2.SolverState()
+        with open(written + ".solverstate", "rb") as handle:
+            state.ParseFromString(handle.read())
+        os.remove(written + ".solverstate")
+        state.learned_net = weights
+        with open(os.path.join(folder, "snapshot.solverstate"), "wb") as handle:
+            handle.write(state.SerializeToString())
+
+    def load_checkpoint(self, folder: str) -> None:
+        self.solver.restore(os.path.join(folder, "snapshot.solverstate"))  # weights, history, iteration
+
     def logits(self, images):
         _feed(self.deploy, images)
         return self.deploy.forward()[LOGITS].copy()
@@ -80,7 +101,8 @@ class CaffeTrainer:
 def train(session):
     config = session.config
     directory = os.path.join(config.results_dir, "caffe", session.run_id)
-    trainer = CaffeTrainer(config.network, config.optimizer, config.seed, config.batch_size, directory)
+    trainer = CaffeTrainer(config.network, config.optimizer, config.seed, config.batch_size, directory,
+                           session.checkpoint_root if config.checkpoint_every or config.resume else "")
     summary = train_by_hand(trainer, session)
     trainer.solver.net.save(os.path.join(directory, "trained.caffemodel"))
     return summary

@@ -31,12 +31,13 @@ def start(script, args, env_extra=None, **popen):
                             text=True, **popen)
 
 
-def wait_for_rows(path, count, proc, timeout=300):
+def wait_for_rows(path, count, proc, run_id="", timeout=300):
+    """Until `count` train rows (of `run_id`, if given) are in the CSV."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if os.path.exists(path):
             with open(path) as handle:
-                if sum(1 for line in handle if ",train," in line) >= count:
+                if sum(1 for line in handle if ",train," in line and line.startswith(run_id)) >= count:
                     return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
@@ -213,3 +214,49 @@ def test_the_loss_checks_name_causes_only_when_the_loss_says_so():
     assert stuck_loss_problem(1.2, 10, 0.05) is None
     assert "learned nothing" in stuck_loss_problem(chance + 0.005, 10, 0.05)
     assert "too high" in stuck_loss_problem(float("inf"), 10, 5.0)
+
+
+# --------------------------------------------------------------------------- checkpoint and resume
+
+RESUMABLE = [
+    ("torch_script.py", {}, "torch", []),
+    ("torch_script.py", {}, "torch", ["--strategy", "data", "--devices", "2"]),
+    ("caffe_script.py", {}, "caffe", []),
+]
+
+
+@pytest.mark.parametrize("script, env, suffix, extra", RESUMABLE, ids=["torch", "torch-data-2", "caffe"])
+def test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(script, env, suffix, extra, small_data, tmp_path):
+    """Parity mode (deterministic): SIGTERM after a checkpoint, --resume, and every row
+    after the checkpoint equals the uninterrupted run's."""
+    results = tmp_path / "results"
+    common = ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "32", "--num_epochs", "2",
+              "--parity", "--results_dir", str(results), "--quiet"] + extra
+    whole = run_script(script, common + ["--run_id", "whole"], env)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    proc = start(script, common + ["--run_id", "cut", "--checkpoint_every", "4"], env)
+    csv_path = str(results / f"{NETWORK}_{suffix}.csv")
+    wait_for_rows(csv_path, 6, proc, run_id="cut,")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "interrupted" in (tmp_path / "results.log").read_text(), err[-2000:]
+    cut_steps = len([r for r in read_rows(csv_path, "cut") if r["phase"] == "train"])
+    assert cut_steps < 30, "the run finished before the signal: nothing was resumed"
+    resumed = run_script(script, common + ["--resume", "cut"], env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming run cut at step" in resumed.stdout + resumed.stderr
+    expected = [(r["phase"], r["step"], r["loss"]) for r in read_rows(csv_path, "whole")]
+    got = [(r["phase"], r["step"], r["loss"]) for r in read_rows(csv_path, "cut")]
+    assert got == expected
+
+
+def test_resume_without_a_checkpoint_or_with_other_flags_is_refused(small_data, tmp_path):
+    results = tmp_path / "results"
+    common = ["--train", str(small_data / "train.csv"), "--test", "none", "--results_dir", str(results)]
+    missing = run_script("torch_script.py", common + ["--resume", "nosuchrun"])
+    assert missing.returncode == 2 and "--resume nosuchrun: no complete checkpoint in" in missing.stderr
+    done = run_script("torch_script.py", common + ["--batch_size", "64", "--max_steps", "3", "--checkpoint_every", "2",
+                                                   "--run_id", "r1", "--quiet"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    changed = run_script("torch_script.py", common + ["--batch_size", "32", "--resume", "r1"])
+    assert changed.returncode == 2 and "batch_size 64 -> 32" in changed.stderr, changed.stderr

@@ -9,7 +9,7 @@ def supported() -> dict:
     """What this wrapper implements (read before the framework is imported)."""
     return {"strategies": ("single", "data", "model", "tensor", "pipeline", "hybrid"),
             "flags": ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--accumulate",
-                      "--checkpointing", "--dp_impl dataparallel")}
+                      "--checkpointing", "--dp_impl dataparallel", "--checkpoint_every")}
 
 
 def launch(config, argv: list) -> None:

@@ -8,14 +8,16 @@ accumulated batches, micro-batches or replicas, and equal the gradient of the
 global batch's mean loss, as on one device."""
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from algorithms.parallel import split_ranges
-from torch_wrapper.distributed import CommClock, sum_gradients, sum_over
+from torch_wrapper.distributed import CommClock, global_rank, sum_gradients, sum_over
 from torch_wrapper.pipeline import StageSchedule
 
 
@@ -56,6 +58,21 @@ class Trainer:
         loss_sum, correct = sum_over(sums, self.metrics_group, self.clock).tolist()
         return loss_sum / total, correct / total, self.clock.take()
 
+    def save_checkpoint(self, directory: str) -> None:
+        """This process's weights, optimizer state and RNG, in torch's format; returns
+        once every process of the run has written its file."""
+        torch.save({"model": self._state_module().state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "rng": torch.get_rng_state()}, os.path.join(directory, f"torch-rank{global_rank()}.pt"))
+        if dist.is_initialized():
+            dist.barrier()
+
+    def load_checkpoint(self, directory: str) -> None:
+        path = os.path.join(directory, f"torch-rank{global_rank()}.pt")
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self._state_module().load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"].cpu())
+
     def _exchange_gradients(self) -> None:
         if self.gradient_group is not None:
             sum_gradients(self._parameters(), self.gradient_group, self.clock)
@@ -82,6 +99,9 @@ class ModuleTrainer(Trainer):
             (loss_sum / total).backward()
         return torch.stack([loss_sum.detach(), (logits.argmax(1) == labels).sum().float()])
 
+    def _state_module(self):
+        return self.model.module if self.ddp or isinstance(self.model, torch.nn.DataParallel) else self.model
+
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:
         model = self.model.module if self.ddp else self.model
@@ -98,6 +118,9 @@ class PipelineTrainer(Trainer):
                  data_group=None):
         super().__init__(optimizer, device, clock, replica, replicas, data_group)
         self.schedule, self.classes = schedule, classes
+
+    def _state_module(self):
+        return self.schedule.stage
 
     def _forward_backward(self, images, labels, total, last):
         self.schedule.stage.train()
