@@ -7,4 +7,4 @@ imported before either (Keras on Theano uses it too)."""
 
 def supported() -> dict:
     """What this wrapper implements (read before the framework is imported)."""
-    return {"strategies": ("single",), "flags": ()}
+    return {"strategies": ("single",), "flags": ("--checkpoint_every",)}

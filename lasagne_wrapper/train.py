@@ -2,6 +2,8 @@
 updates, one deterministic forward pass) driven by the shared loop."""
 from __future__ import annotations
 
+import os
+
 from lasagne_wrapper import theano_compat  # noqa: F401  (before lasagne: the bridges)
 
 import lasagne
@@ -35,8 +37,9 @@ class LasagneTrainer:
         params = lasagne.layers.get_all_params(self.output, trainable=True)
         # Theano compiles here, once per graph (about a minute cold; the compile dir
         # in theano_compat.theano_cache_dir() makes later runs fast)
-        self._train = theano.function([images, labels], [loss, accuracy],
-                                      updates=make_updates(optimizer_spec, loss, params))
+        updates = make_updates(optimizer_spec, loss, params)
+        self.state_variables = list(updates.keys())  # weights and optimizer slots, in a fixed order
+        self._train = theano.function([images, labels], [loss, accuracy], updates=updates)
         self._logits = theano.function([images], lasagne.layers.get_output(self.output, deterministic=True))
 
     def to_batch(self, images, labels):
@@ -45,6 +48,16 @@ class LasagneTrainer:
     def train_step(self, batch):
         loss, accuracy = self._train(*batch)
         return float(loss), float(accuracy)
+
+    def save_checkpoint(self, folder):
+        """Lasagne's way: the shared variables' values in an .npz (every weight and
+        every optimizer slot the updates write)."""
+        np.savez(os.path.join(folder, "lasagne_state.npz"), *[v.get_value() for v in self.state_variables])
+
+    def load_checkpoint(self, folder):
+        with np.load(os.path.join(folder, "lasagne_state.npz")) as saved:
+            for index, variable in enumerate(self.state_variables):
+                variable.set_value(saved[f"arr_{index}"])
 
     def logits(self, images):
         return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))

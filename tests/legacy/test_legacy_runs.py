@@ -23,3 +23,10 @@ def test_short_run_lowers_the_loss_and_records_every_step(script, env, framework
     if framework == "keras":
         # the backend column and the versions line come from keras.backend.backend()
         assert "versions:    keras 2.3.1, theano 1.1.2" in log
+
+
+def test_a_lasagne_run_killed_and_resumed_gives_the_uninterrupted_losses(small_data, tmp_path):
+    import tests.test_reliability as reliability
+
+    reliability.test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(
+        "lasagne_script.py", {}, "lasagne_theano", [], small_data, tmp_path)
