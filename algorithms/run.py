@@ -5,6 +5,9 @@ writes nothing), then hand the run to one wrapper.
 A wrapper module passed to `run_entry_point` provides:
     describe_runtime() -> (framework, backend, {package: version}, devices text)
     train(session) -> summary dict     (trains, then calls session.finish)
+and may provide
+    for_this_worker(config) -> config  (multi-process runs: where this process writes;
+                                        workers other than the chief write to scratch)
 and its package's `__init__.py` (which must not import the framework) provides
     supported() -> {"strategies": (...), "flags": (...)}
 naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
@@ -45,6 +48,8 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     wrapper = importlib.import_module(wrapper_module)
+    if hasattr(wrapper, "for_this_worker"):
+        config = wrapper.for_this_worker(config)
     framework, backend, versions, devices = wrapper.describe_runtime()
     try:
         session = RunSession(config, dataset, framework, backend, versions, devices)
