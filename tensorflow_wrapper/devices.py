@@ -10,8 +10,11 @@ so nothing here (nor describe_runtime) may run an op before `local_devices`.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import replace
 
@@ -56,6 +59,7 @@ def for_this_worker(config):
     if config.plan.strategy != "data" or is_chief(tf_config()):
         return config
     scratch = tempfile.mkdtemp(prefix="cnn-parallel-worker-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     return replace(config, results_dir=os.path.join(scratch, "results"),
                    results_log=os.path.join(scratch, "results.log"), quiet=True)
 
@@ -71,6 +75,24 @@ def data_parallel_strategy(devices: int):
                                "replicas in sync (workers x local GPUs, or one CPU per worker); pass that")
         return strategy
     return tf.distribute.MirroredStrategy(local_devices(devices))
+
+
+class WorkerLost(RuntimeError):
+    """A peer of a multi-worker run died or stopped answering; this worker stops too."""
+
+
+@contextlib.contextmanager
+def peers_checked():
+    """Turns the multi-line gRPC error of a collective whose peer is gone into one line."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
+            tf.errors.AbortedError, tf.errors.InternalError) as error:
+        lines = [line.strip() for line in str(error.message).splitlines() if line.strip()]
+        at = next((i for i, line in enumerate(lines) if any(w in line for w in ("aborted by", "reset", "timed out"))), 0)
+        cause = " ".join(lines[at:at + 2]) if lines and lines[at].endswith(":") else (lines[at] if lines else "")
+        raise WorkerLost(f"a worker of this multi-worker run stopped or is unreachable ({type(error).__name__}: "
+                         f"{cause}); every worker stops, restart them all to retry") from None
 
 
 def describe_devices() -> str:

@@ -24,7 +24,8 @@ import tensorflow as tf
 from algorithms.init import initial_weights
 from algorithms.loop import train_by_hand
 from algorithms.parallel import split_ranges
-from tensorflow_wrapper.devices import data_parallel_strategy, describe_devices, for_this_worker, local_devices
+from tensorflow_wrapper.devices import (data_parallel_strategy, describe_devices, for_this_worker, local_devices,
+                                        peers_checked)
 from tensorflow_wrapper.model import SpecModel, make_optimizer
 
 IMAGE_SPEC = tf.TensorSpec([None, 28, 28, 1], tf.float32)
@@ -132,7 +133,8 @@ class TensorFlowTrainer:
         step_seed = self._next_seed()
         step_rows = sum(int(labels.shape[0]) for _, labels in batches)
         if self.data_parallel:
-            return self._data_parallel_step(batches, step_seed, step_rows)
+            with peers_checked():
+                return self._data_parallel_step(batches, step_seed, step_rows)
         if len(batches) == 1:
             loss, correct = self._fused_step(*batches[0], step_seed)
             return float(loss), float(correct) / step_rows
