@@ -9,9 +9,11 @@ and may provide
     for_this_worker(config) -> config  (multi-process runs: where this process writes;
                                         workers other than the chief write to scratch)
 and its package's `__init__.py` (which must not import the framework) provides
-    supported() -> {"strategies": (...), "flags": (...)}
+    supported() -> {"strategies": (...), "flags": (...)[, "advice": {strategy: text}]}
 naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
-so an unsupported request fails before the framework loads.
+so an unsupported request fails before the framework loads ("advice" replaces the
+generic message for a strategy it does not run), and may provide
+    prepare_process(config)  sets what the framework reads when imported (device counts)
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    package = importlib.import_module(wrapper_module.split(".")[0])
+    if hasattr(package, "prepare_process"):
+        package.prepare_process(config)
     wrapper = importlib.import_module(wrapper_module)
     if hasattr(wrapper, "for_this_worker"):
         config = wrapper.for_this_worker(config)
@@ -63,9 +68,10 @@ def check_supported(config, wrapper_module: str, prog: str) -> None:
     package = importlib.import_module(wrapper_module.split(".")[0])
     supported = package.supported()
     if config.strategy not in supported["strategies"]:
-        raise InputError(f"--strategy {config.strategy}: {prog} runs "
-                         f"{', '.join(supported['strategies'])}; "
-                         "see README's strategy table for the frameworks that run it")
+        advice = supported.get("advice", {}).get(config.strategy)
+        raise InputError(f"--strategy {config.strategy}: " + (advice or (
+            f"{prog} runs {', '.join(supported['strategies'])}; "
+            "see README's strategy table for the frameworks that run it")))
     missing = [flag for flag, used in config.uses().items() if used and flag not in supported["flags"]]
     if missing:
         raise InputError(f"{', '.join(missing)}: not available in {prog}; drop the flag "

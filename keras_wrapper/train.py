@@ -31,8 +31,12 @@ class StepRecorder(keras.callbacks.Callback):
         self.session = session
         self.epoch, self.batch_sizes = 0, []
         self._begin = self._previous_end = None
+        self.learning_rate = session.config.optimizer.learning_rate  # what the optimizer was compiled with
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self.session.learning_rate != self.learning_rate:
+            self.learning_rate = self.session.learning_rate
+            set_learning_rate(self.model, self.learning_rate)
         self._begin = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -46,14 +50,28 @@ class StepRecorder(keras.callbacks.Callback):
         self._previous_end = time.perf_counter()
 
 
-def make_model(network, optimizer_spec, seed: int):
+def set_learning_rate(model, learning_rate: float) -> None:
+    """The schedule's lr for the next step (--lr_scaling, --warmup_steps, plateau)."""
+    if hasattr(model, "jax_state_sync"):
+        model.jax_state_sync()  # jax's fit holds the optimizer state outside the variables between steps
+    model.optimizer.learning_rate = learning_rate
+
+
+def make_model(network, optimizer_spec, seed: int, data_parallel_devices: int = 0):
+    """Built and compiled inside the data-parallel setup when `data_parallel_devices` is given."""
     compat.set_random_seed(seed)  # dropout masks
-    return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec)
+    if not data_parallel_devices:
+        return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec)
+    from keras_wrapper.distribute import data_parallel
+
+    with data_parallel(data_parallel_devices):
+        return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec)
 
 
 def train(session):
     config, data = session.config, session.dataset
-    model = make_model(config.network, config.optimizer, config.seed)
+    model = make_model(config.network, config.optimizer, config.seed,
+                       config.devices if config.plan.strategy == "data" else 0)
     recorder = StepRecorder(session)
 
     def logits_fn(images):
