@@ -1,9 +1,10 @@
-"""TensorFlow's parallel strategies, for real on this CPU: equivalences computed in
-one process with 2 logical CPU devices (data and model parallel, --accumulate,
-the per-step lr), each strategy trained through tensorflow_script.py, and two
-MultiWorkerMirroredStrategy workers on 127.0.0.1 acting as two nodes.
+"""TensorFlow's parallel strategies, for real on this CPU. One probe process with
+2 logical CPU devices computes the equivalences (data and model parallel,
+--accumulate, the per-step lr) and then trains 2 epochs with each strategy
+through the wrapper's train(); two tensorflow_script.py processes with TF_CONFIG
+on 127.0.0.1 act as two nodes (MultiWorkerMirroredStrategy).
 
-    python -m tests.test_parallel_tf TRAIN_CSV    # the in-process probe, prints JSON
+    python -m tests.test_parallel_tf TRAIN_CSV RESULTS_DIR    # the in-process probe, prints JSON
 """
 import json
 import math
@@ -26,13 +27,16 @@ BATCH, EPOCHS = 32, 2
 
 # ----------------------------------------------------------------------------- the probe (own process)
 
-def probe(train_csv: str) -> dict:
-    """First steps of the wrapper's own trainers on the same batches, dropout on."""
+def probe(train_csv: str, results_dir: str) -> dict:
+    """First steps of the wrapper's own trainers on the same batches, dropout on;
+    then full data- and model-parallel runs of the wrapper's train() into results_dir."""
     from algorithms.data import load_kaggle_csv
     from algorithms.parallel import layer_stages
+    from algorithms.run import prepare
+    from algorithms.session import RunSession
     from algorithms.spec import get_network
     from tensorflow_wrapper.devices import local_devices
-    from tensorflow_wrapper.train import TensorFlowTrainer
+    from tensorflow_wrapper.train import TensorFlowTrainer, describe_runtime, train
     import tensorflow as tf
 
     devices = local_devices(2)  # before any op
@@ -82,6 +86,12 @@ def probe(train_csv: str) -> dict:
         whole_loss = whole.train_step(whole.to_batch(images[:64], labels[:64]))[0]
         parts_loss = parts.accumulate_step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))])[0]
         out[name] = compare(whole, parts, [whole_loss], [parts_loss], start)
+    for strategy in ("data", "model"):
+        config, dataset = prepare(["--train", train_csv, "--test", "none", "--num_epochs", str(EPOCHS),
+                                   "--batch_size", str(BATCH), "--strategy", strategy, "--devices", "2",
+                                   "--results_dir", os.path.join(results_dir, strategy, "results"), "--quiet"],
+                                  "tensorflow_script.py", "")
+        train(RunSession(config, dataset, *describe_runtime()))
     return out
 
 
@@ -123,24 +133,26 @@ def assert_trains(losses: list) -> None:
 
 
 @pytest.fixture(scope="module")
-def data_parallel_run(small_data, tmp_path_factory):
-    """tensorflow_script.py --strategy data --devices 2 (MirroredStrategy, 2 logical CPUs)."""
-    results = tmp_path_factory.mktemp("tf_data") / "results"
-    proc = run_script("tensorflow_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                               "--num_epochs", str(EPOCHS), "--batch_size", str(BATCH),
-                                               "--strategy", "data", "--devices", "2", "--results_dir", str(results)])
+def probed(small_data, tmp_path_factory):
+    """The probe's JSON and the directory of its data- and model-parallel runs (2 logical CPUs)."""
+    results = tmp_path_factory.mktemp("tf_probe")
+    proc = subprocess.run([sys.executable, "-m", "tests.test_parallel_tf", str(small_data / "train.csv"), str(results)],
+                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return train_rows(results / f"{NETWORK}_tensorflow.csv")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), results
+
+
+@pytest.fixture(scope="module")
+def data_parallel_run(probed):
+    """The rows of train() with --strategy data --devices 2 (MirroredStrategy on 2 logical CPUs)."""
+    return train_rows(probed[1] / "data" / "results" / f"{NETWORK}_tensorflow.csv")
 
 
 # ----------------------------------------------------------------------------- tests
 
-def test_two_devices_equal_one_for_data_model_parallel_and_accumulation(small_data):
-    proc = subprocess.run([sys.executable, "-m", "tests.test_parallel_tf", str(small_data / "train.csv")],
-                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_two_devices_equal_one_for_data_model_parallel_and_accumulation(probed):
+    result = probed[0]
     for name in ("data", "model", "accumulate", "accumulate_data"):
         got = result[name]
         reference, other = got["losses"]
@@ -160,17 +172,13 @@ def test_data_parallel_trains_and_records_the_all_reduce_time(data_parallel_run)
     assert_trains([r["loss"] for r in rows])
 
 
-def test_model_parallel_trains_through_the_entry_script(small_data, tmp_path):
-    results = tmp_path / "results"
-    proc = run_script("tensorflow_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                               "--num_epochs", str(EPOCHS), "--batch_size", str(BATCH),
-                                               "--strategy", "model", "--devices", "2", "--results_dir", str(results)])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = train_rows(results / f"{NETWORK}_tensorflow.csv")
+def test_model_parallel_trains(probed):
+    run = probed[1] / "model"
+    rows = train_rows(run / "results" / f"{NETWORK}_tensorflow.csv")
     assert {(r["strategy"], r["devices"]) for r in rows} == {("model", 2)}
     assert all(r["comm_time_ms"] is None for r in rows)  # transfers happen inside the step; not split out
     assert_trains([r["loss"] for r in rows])
-    assert "stages layers 0-7 | layers 8-13" in (tmp_path / "results.log").read_text()  # conv block | dense block
+    assert "stages layers 0-7 | layers 8-13" in (run / "results.log").read_text()  # conv block | dense block
 
 
 def test_two_workers_on_localhost_train_like_two_local_devices(small_data, tmp_path, data_parallel_run):
@@ -220,4 +228,4 @@ def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy):
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe(sys.argv[1])))
+    print(json.dumps(probe(*sys.argv[1:])))
