@@ -13,7 +13,8 @@ and its package's `__init__.py` (which must not import the framework) provides
 naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
 so an unsupported request fails before the framework loads ("advice" replaces the
 generic message for a strategy it does not run), and may provide
-    prepare_process(config)  sets what the framework reads when imported (device counts)
+    prepare_process(config, dataset)  sets what the framework reads when imported (device
+                                      counts); raises InputError for what it cannot run on this data
 """
 from __future__ import annotations
 
@@ -46,12 +47,12 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_INPUT_ERROR
     try:
         check_supported(config, wrapper_module, prog)
+        package = importlib.import_module(wrapper_module.split(".")[0])
+        if hasattr(package, "prepare_process"):
+            package.prepare_process(config, dataset)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    package = importlib.import_module(wrapper_module.split(".")[0])
-    if hasattr(package, "prepare_process"):
-        package.prepare_process(config)
     wrapper = importlib.import_module(wrapper_module)
     if hasattr(wrapper, "for_this_worker"):
         config = wrapper.for_this_worker(config)

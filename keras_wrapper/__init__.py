@@ -33,9 +33,19 @@ def supported() -> dict:
     return {"strategies": ("single",), "flags": ()}  # Keras 2 on Theano (legacy env)
 
 
-def prepare_process(config) -> None:
-    """Before Keras is imported: jax makes N host (CPU) devices only if asked at import."""
-    if backend() == "jax" and config.plan.strategy == "data":
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={config.devices}".strip()
+def prepare_process(config, dataset) -> None:
+    """Before Keras is imported: jax makes N host (CPU) devices only if asked at import.
+    jax shards every batch evenly across the devices, the epoch's last, shorter one
+    too, which works exactly when the training rows divide by N (--batch_size does)."""
+    if backend() != "jax" or config.plan.strategy != "data":
+        return
+    devices, rows = config.devices, len(dataset.train_x)
+    if rows % devices:
+        from algorithms.errors import InputError
+
+        raise InputError(f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
+                         f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
+                         f"rows; change --validation_split so that the training rows divide by {devices}")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()

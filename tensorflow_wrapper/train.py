@@ -156,7 +156,8 @@ class TensorFlowTrainer:
             offset += int(labels.shape[0])
         start = time.perf_counter()
         gradients, loss, correct = self._all_reduce(total)
-        loss = float(loss)  # waits for the all-reduce (asynchronous on GPUs)
+        loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
+        self.strategy.experimental_local_results(gradients[-1])[0].numpy()  # ... and the gradients' one
         comm_ms = (time.perf_counter() - start) * 1000.0
         self._replica_apply(gradients)
         return loss, float(correct) / step_rows, comm_ms

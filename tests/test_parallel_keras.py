@@ -123,5 +123,13 @@ def test_keras_on_torch_points_data_parallel_to_torch_script():
                            "--strategy data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax\n")
 
 
+def test_jax_refuses_training_rows_it_cannot_split_evenly_before_loading(small_data):
+    proc = run_script("keras_script.py", ["--train", str(small_data / "train.csv"), "--validation_split", "0.215",
+                                          "--batch_size", "32", "--strategy", "data", "--devices", "2"],
+                      {"KERAS_BACKEND": "jax"})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "the last batch of each epoch has 23 of the 471 training rows" in proc.stderr
+
+
 if __name__ == "__main__":
     print(json.dumps(probe(*sys.argv[1:])))
