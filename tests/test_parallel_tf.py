@@ -113,7 +113,8 @@ def start_workers(data, results, extra: list) -> list:
     workers = []
     for index in range(2):
         tf_config = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": tf_config}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": tf_config,
+               "TMPDIR": str(results.parent)}  # a killed worker's scratch directory stays in the test's tmp
         args = [sys.executable, os.path.join(REPO_ROOT, "tensorflow_script.py"), "--train", str(data / "train.csv"),
                 "--test", "none", "--batch_size", str(BATCH), "--strategy", "data", "--devices", "2",
                 "--results_dir", str(results), "--run_id", "multi-worker", *extra]
