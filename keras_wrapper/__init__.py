@@ -7,6 +7,7 @@ import json
 import os
 
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
+KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate",)
 
 
 def backend() -> str:
@@ -25,27 +26,35 @@ def supported() -> dict:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
     if name in ("tensorflow", "jax"):
-        return {"strategies": ("single", "data"), "flags": SCHEDULE_FLAGS}
+        return {"strategies": ("single", "data"), "flags": KERAS_3_FLAGS}
     if name == "torch":
-        return {"strategies": ("single",), "flags": SCHEDULE_FLAGS,
+        return {"strategies": ("single",), "flags": KERAS_3_FLAGS,
                 "advice": {"data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
                                    "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"}}
     return {"strategies": ("single",), "flags": ()}  # Keras 2 on Theano (legacy env)
 
 
 def prepare_process(config, dataset) -> None:
-    """Before Keras is imported: jax makes N host (CPU) devices only if asked at import.
-    jax shards every batch evenly across the devices, the epoch's last, shorter one
-    too, which works exactly when the training rows divide by N (--batch_size does)."""
-    if backend() != "jax" or config.plan.strategy != "data":
-        return
-    devices, rows = config.devices, len(dataset.train_x)
-    if rows % devices:
-        from algorithms.errors import InputError
+    """Before Keras is imported: refuse what Keras cannot run as asked on this data, and
+    have jax make N host (CPU) devices, which it does only if asked at import."""
+    from algorithms.errors import InputError
 
+    name, rows, accumulate = backend(), len(dataset.train_x), config.accumulate
+    if accumulate > 1 and rows % config.effective_batch:
+        # Keras steps after every K batches, across epoch ends too; one K x batch step needs K equal batches
+        raise InputError(f"--accumulate {accumulate}: Keras steps once per {accumulate} equal batches, but the "
+                         f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
+                         f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)")
+    if config.plan.strategy != "data":
+        return
+    if accumulate > 1 and name == "tensorflow":
+        raise InputError("--accumulate with --strategy data: Keras's gradient accumulation does not run under "
+                         "MirroredStrategy; use tensorflow_script.py or KERAS_BACKEND=jax")
+    devices = config.devices
+    if name == "jax" and rows % devices:
         raise InputError(f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
                          f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
                          f"rows; change --validation_split so that the training rows divide by {devices}")
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
+    if name == "jax" and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
