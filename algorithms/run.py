@@ -5,11 +5,16 @@ writes nothing), then hand the run to one wrapper.
 A wrapper module passed to `run_entry_point` provides:
     describe_runtime() -> (framework, backend, {package: version}, devices text)
     train(session) -> summary dict     (trains, then calls session.finish)
+and may provide
+    for_this_worker(config) -> config  (multi-process runs: where this process writes;
+                                        workers other than the chief write to scratch)
 and its package's `__init__.py` (which must not import the framework) provides
-    supported() -> {"strategies": (...), "flags": (...)}
+    supported() -> {"strategies": (...), "flags": (...)[, "advice": {strategy: text}]}
 naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
-so an unsupported request fails before the framework loads. A wrapper whose
-strategies run as several processes may also provide, in its package,
+so an unsupported request fails before the framework loads ("advice" replaces the
+generic message for a strategy it does not run), and may provide
+    prepare_process(config, dataset)  sets what the framework reads when imported (device
+                                      counts); raises InputError for what it cannot run on this data
     launch(config, argv)    starts the worker processes (e.g. re-executes under torchrun)
                             and does not return, or returns None when this process is
                             already a worker; raises InputError for an impossible request
@@ -48,14 +53,18 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_INPUT_ERROR
     try:
         check_supported(config, wrapper_module, prog)
-        launch = getattr(importlib.import_module(wrapper_module.split(".")[0]), "launch", None)
-        if launch is not None:
-            launch(config, sys.argv[1:] if argv is None else list(argv))
+        package = importlib.import_module(wrapper_module.split(".")[0])
+        if hasattr(package, "prepare_process"):
+            package.prepare_process(config, dataset)
+        if hasattr(package, "launch"):
+            package.launch(config, sys.argv[1:] if argv is None else list(argv))
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     parity_notes = enable_parity(wrapper_module) if config.parity else None
     wrapper = importlib.import_module(wrapper_module)
+    if hasattr(wrapper, "for_this_worker"):
+        config = wrapper.for_this_worker(config)
     framework, backend, versions, devices = wrapper.describe_runtime()
     record = getattr(wrapper, "is_chief", lambda: True)()
     try:
@@ -76,9 +85,10 @@ def check_supported(config, wrapper_module: str, prog: str) -> None:
     package = importlib.import_module(wrapper_module.split(".")[0])
     supported = package.supported()
     if config.strategy not in supported["strategies"]:
-        raise InputError(f"--strategy {config.strategy}: {prog} runs "
-                         f"{', '.join(supported['strategies'])}; "
-                         "see README's strategy table for the frameworks that run it")
+        advice = supported.get("advice", {}).get(config.strategy)
+        raise InputError(f"--strategy {config.strategy}: " + (advice or (
+            f"{prog} runs {', '.join(supported['strategies'])}; "
+            "see README's strategy table for the frameworks that run it")))
     missing = [flag for flag, used in config.uses().items() if used and flag not in supported["flags"]]
     if missing:
         raise InputError(f"{', '.join(missing)}: not available in {prog}; drop the flag "

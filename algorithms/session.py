@@ -247,7 +247,7 @@ class RunSession:
             "train": self.last_train, "val": self.last_val,
             "test": None if test_loss is None else (test_loss, test_accuracy),
             "test_predictions": predictions_path, "median_ms": median_ms,
-            "samples_per_sec": self.config.batch_size * 1000.0 / median_ms if median_ms else None,
+            "samples_per_sec": self.config.effective_batch * 1000.0 / median_ms if median_ms else None,
         }
         if self.record:
             self._write_log(status, summary)

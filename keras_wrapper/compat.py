@@ -66,7 +66,8 @@ else:
         def __init__(self, fn, name):
             super().__init__(name=name)
             self.fn = fn
-            self.value = self.add_weight(name="value", shape=(), initializer="zeros")
+            # under MirroredStrategy each replica holds its slice's value; read, they average
+            self.value = self.add_variable(name="value", shape=(), initializer="zeros", aggregation="mean")
 
         def update_state(self, y_true, y_pred, sample_weight=None):
             self.value.assign(keras.ops.mean(self.fn(y_true, y_pred)))
@@ -93,6 +94,8 @@ def describe_backend() -> tuple:
         return theano.__version__, theano_compat.describe_theano()
     import importlib
     module = importlib.import_module(BACKEND)
+    if BACKEND == "tensorflow":  # physical: listing logical devices would fix them before data parallel splits the CPU
+        return module.__version__, ", ".join(device.name for device in module.config.list_physical_devices())
     try:
         devices = ", ".join(keras.distribution.list_devices())
     except Exception:  # not every backend lists devices through keras.distribution

@@ -45,20 +45,24 @@ def _activation(name, is_last):
     return None if name == "softmax" and is_last else name
 
 
-def make_optimizer(spec):
+def make_optimizer(spec, accumulate: int = 1):
+    """accumulate K > 1: Keras 3 averages the gradients of K batches, then steps once
+    (equal to one K x batch step when the K batches are equally large)."""
+    extra = {"gradient_accumulation_steps": accumulate} if accumulate > 1 else {}
     if spec.name == "sgd":
-        return keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum, nesterov=spec.nesterov)
+        return keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum, nesterov=spec.nesterov, **extra)
     if spec.name == "adam":
-        return keras.optimizers.Adam(spec.learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon)
+        return keras.optimizers.Adam(spec.learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon,
+                                     **extra)
     raise ValueError(f"unknown optimizer {spec.name!r}")
 
 
-def compile_model(model: keras.Model, optimizer_spec) -> keras.Model:
+def compile_model(model: keras.Model, optimizer_spec, accumulate: int = 1) -> keras.Model:
     def batch_loss(y_true, y_pred):
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
 
     model.compile(
-        optimizer=make_optimizer(optimizer_spec),
+        optimizer=make_optimizer(optimizer_spec, accumulate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[compat.LastBatch(batch_loss, "batch_loss"),
                  compat.LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy")],

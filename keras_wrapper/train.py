@@ -10,7 +10,6 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.data import batch_order
 from algorithms.init import initial_weights
 from algorithms.loop import finish_with_test, validate
 from keras_wrapper.model import build_model, compile_model
@@ -24,43 +23,72 @@ def describe_runtime():
 
 
 class StepRecorder(keras.callbacks.Callback):
-    """Writes one CSV row per finished batch and stops at --max_steps."""
+    """Writes one CSV row per optimizer step (every `accumulate` batches: with
+    --accumulate K, Keras applies the K batches' gradients at once) and stops at
+    --max_steps."""
 
     def __init__(self, session):
         super().__init__()
         self.session = session
+        self.accumulate = session.config.accumulate
         self.epoch, self.batch_sizes = 0, []
-        self._begin = self._previous_end = None
+        self._begin = self._previous_end = self._step_begin = None
+        self._parts: list = []  # (loss, accuracy, rows) of this optimizer step's batches so far
+        self.learning_rate = session.config.optimizer.learning_rate  # what the optimizer was compiled with
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self.session.learning_rate != self.learning_rate:
+            self.learning_rate = self.session.learning_rate
+            set_learning_rate(self.model, self.learning_rate)
         self._begin = time.perf_counter()
+        if not self._parts:
+            self._step_begin = self._begin
 
     def on_train_batch_end(self, batch, logs=None):
         loss, accuracy = float(logs["batch_loss"]), float(logs["batch_accuracy"])  # waits for the step
         end = time.perf_counter()
-        gap_ms = 0.0 if self._previous_end is None else (self._begin - self._previous_end) * 1000.0
-        self.session.train_step(self.epoch, loss, accuracy, (end - self._begin) * 1000.0, gap_ms,
-                                self.batch_sizes[batch])
+        self._parts.append((loss, accuracy, self.batch_sizes[batch]))
+        if len(self._parts) < self.accumulate:
+            return
+        gap_ms = 0.0 if self._previous_end is None else (self._step_begin - self._previous_end) * 1000.0
+        losses, accuracies, rows = zip(*self._parts)  # equal batches (checked up front): the means are the step's
+        self.session.train_step(self.epoch, float(np.mean(losses)), float(np.mean(accuracies)),
+                                (end - self._step_begin) * 1000.0, gap_ms, sum(rows))
+        self._parts = []
         if self.session.should_stop():
             self.model.stop_training = True
         self._previous_end = time.perf_counter()
 
 
-def make_model(network, optimizer_spec, seed: int):
+def set_learning_rate(model, learning_rate: float) -> None:
+    """The schedule's lr for the next step (--lr_scaling, --warmup_steps, plateau)."""
+    if hasattr(model, "jax_state_sync"):
+        model.jax_state_sync()  # jax's fit holds the optimizer state outside the variables between steps
+    model.optimizer.learning_rate = learning_rate
+
+
+def make_model(network, optimizer_spec, seed: int, data_parallel_devices: int = 0, accumulate: int = 1):
+    """Built and compiled inside the data-parallel setup when `data_parallel_devices` is given."""
     compat.set_random_seed(seed)  # dropout masks
-    return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec)
+    if not data_parallel_devices:
+        return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec, accumulate)
+    from keras_wrapper.distribute import data_parallel
+
+    with data_parallel(data_parallel_devices):
+        return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec, accumulate)
 
 
 def train(session):
     config, data = session.config, session.dataset
-    model = make_model(config.network, config.optimizer, config.seed)
+    model = make_model(config.network, config.optimizer, config.seed,
+                       config.devices if config.plan.strategy == "data" else 0, config.accumulate)
     recorder = StepRecorder(session)
 
     def logits_fn(images):
         return np.asarray(model.predict(images[..., None], batch_size=config.batch_size, verbose=0))
 
     for epoch in range(config.num_epochs):
-        batches = batch_order(len(data.train_x), config.batch_size, epoch, config.seed)
+        batches = [part for parts in session.optimizer_batches(epoch) for part in parts]  # K per optimizer step
         order = np.concatenate(batches)
         recorder.epoch, recorder.batch_sizes = epoch, [len(b) for b in batches]
         model.fit(data.train_x[order][..., None], data.train_y[order], batch_size=config.batch_size,

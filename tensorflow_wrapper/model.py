@@ -1,6 +1,17 @@
 """The spec translated to TensorFlow ops. Weights come from algorithms/init.py in
-their canonical layout, which is TensorFlow's own (HWIO kernels, NHWC flatten)."""
+their canonical layout, which is TensorFlow's own (HWIO kernels, NHWC flatten).
+
+Two things here serve the parallel strategies:
+- `layer_devices` pins each layer's variables and ops to a device (model
+  parallel: the plan's stages on two devices); TensorFlow inserts the transfers.
+- Dropout masks are drawn for the whole optimizer step's batch from (seed, step,
+  layer) and cut to the rows this call holds, so a sample's mask does not depend
+  on how the batch is split across replicas or accumulation parts: N-device and
+  accumulated steps equal the 1-device step even with dropout on.
+"""
 from __future__ import annotations
+
+import contextlib
 
 import tensorflow as tf
 
@@ -12,39 +23,49 @@ ACTIVATIONS = {None: tf.identity, "relu": tf.nn.relu, "softmax": tf.nn.softmax}
 class SpecModel(tf.Module):
     """Forward pass of a Network; returns logits (a final softmax is left to the loss)."""
 
-    def __init__(self, network: Network, weights: list, seed: int):
+    def __init__(self, network: Network, weights: list, seed: int, layer_devices: list | None = None):
         super().__init__(name="spec_model")
         self.network = network
-        self.kernels = {w.layer_index: tf.Variable(w.kernel, name=f"kernel_{w.layer_index}") for w in weights}
-        self.biases = {w.layer_index: tf.Variable(w.bias, name=f"bias_{w.layer_index}") for w in weights}
-        self.dropout_rng = tf.random.Generator.from_seed(seed)
+        self.layer_devices = layer_devices
+        self.kernels, self.biases = {}, {}
+        for w in weights:
+            with self._on_device(w.layer_index):
+                self.kernels[w.layer_index] = tf.Variable(w.kernel, name=f"kernel_{w.layer_index}")
+                self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
+        self.seed = seed
         self.last_index = len(network.layers) - 1
 
     @property
     def weights_in_order(self) -> list:
         return [v for i in sorted(self.kernels) for v in (self.kernels[i], self.biases[i])]
 
-    def __call__(self, x: tf.Tensor, training: bool) -> tf.Tensor:
+    def _on_device(self, index: int):
+        return tf.device(self.layer_devices[index]) if self.layer_devices else contextlib.nullcontext()
+
+    def __call__(self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None) -> tf.Tensor:
+        """`step_seed` ([2] int64), `row_offset` and `step_rows` place this call's rows
+        inside the optimizer step's batch; needed only with training=True."""
         for index, layer in enumerate(self.network.layers):
-            if isinstance(layer, ZeroPad2D):
-                p = layer.padding
-                x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
-            elif isinstance(layer, Conv2D):
-                x = tf.nn.conv2d(x, self.kernels[index], strides=1, padding=layer.padding.upper())
-                x = self._activate(tf.nn.bias_add(x, self.biases[index]), layer.activation, index)
-            elif isinstance(layer, MaxPool2D):
-                x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
-            elif isinstance(layer, Flatten):
-                x = tf.reshape(x, [tf.shape(x)[0], -1])
-            elif isinstance(layer, Dense):
-                x = self._activate(tf.matmul(x, self.kernels[index]) + self.biases[index], layer.activation, index)
-            elif isinstance(layer, Dropout):
-                if training:
-                    seed = self.dropout_rng.make_seeds(1)[:, 0]
-                    x = tf.nn.experimental.stateless_dropout(x, layer.rate, seed=seed)
-            else:
-                raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
+            with self._on_device(index):
+                x = self._layer(index, layer, x, training, step_seed, row_offset, step_rows)
         return x
+
+    def _layer(self, index, layer, x, training, step_seed, row_offset, step_rows):
+        if isinstance(layer, ZeroPad2D):
+            p = layer.padding
+            return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
+        if isinstance(layer, Conv2D):
+            x = tf.nn.conv2d(x, self.kernels[index], strides=1, padding=layer.padding.upper())
+            return self._activate(tf.nn.bias_add(x, self.biases[index]), layer.activation, index)
+        if isinstance(layer, MaxPool2D):
+            return tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
+        if isinstance(layer, Flatten):
+            return tf.reshape(x, [tf.shape(x)[0], -1])
+        if isinstance(layer, Dense):
+            return self._activate(tf.matmul(x, self.kernels[index]) + self.biases[index], layer.activation, index)
+        if isinstance(layer, Dropout):
+            return dropout(x, layer.rate, index, step_seed, row_offset, step_rows) if training else x
+        raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
 
     def _activate(self, x, activation, index):
         if activation == "softmax" and index == self.last_index:
@@ -52,11 +73,34 @@ class SpecModel(tf.Module):
         return ACTIVATIONS[activation](x)
 
 
-def make_optimizer(spec):
-    """TensorFlow's optimizer for the spec (tf.keras.optimizers, the TF2 standard)."""
+def dropout(x, rate: float, layer_index: int, step_seed, row_offset, step_rows):
+    """Inverted dropout whose mask is row `row_offset + i` of the step's mask."""
+    seed = tf.random.experimental.stateless_fold_in(step_seed, layer_index)
+    mask_shape = tf.concat([[step_rows], tf.shape(x)[1:]], axis=0)
+    uniform = tf.random.stateless_uniform(mask_shape, seed)[row_offset:row_offset + tf.shape(x)[0]]
+    return x * tf.cast(uniform >= rate, x.dtype) / (1.0 - rate)
+
+
+def make_optimizer(spec, pre_reduced: bool = False):
+    """TensorFlow's optimizer for the spec (tf.keras.optimizers, the TF2 standard).
+    pre_reduced: the trainer sums gradients across replicas itself (a separate, timed
+    all-reduce), so the optimizer must not all-reduce them a second time."""
     if spec.name == "sgd":
-        return tf.keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum, nesterov=spec.nesterov)
-    if spec.name == "adam":
-        return tf.keras.optimizers.Adam(spec.learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2,
-                                        epsilon=spec.epsilon)
-    raise ValueError(f"unknown optimizer {spec.name!r}")
+        cls, kwargs = tf.keras.optimizers.SGD, dict(momentum=spec.momentum, nesterov=spec.nesterov)
+    elif spec.name == "adam":
+        cls, kwargs = tf.keras.optimizers.Adam, dict(beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon)
+    else:
+        raise ValueError(f"unknown optimizer {spec.name!r}")
+    return (_pre_reduced(cls) if pre_reduced else cls)(spec.learning_rate, **kwargs)
+
+
+def _pre_reduced(optimizer_class):
+    class PreReduced(optimizer_class):
+        # Keras's TensorFlow optimizer sums gradients over replicas in this hook
+        def _all_reduce_sum_gradients(self, grads_and_vars):
+            return list(grads_and_vars)
+
+    if not hasattr(optimizer_class, "_all_reduce_sum_gradients"):
+        raise RuntimeError(f"{optimizer_class.__name__} has no _all_reduce_sum_gradients hook in this Keras")
+    PreReduced.__name__ = optimizer_class.__name__
+    return PreReduced

@@ -1,0 +1,106 @@
+"""Devices and tf.distribute strategies for the plan's strategy.
+
+    single    the default device
+    model     the plan's stages on GPUs 0..N-1, else on N logical CPU devices
+    data      MirroredStrategy over N GPUs, else over N logical CPU devices;
+              with TF_CONFIG set, MultiWorkerMirroredStrategy across its workers
+
+Logical CPU devices can only be made before TensorFlow initialises its devices,
+so nothing here (nor describe_runtime) may run an op before `local_devices`.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+
+import tensorflow as tf
+
+# a collective that waits longer than this on a dead peer fails the run instead of hanging
+COLLECTIVE_TIMEOUT_S = 30
+
+
+def local_devices(count: int) -> list:
+    """Device names for `count` replicas or stages on this machine."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if len(gpus) < count:
+            raise RuntimeError(f"--devices {count}: this machine has {len(gpus)} GPU(s)")
+        return [f"/gpu:{i}" for i in range(count)]
+    if count > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    return [f"/cpu:{i}" for i in range(count)]
+
+
+def tf_config() -> dict | None:
+    """The cluster description of a multi-worker run (TF_CONFIG), or None."""
+    text = os.environ.get("TF_CONFIG", "").strip()
+    return json.loads(text) if text else None
+
+
+def is_chief(cluster: dict | None) -> bool:
+    """TensorFlow's rule: the 'chief' task if the cluster names one, else worker 0."""
+    if not cluster:
+        return True
+    task = cluster.get("task", {})
+    if "chief" in cluster.get("cluster", {}):
+        return task.get("type") == "chief"
+    return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
+
+
+def for_this_worker(config):
+    """Every worker of a multi-worker run trains; only the chief writes the CSV and
+    results.log the user reads, the others write to a scratch directory."""
+    if config.plan.strategy != "data" or is_chief(tf_config()):
+        return config
+    scratch = tempfile.mkdtemp(prefix="cnn-parallel-worker-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return replace(config, results_dir=os.path.join(scratch, "results"),
+                   results_log=os.path.join(scratch, "results.log"), quiet=True)
+
+
+def data_parallel_strategy(devices: int):
+    """MirroredStrategy on this machine, or MultiWorkerMirroredStrategy when TF_CONFIG
+    names a cluster; either way `devices` must be the number of replicas in sync."""
+    if tf_config():
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_S)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        if strategy.num_replicas_in_sync != devices:
+            raise RuntimeError(f"--devices {devices}: TF_CONFIG's cluster has {strategy.num_replicas_in_sync} "
+                               "replicas in sync (workers x local GPUs, or one CPU per worker); pass that")
+        return strategy
+    return tf.distribute.MirroredStrategy(local_devices(devices))
+
+
+class WorkerLost(RuntimeError):
+    """A peer of a multi-worker run died or stopped answering; this worker stops too."""
+
+
+@contextlib.contextmanager
+def peers_checked():
+    """Turns the multi-line gRPC error of a collective whose peer is gone into one line."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
+            tf.errors.AbortedError, tf.errors.InternalError) as error:
+        lines = [line.strip() for line in str(error.message).splitlines() if line.strip()]
+        at = next((i for i, line in enumerate(lines) if any(w in line for w in ("aborted by", "reset", "timed out"))), 0)
+        cause = " ".join(lines[at:at + 2]) if lines and lines[at].endswith(":") else (lines[at] if lines else "")
+        raise WorkerLost(f"a worker of this multi-worker run stopped or is unreachable ({type(error).__name__}: "
+                         f"{cause}); every worker stops, restart them all to retry") from None
+
+
+def describe_devices() -> str:
+    """Physical devices (listing logical ones would initialise them too early)."""
+    text = ", ".join(device.name for device in tf.config.list_physical_devices())
+    cluster = tf_config()
+    if cluster:
+        task = cluster.get("task", {})
+        workers = sum(len(hosts) for hosts in cluster.get("cluster", {}).values())
+        text += f"; multi-worker: {task.get('type')} {task.get('index')} of {workers} tasks"
+    return text

@@ -1,0 +1,232 @@
+"""TensorFlow's parallel strategies, for real on this CPU. One probe process with
+2 logical CPU devices computes the equivalences (data and model parallel,
+--accumulate, the per-step lr) and then trains 2 epochs with each strategy
+through the wrapper's train(); two tensorflow_script.py processes with TF_CONFIG
+on 127.0.0.1 act as two nodes (MultiWorkerMirroredStrategy).
+
+    python -m tests.test_parallel_tf TRAIN_CSV RESULTS_DIR    # the in-process probe, prints JSON
+"""
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from algorithms.recorder import read_rows
+from tests.conftest import REPO_ROOT, run_script
+
+NETWORK = "cnn2d_3layer_fullconnected_3layer"
+BATCH, EPOCHS = 32, 2
+
+
+# ----------------------------------------------------------------------------- the probe (own process)
+
+def probe(train_csv: str, results_dir: str) -> dict:
+    """First steps of the wrapper's own trainers on the same batches, dropout on;
+    then full data- and model-parallel runs of the wrapper's train() into results_dir."""
+    from algorithms.data import load_kaggle_csv
+    from algorithms.parallel import layer_stages
+    from algorithms.run import prepare
+    from algorithms.session import RunSession
+    from algorithms.spec import get_network
+    from tensorflow_wrapper.devices import local_devices
+    from tensorflow_wrapper.train import TensorFlowTrainer, describe_runtime, train
+    import tensorflow as tf
+
+    devices = local_devices(2)  # before any op
+    network = get_network(NETWORK)
+    images, labels = load_kaggle_csv(train_csv, labelled=True)
+
+    def trainer(**placement):
+        return TensorFlowTrainer(network, network.training.optimizer, seed=3, **placement)
+
+    def weights(t):
+        return [v.numpy() for v in t.variables]
+
+    def steps(t, batches, learning_rate=None):
+        if learning_rate is not None:
+            t.set_learning_rate(learning_rate)
+        return [t.train_step(t.to_batch(images[a:b], labels[a:b]))[0] for a, b in batches]
+
+    def compare(reference, other, reference_losses, other_losses, start):
+        return {"losses": [reference_losses, other_losses],
+                "max_weight_diff": max(float(np.abs(a - b).max()) for a, b in zip(weights(reference), weights(other))),
+                "max_weight_change": max(float(np.abs(a - b).max()) for a, b in zip(weights(reference), start))}
+
+    out = {}
+    # data parallel: 2 replicas, global batch 64, lr changed before the step
+    single = trainer()
+    start = weights(single)
+    mirrored = trainer(strategy=tf.distribute.MirroredStrategy(devices))
+    out["data"] = compare(single, mirrored, steps(single, [(0, 64)], 0.1), steps(mirrored, [(0, 64)], 0.1), start)
+    replica_copies = [v.values[1].numpy() for v in mirrored.variables]
+    out["data"]["max_replica_diff"] = max(float(np.abs(a - b).max()) for a, b in zip(weights(single), replica_copies))
+    # the lr really applies: twice the lr, twice the first (momentum-free) update
+    plain = trainer()
+    steps(plain, [(0, 64)])
+    out["lr_ratio"] = float(np.median([np.abs(a - s).max() / np.abs(b - s).max()
+                                       for a, b, s in zip(weights(single), weights(plain), start)]))
+    # model parallel: conv block on /cpu:0, dense block on /cpu:1, three steps
+    single = trainer()
+    layer_devices = [devices[stage] for stage, (first, stop) in enumerate(layer_stages(network, 2))
+                     for _ in range(first, stop)]
+    split = trainer(layer_devices=layer_devices)
+    three = [(0, 32), (32, 64), (64, 96)]
+    out["model"] = compare(single, split, steps(single, three), steps(split, three), start)
+    out["model"]["kernel_devices"] = sorted({v.device.split("/")[-1] for v in split.variables})
+    # --accumulate 2 of 32 equals one step of 64, one device and two replicas
+    for name, placement in (("accumulate", {}), ("accumulate_data", {"strategy": tf.distribute.MirroredStrategy(devices)})):
+        whole, parts = trainer(), trainer(**placement)
+        whole_loss = whole.train_step(whole.to_batch(images[:64], labels[:64]))[0]
+        parts_loss = parts.accumulate_step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))])[0]
+        out[name] = compare(whole, parts, [whole_loss], [parts_loss], start)
+    for strategy in ("data", "model"):
+        config, dataset = prepare(["--train", train_csv, "--test", "none", "--num_epochs", str(EPOCHS),
+                                   "--batch_size", str(BATCH), "--strategy", strategy, "--devices", "2",
+                                   "--results_dir", os.path.join(results_dir, strategy, "results"), "--quiet"],
+                                  "tensorflow_script.py", "")
+        train(RunSession(config, dataset, *describe_runtime()))
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def free_ports(count: int) -> list:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def start_workers(data, results, extra: list) -> list:
+    """Two tensorflow_script.py processes, one TF_CONFIG task each, as on two nodes."""
+    hosts = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    workers = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": tf_config,
+               "TMPDIR": str(results.parent)}  # a killed worker's scratch directory stays in the test's tmp
+        args = [sys.executable, os.path.join(REPO_ROOT, "tensorflow_script.py"), "--train", str(data / "train.csv"),
+                "--test", "none", "--batch_size", str(BATCH), "--strategy", "data", "--devices", "2",
+                "--results_dir", str(results), "--run_id", "multi-worker", *extra]
+        workers.append(subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
+    return workers
+
+
+def train_rows(csv_path) -> list:
+    return [r for r in read_rows(str(csv_path)) if r["phase"] == "train"]
+
+
+def assert_trains(losses: list) -> None:
+    third = len(losses) // 3
+    assert abs(losses[0] - math.log(10)) < 0.15
+    assert np.mean(losses[-third:]) < np.mean(losses[:third]) - 0.1, losses
+
+
+@pytest.fixture(scope="module")
+def probed(small_data, tmp_path_factory):
+    """The probe's JSON and the directory of its data- and model-parallel runs (2 logical CPUs)."""
+    results = tmp_path_factory.mktemp("tf_probe")
+    proc = subprocess.run([sys.executable, "-m", "tests.test_parallel_tf", str(small_data / "train.csv"), str(results)],
+                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), results
+
+
+@pytest.fixture(scope="module")
+def data_parallel_run(probed):
+    """The rows of train() with --strategy data --devices 2 (MirroredStrategy on 2 logical CPUs)."""
+    return train_rows(probed[1] / "data" / "results" / f"{NETWORK}_tensorflow.csv")
+
+
+# ----------------------------------------------------------------------------- tests
+
+def test_two_devices_equal_one_for_data_model_parallel_and_accumulation(probed):
+    result = probed[0]
+    for name in ("data", "model", "accumulate", "accumulate_data"):
+        got = result[name]
+        reference, other = got["losses"]
+        np.testing.assert_allclose(other, reference, rtol=1e-5, err_msg=name)
+        assert got["max_weight_change"] > 1e-3, name  # the step moved the weights, so equality means something
+        assert got["max_weight_diff"] < 1e-6, (name, got)
+    assert result["data"]["max_replica_diff"] < 1e-6  # the second replica's copy took the same update
+    assert result["model"]["kernel_devices"] == ["device:CPU:0", "device:CPU:1"]
+    assert result["lr_ratio"] == pytest.approx(2.0, rel=1e-3)
+
+
+def test_data_parallel_trains_and_records_the_all_reduce_time(data_parallel_run):
+    rows = data_parallel_run
+    assert {(r["strategy"], r["devices"], r["global_batch"]) for r in rows} == {("data", 2, BATCH)}
+    assert len(rows) == EPOCHS * 15
+    assert all(r["comm_time_ms"] > 0 and r["comm_time_ms"] < r["step_time_ms"] for r in rows)
+    assert_trains([r["loss"] for r in rows])
+
+
+def test_model_parallel_trains(probed):
+    run = probed[1] / "model"
+    rows = train_rows(run / "results" / f"{NETWORK}_tensorflow.csv")
+    assert {(r["strategy"], r["devices"]) for r in rows} == {("model", 2)}
+    assert all(r["comm_time_ms"] is None for r in rows)  # transfers happen inside the step; not split out
+    assert_trains([r["loss"] for r in rows])
+    assert "stages layers 0-7 | layers 8-13" in (run / "results.log").read_text()  # conv block | dense block
+
+
+def test_two_workers_on_localhost_train_like_two_local_devices(small_data, tmp_path, data_parallel_run):
+    results = tmp_path / "results"
+    workers = start_workers(small_data, results, ["--max_steps", "12"])
+    outputs = [worker.communicate(timeout=240) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert os.listdir(results) == [f"{NETWORK}_tensorflow.csv"]  # only the chief wrote
+    rows = train_rows(results / f"{NETWORK}_tensorflow.csv")
+    assert {(r["run_id"], r["strategy"], r["devices"]) for r in rows} == {("multi-worker", "data", 2)}
+    # same global batches, same split into 2 replicas: the same losses as MirroredStrategy on 2 logical CPUs
+    np.testing.assert_allclose([r["loss"] for r in rows], [r["loss"] for r in data_parallel_run[:12]], rtol=1e-4)
+    assert all(r["comm_time_ms"] > 0 for r in rows)
+    log = (tmp_path / "results.log").read_text()
+    assert log.count("=== multi-worker") == 1 and "multi-worker: worker 0 of 2 tasks" in log
+
+
+def test_a_killed_worker_stops_the_other_with_an_error_within_60_s(small_data, tmp_path):
+    results = tmp_path / "results"
+    workers = start_workers(small_data, results, ["--num_epochs", "100"])
+    csv_path = results / f"{NETWORK}_tensorflow.csv"
+    deadline = time.monotonic() + 180
+    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 3):  # training is under way
+        assert time.monotonic() < deadline and workers[0].poll() is None, workers[0].communicate()[1][-2000:]
+        time.sleep(0.5)
+    workers[1].send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    try:
+        _, stderr = workers[0].communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        workers[0].kill()
+        pytest.fail("the surviving worker still runs 60 s after its peer was killed")
+    elapsed = time.monotonic() - killed_at
+    workers[1].communicate()
+    assert workers[0].returncode not in (0, None)
+    assert "WorkerLost: a worker of this multi-worker run stopped or is unreachable" in stderr, stderr[-2000:]
+    assert "status:      failed: WorkerLost" in (tmp_path / "results.log").read_text()
+    print(f"surviving worker exited {elapsed:.1f} s after the kill")
+
+
+@pytest.mark.parametrize("strategy", ["tensor", "pipeline", "hybrid"])
+def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy):
+    proc = run_script("tensorflow_script.py", ["--strategy", strategy, "--devices", "4", "--test", "none"])
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: --strategy {strategy}: tensorflow_script.py runs single, data, model")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(*sys.argv[1:])))
