@@ -7,7 +7,7 @@ import json
 import os
 
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
-KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate",)
+KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
 
 
 def backend() -> str:

@@ -3,6 +3,7 @@ order (shuffle off, so Keras takes exactly the shared batches), with each step's
 row written by a callback."""
 from __future__ import annotations
 
+import os
 import time
 
 from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
@@ -27,11 +28,12 @@ class StepRecorder(keras.callbacks.Callback):
     --accumulate K, Keras applies the K batches' gradients at once) and stops at
     --max_steps."""
 
-    def __init__(self, session):
+    def __init__(self, session, checkpointer=None):
         super().__init__()
-        self.session = session
+        self.session, self.checkpointer = session, checkpointer
         self.accumulate = session.config.accumulate
         self.epoch, self.batch_sizes = 0, []
+        self.step_index = 0  # optimizer steps of this epoch done, counting those before a --resume
         self._begin = self._previous_end = self._step_begin = None
         self._parts: list = []  # (loss, accuracy, rows) of this optimizer step's batches so far
         self.learning_rate = session.config.optimizer.learning_rate  # what the optimizer was compiled with
@@ -55,9 +57,29 @@ class StepRecorder(keras.callbacks.Callback):
         self.session.train_step(self.epoch, float(np.mean(losses)), float(np.mean(accuracies)),
                                 (end - self._step_begin) * 1000.0, gap_ms, sum(rows))
         self._parts = []
+        self.step_index += 1
+        if self.session.checkpoint_due():
+            self.session.save_checkpoint(self.checkpointer, self.epoch, self.step_index)
         if self.session.should_stop():
             self.model.stop_training = True
         self._previous_end = time.perf_counter()
+
+
+class KerasCheckpoint:
+    """Keras's own format: the whole model with its optimizer state in a .keras file;
+    `load_weights` of that file restores both into the built model."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def save_checkpoint(self, folder: str) -> None:
+        if hasattr(self.model, "jax_state_sync"):
+            self.model.jax_state_sync()  # jax's fit keeps the newest state outside the variables
+        self.model.save(os.path.join(folder, "model.keras"))
+
+    def load_checkpoint(self, folder: str) -> None:
+        self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to be filled
+        self.model.load_weights(os.path.join(folder, "model.keras"))
 
 
 def set_learning_rate(model, learning_rate: float) -> None:
@@ -82,15 +104,25 @@ def train(session):
     config, data = session.config, session.dataset
     model = make_model(config.network, config.optimizer, config.seed,
                        config.devices if config.plan.strategy == "data" else 0, config.accumulate)
-    recorder = StepRecorder(session)
+    checkpointer = KerasCheckpoint(model)
+    recorder = StepRecorder(session, checkpointer)
 
     def logits_fn(images):
         return np.asarray(model.predict(images[..., None], batch_size=config.batch_size, verbose=0))
 
-    for epoch in range(config.num_epochs):
-        batches = [part for parts in session.optimizer_batches(epoch) for part in parts]  # K per optimizer step
+    start_epoch, start_index = session.resume_position
+    if session.resume_from:
+        checkpointer.load_checkpoint(session.resume_from)
+        recorder.learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
+    for epoch in range(start_epoch, config.num_epochs):
+        first = start_index if epoch == start_epoch else 0
+        steps = session.optimizer_batches(epoch)[first:]
+        if not steps:  # resumed exactly at the end of an epoch: only its validation is left
+            validate(session, epoch, logits_fn)
+            continue
+        batches = [part for parts in steps for part in parts]  # K per optimizer step
         order = np.concatenate(batches)
-        recorder.epoch, recorder.batch_sizes = epoch, [len(b) for b in batches]
+        recorder.epoch, recorder.batch_sizes, recorder.step_index = epoch, [len(b) for b in batches], first
         model.fit(data.train_x[order][..., None], data.train_y[order], batch_size=config.batch_size,
                   epochs=epoch + 1, initial_epoch=epoch, shuffle=False, verbose=0, callbacks=[recorder])
         validate(session, epoch, logits_fn)

@@ -8,4 +8,5 @@ TF_CONFIG), `train.py` runs it through the shared loop in algorithms/loop.py."""
 def supported() -> dict:
     """What this wrapper implements (read before the framework is imported)."""
     return {"strategies": ("single", "data", "model"),
-            "flags": ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--accumulate")}
+            "flags": ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--accumulate",
+                      "--checkpoint_every")}

@@ -162,6 +162,20 @@ class TensorFlowTrainer:
         self._replica_apply(gradients)
         return loss, float(correct) / step_rows, comm_ms
 
+    def save_checkpoint(self, folder: str) -> None:
+        """TensorFlow's own checkpoint: weights, optimizer slots and the step counter
+        the dropout seeds derive from."""
+        self._checkpoint().write(os.path.join(folder, "tensorflow"))
+
+    def load_checkpoint(self, folder: str) -> None:
+        checkpoint = self._checkpoint()
+        checkpoint.read(os.path.join(folder, "tensorflow")).assert_existing_objects_matched()
+        self.optimizer_steps = int(checkpoint.optimizer_steps.numpy())
+
+    def _checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(weights=list(self.variables), optimizer=self.optimizer,
+                                   optimizer_steps=tf.Variable(self.optimizer_steps, dtype=tf.int64))
+
     def logits(self, images):
         return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
 

@@ -222,10 +222,13 @@ RESUMABLE = [
     ("torch_script.py", {}, "torch", []),
     ("torch_script.py", {}, "torch", ["--strategy", "data", "--devices", "2"]),
     ("caffe_script.py", {}, "caffe", []),
+    ("tensorflow_script.py", {}, "tensorflow", ["--strategy", "data", "--devices", "2"]),
+    ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras_jax", []),
 ]
 
 
-@pytest.mark.parametrize("script, env, suffix, extra", RESUMABLE, ids=["torch", "torch-data-2", "caffe"])
+@pytest.mark.parametrize("script, env, suffix, extra", RESUMABLE,
+                         ids=["torch", "torch-data-2", "caffe", "tensorflow-data-2", "keras_jax"])
 def test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(script, env, suffix, extra, small_data, tmp_path):
     """Parity mode (deterministic): SIGTERM after a checkpoint, --resume, and every row
     after the checkpoint equals the uninterrupted run's."""
