@@ -65,7 +65,7 @@ baseline: setup legacy-setup caffe
 	  $(PY) run_all.py --network $$network --num_epochs 3 --seed $$seed --run_id baseline-seed$$seed \
 	    --results_dir results/baseline.new --results_log results/baseline.new/results.log --quiet || exit 1; \
 	done; done
-	rm -rf results/baseline.new/predictions results/baseline.new/caffe results/baseline.new/compare/*.html results/baseline
+	rm -rf results/baseline.new/predictions results/baseline.new/caffe results/baseline.new/compare results/baseline
 	mv results/baseline.new results/baseline
 
 # Parity mode, every framework twice: run-to-run next to cross-framework drift (results/drift/)

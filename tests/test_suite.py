@@ -27,3 +27,13 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
 def test_run_all_rejects_an_unknown_framework(tmp_path):
     proc = run_script("run_all.py", ["--only", "torch,mxnet"])
     assert proc.returncode == 2 and "--only: unknown mxnet" in proc.stderr
+
+
+def test_the_readme_table_of_what_each_framework_runs_is_current():
+    import os
+
+    from algorithms.capabilities import markdown_table
+    from algorithms.cli import REPO_ROOT
+
+    with open(os.path.join(REPO_ROOT, "README.md")) as handle:
+        assert markdown_table() in handle.read(), "README is stale: paste `python -m algorithms.capabilities`"
