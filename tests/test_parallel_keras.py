@@ -140,25 +140,27 @@ def test_two_devices_equal_one_the_lr_schedule_applies_and_data_parallel_trains(
 
 def test_accumulation_keras_cannot_make_equal_to_a_k_x_batch_step_is_refused(small_data):
     train_csv = str(small_data / "train.csv")
-    uneven = run_script("keras_script.py", ["--train", train_csv, "--batch_size", "32", "--accumulate", "2"],
+    uneven = run_script("keras_script.py", ["--train", train_csv, "--test", "none", "--batch_size", "32", "--accumulate", "2"],
                         {"KERAS_BACKEND": "jax"})
     assert uneven.returncode == 2 and len(uneven.stderr.strip().splitlines()) == 1
     assert "the 480 training rows leave a last step of 32 rows" in uneven.stderr
-    mirrored = run_script("keras_script.py", ["--train", train_csv, "--batch_size", "48", "--accumulate", "2",
+    mirrored = run_script("keras_script.py", ["--train", train_csv, "--test", "none", "--batch_size", "48", "--accumulate", "2",
                                               "--strategy", "data", "--devices", "2"], {"KERAS_BACKEND": "tensorflow"})
     assert mirrored.returncode == 2
     assert mirrored.stderr.startswith("error: --accumulate with --strategy data: Keras's gradient accumulation")
 
 
-def test_keras_on_torch_points_data_parallel_to_torch_script():
-    proc = run_script("keras_script.py", ["--strategy", "data", "--devices", "2"], {"KERAS_BACKEND": "torch"})
+def test_keras_on_torch_points_data_parallel_to_torch_script(small_data):
+    proc = run_script("keras_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
+                                          "--strategy", "data", "--devices", "2"], {"KERAS_BACKEND": "torch"})
     assert proc.returncode == 2
     assert proc.stderr == ("error: --strategy data: Keras on torch has no data parallel here; run torch_script.py "
                            "--strategy data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax\n")
 
 
 def test_jax_refuses_training_rows_it_cannot_split_evenly_before_loading(small_data):
-    proc = run_script("keras_script.py", ["--train", str(small_data / "train.csv"), "--validation_split", "0.215",
+    proc = run_script("keras_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
+                                          "--validation_split", "0.215",
                                           "--batch_size", "32", "--strategy", "data", "--devices", "2"],
                       {"KERAS_BACKEND": "jax"})
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

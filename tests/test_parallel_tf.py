@@ -221,8 +221,9 @@ def test_a_killed_worker_stops_the_other_with_an_error_within_60_s(small_data, t
 
 
 @pytest.mark.parametrize("strategy", ["tensor", "pipeline", "hybrid"])
-def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy):
-    proc = run_script("tensorflow_script.py", ["--strategy", strategy, "--devices", "4", "--test", "none"])
+def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy, small_data):
+    proc = run_script("tensorflow_script.py", ["--train", str(small_data / "train.csv"), "--strategy", strategy,
+                                               "--devices", "4", "--test", "none"])
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: --strategy {strategy}: tensorflow_script.py runs single, data, model")
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -171,7 +171,8 @@ def test_one_bad_row_at_the_end_of_a_42000_row_file_is_found(tmp_path):
     ("torch_script.py", ["--strategy", "single", "--devices", "2"], "strategy 'single' runs on one device"),
 ])
 def test_bad_parallel_flags_are_one_line_and_status_2(script, argv, expected, small_data, tmp_path):
-    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--results_dir", str(tmp_path / "r")] + argv)
+    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--test", "none",
+                               "--results_dir", str(tmp_path / "r")] + argv)
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "r").exists()
 
