@@ -213,7 +213,7 @@ class RunSession:
 
     def _after_validation(self, epoch: int, val_loss: float) -> None:
         """Reduce-on-plateau and early stopping, both keyed on the validation loss."""
-        if self.schedule.end_epoch(val_loss) and not self.config.quiet:
+        if self.schedule.end_epoch(val_loss):
             self._say(f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
                   f"lr now {self.learning_rate:g}", flush=True)
         if val_loss < self._best_val_loss:

@@ -247,3 +247,23 @@ def test_another_framework_refuses_dataparallel_in_one_line(small_data, tmp_path
                                                       "--devices", "2", "--dp_impl", "dataparallel"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("error: ")
+
+
+def test_early_stopping_and_reduce_on_plateau_follow_the_validation_loss(small_data, tmp_path):
+    """A learning rate too small to move float32 weights: the validation loss never
+    improves after epoch 1, so the lr halves after each epoch without gain and the run
+    stops after two of them, with the lr the CSV records."""
+    from algorithms.recorder import read_rows
+
+    results = tmp_path / "results"
+    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "6", "--parity",
+                                                      "--learning_rate", "1e-30", "--early_stopping", "2",
+                                                      "--reduce_lr_on_plateau", "1", "--plateau_factor", "0.5"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_rows(str(results / "cnn2d_3layer_fullconnected_3layer_torch.csv"))
+    val = [row for row in rows if row["phase"] == "val"]
+    assert len(val) == 3 and val[1]["loss"] >= val[0]["loss"] and val[2]["loss"] >= val[0]["loss"]
+    lr_by_epoch = {row["epoch"]: row["learning_rate"] for row in rows if row["phase"] == "train"}
+    assert lr_by_epoch == {1: 1e-30, 2: 1e-30, 3: 5e-31}
+    assert "early stopping: validation loss has not improved for 2 epoch(s)" in proc.stdout
+    assert "lr now 2.5e-31" in proc.stdout
