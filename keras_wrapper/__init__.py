@@ -31,7 +31,7 @@ def supported() -> dict:
         return {"strategies": ("single",), "flags": KERAS_3_FLAGS,
                 "advice": {"data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
                                    "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"}}
-    return {"strategies": ("single",), "flags": ()}  # Keras 2 on Theano (legacy env)
+    return {"strategies": ("single",), "flags": ("--checkpoint_every",)}  # Keras 2 on Theano (legacy env)
 
 
 def prepare_process(config, dataset) -> None:

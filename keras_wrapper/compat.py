@@ -86,6 +86,32 @@ def evaluate_loss(model, images, labels, batch_size: int) -> float:
     return float(model.evaluate(images, labels, batch_size=batch_size, verbose=0, return_dict=True)["loss"])
 
 
+def save_model_state(model, folder: str) -> None:
+    """Weights and optimizer state: Keras 3's .keras file; for Keras 2, the arrays of
+    its get_weights() (model, then optimizer) in .npz files, because Keras 2.3.1's
+    HDF5 reader fails under h5py 3 ('str' object has no attribute 'decode') and its
+    load_weights leaves the optimizer alone."""
+    if not KERAS_2:
+        if hasattr(model, "jax_state_sync"):
+            model.jax_state_sync()  # jax's fit keeps the newest state outside the variables
+        model.save(os.path.join(folder, "model.keras"))
+        return
+    np.savez(os.path.join(folder, "weights.npz"), *model.get_weights())
+    np.savez(os.path.join(folder, "optimizer.npz"), *model.optimizer.get_weights())
+
+
+def load_model_state(model, folder: str) -> None:
+    if not KERAS_2:
+        model.optimizer.build(model.trainable_variables)  # its slots must exist to be filled
+        model.load_weights(os.path.join(folder, "model.keras"))
+        return
+    with np.load(os.path.join(folder, "weights.npz")) as saved:
+        model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
+    model._make_train_function()  # creates the optimizer's slots (Keras 2 does this at the first fit)
+    with np.load(os.path.join(folder, "optimizer.npz")) as saved:
+        model.optimizer.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
+
+
 def describe_backend() -> tuple:
     """(backend version, devices text) for results.log."""
     if BACKEND == "theano":

@@ -3,7 +3,6 @@ order (shuffle off, so Keras takes exactly the shared batches), with each step's
 row written by a callback."""
 from __future__ import annotations
 
-import os
 import time
 
 from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
@@ -66,20 +65,16 @@ class StepRecorder(keras.callbacks.Callback):
 
 
 class KerasCheckpoint:
-    """Keras's own format: the whole model with its optimizer state in a .keras file;
-    `load_weights` of that file restores both into the built model."""
+    """The model and its optimizer state, in Keras's own format (compat.py)."""
 
     def __init__(self, model):
         self.model = model
 
     def save_checkpoint(self, folder: str) -> None:
-        if hasattr(self.model, "jax_state_sync"):
-            self.model.jax_state_sync()  # jax's fit keeps the newest state outside the variables
-        self.model.save(os.path.join(folder, "model.keras"))
+        compat.save_model_state(self.model, folder)
 
     def load_checkpoint(self, folder: str) -> None:
-        self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to be filled
-        self.model.load_weights(os.path.join(folder, "model.keras"))
+        compat.load_model_state(self.model, folder)
 
 
 def set_learning_rate(model, learning_rate: float) -> None:

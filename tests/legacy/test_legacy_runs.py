@@ -30,3 +30,10 @@ def test_a_lasagne_run_killed_and_resumed_gives_the_uninterrupted_losses(small_d
 
     reliability.test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(
         "lasagne_script.py", {}, "lasagne_theano", [], small_data, tmp_path)
+
+
+def test_a_keras_theano_run_killed_and_resumed_gives_the_uninterrupted_losses(small_data, tmp_path):
+    import tests.test_reliability as reliability
+
+    reliability.test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(
+        "keras_theano_backend.py", {}, "keras_theano", [], small_data, tmp_path)
