@@ -27,14 +27,14 @@ from typing import Optional
 
 import numpy as np
 
-from .cli import REPO_ROOT
+from .cli import REPO_ROOT, OneLineErrorParser
 from .compare import text_table
 from .data import steps_per_epoch
 from .errors import EXIT_INPUT_ERROR, InputError
 from .recorder import read_log_field, read_rows, results_csv_name
 from .run import prepare
 from .session import new_run_id
-from .suite import RUNS, run_framework
+from .suite import RUNS, framework_names, print_help_with_entry_flags, run_framework
 
 THRESHOLDS = (1e-6, 1e-4, 1e-2)
 DEFAULT_STEPS = 100
@@ -186,21 +186,16 @@ def without_flag(flags: list, name: str) -> list:
 
 
 def parse_args(argv: list) -> tuple:
-    parser = argparse.ArgumentParser(prog="python -m algorithms.drift", description=__doc__, add_help=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(prog="python -m algorithms.drift", description=__doc__, add_help=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(RUNS),
                         help=f"comma-separated frameworks, the first is the reference (default: {','.join(RUNS)})")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimizer steps per run")
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
-        parser.print_help()
-        print("\nflags passed to every entry script (--parity and --max_steps are added):")
-        prepare(["--help"], "python -m algorithms.drift", "")
-    names = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RUNS]
-    if unknown or not names:
-        parser.error(f"--only: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
+        print_help_with_entry_flags(parser, "python -m algorithms.drift", " (--parity and --max_steps are added)")
+    names = framework_names(parser, args.only, "--only")
     if args.steps < 1:
         parser.error(f"--steps {args.steps}: must be 1 or more")
     if not any(flag.startswith("--batch_size") for flag in forwarded):

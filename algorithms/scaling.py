@@ -26,7 +26,7 @@ from .parallel import STRATEGIES, ring_allreduce_bytes
 from .recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms
 from .run import prepare
 from .session import new_run_id
-from .suite import RUNS
+from .suite import RUNS, framework_names, print_help_with_entry_flags
 
 WORTH_IT_AT_TWO = 1.5  # the seeds' rule: a second device must give at least this speedup
 DEFAULT_MAX_STEPS = 20
@@ -71,13 +71,8 @@ def parse_args(argv: list):
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
-        parser.print_help()
-        print("\nflags passed to every entry script:")
-        prepare(["--help"], "scaling_report.py", "")
-    frameworks = [name.strip() for name in args.frameworks.split(",") if name.strip()]
-    unknown = [name for name in frameworks if name not in RUNS]
-    if unknown or not frameworks:
-        parser.error(f"--frameworks: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
+        print_help_with_entry_flags(parser, "scaling_report.py")
+    frameworks = framework_names(parser, args.frameworks, "--frameworks")
     try:
         devices = sorted({int(text) for text in args.devices.split(",")})
     except ValueError:

@@ -44,14 +44,24 @@ def parse_suite_args(argv):
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
-        parser.print_help()
-        print("\nflags passed to every entry script:")
-        prepare(["--help"], "run_all.py", "")  # prints the shared flags and exits
-    names = [name.strip() for name in args.only.split(",") if name.strip()]
+        print_help_with_entry_flags(parser, "run_all.py")
+    return framework_names(parser, args.only, "--only"), forwarded
+
+
+def print_help_with_entry_flags(parser, prog: str, note: str = "") -> None:
+    """The command's own help, then the entry scripts' flags it passes on; exits."""
+    parser.print_help()
+    print(f"\nflags passed to every entry script{note}:")
+    prepare(["--help"], prog, "")  # prints the shared flags and exits
+
+
+def framework_names(parser, text: str, flag: str) -> list:
+    """A comma-separated list of RUNS names, or the parser's one-line error."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in RUNS]
     if unknown or not names:
-        parser.error(f"--only: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
-    return names, forwarded
+        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
+    return names
 
 
 def main(argv=None) -> int:
