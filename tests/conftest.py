@@ -37,3 +37,22 @@ def run_script(script: str, args: list, env_extra: dict | None = None, timeout: 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
     return subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str = ""):
+    """A Kaggle-format train.csv of `count` random rows; returns the rows. With
+    `last_line_suffix`, the last row's last pixel is replaced by that text."""
+    import numpy as np
+
+    from algorithms.data import TRAIN_HEADER
+
+    rng = np.random.default_rng(seed)
+    rows = np.column_stack([rng.integers(0, 10, count), rng.integers(0, 256, (count, 784))])
+    with open(path, "w") as handle:
+        handle.write(",".join(TRAIN_HEADER) + "\n")
+        if not last_line_suffix:
+            np.savetxt(handle, rows, fmt="%d", delimiter=",")
+            return rows
+        np.savetxt(handle, rows[:-1], fmt="%d", delimiter=",")
+        handle.write(",".join(str(v) for v in rows[-1][:-1]) + "," + last_line_suffix + "\n")
+    return rows

@@ -10,6 +10,7 @@ from algorithms.data import (TRAIN_HEADER, PIXEL_HEADER, batch_order, cache_path
                              load_labels, split_validation)
 from algorithms.errors import InputError
 from algorithms.run import run_entry_point
+from tests.conftest import write_random_kaggle_train
 
 
 def test_default_data_is_4000_train_1000_test_real_digits(full_data):
@@ -142,12 +143,8 @@ def test_labels_file_must_cover_every_test_image(tmp_path):
 
 
 def test_a_users_kaggle_sized_file_loads(tmp_path):
-    rng = np.random.default_rng(0)
-    rows = np.column_stack([rng.integers(0, 10, 2000), rng.integers(0, 256, (2000, 784))])
     path = tmp_path / "kaggle_train.csv"
-    with open(path, "w") as handle:
-        handle.write(",".join(TRAIN_HEADER) + "\n")
-        np.savetxt(handle, rows, fmt="%d", delimiter=",")
+    rows = write_random_kaggle_train(path, 2000, seed=0)
     images, labels = load_kaggle_csv(str(path), labelled=True)
     assert np.array_equal(labels, rows[:, 0]) and np.allclose(images.reshape(2000, -1) * 255, rows[:, 1:])
     assert ",".join(PIXEL_HEADER).startswith("pixel0,pixel1")

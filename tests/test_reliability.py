@@ -16,10 +16,10 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.data import TRAIN_HEADER, load_kaggle_csv
+from algorithms.data import load_kaggle_csv
 from algorithms.faults import first_loss_problem, stuck_loss_problem
 from algorithms.recorder import CSV_COLUMNS, read_rows
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -152,13 +152,8 @@ def test_a_header_less_file_is_rejected_at_line_1(small_data, tmp_path):
 
 
 def test_one_bad_row_at_the_end_of_a_42000_row_file_is_found(tmp_path):
-    rng = np.random.default_rng(1)
-    rows = np.column_stack([rng.integers(0, 10, 42_000), rng.integers(0, 256, (42_000, 784))])
     train = tmp_path / "train.csv"
-    with open(train, "w") as handle:
-        handle.write(",".join(TRAIN_HEADER) + "\n")
-        np.savetxt(handle, rows[:-1], fmt="%d", delimiter=",")
-        handle.write(",".join(str(v) for v in rows[-1][:-1]) + ",x\n")
+    write_random_kaggle_train(train, 42_000, seed=1, last_line_suffix="x")
     assert "train.csv:42001: column 785 (pixel783) is 'x', not a number" in _rejected(train, tmp_path)
 
 
