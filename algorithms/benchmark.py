@@ -34,7 +34,7 @@ def parse_args(argv):
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind per framework")
     parser.add_argument("--block", type=int, default=5, help="steps per interleaved native/harness block")
-    parser.add_argument("--thread_steps", type=int, default=5, help="timed 1-thread steps (0: skip)")
+    parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
     parser.add_argument("--gemm", type=int, default=4096, help="GEMM size for the machine peak")
     parser.add_argument("--data_rows", type=int, default=42000, help="rows of the generated Kaggle-size CSV")
     parser.add_argument("--skip_compiled", action="store_true", help="leave out XLA / torch.compile")

@@ -75,7 +75,7 @@ def compiled_ms(config, dataset, schedule, block: int) -> dict:
     harness = Harness(replace(config, compile=True), make_session(config, dataset))
     harness.run(schedule[:block])
     native_ms, harness_ms = [], []
-    for start in range(block, min(len(schedule), 3 * block), block):  # warm-up block, then two
+    for start in range(block, min(len(schedule), 2 * block), block):  # a warm-up block, then one
         native_ms += native.run(schedule[start:start + block])
         harness_ms += harness.run(schedule[start:start + block])
     return {"torch.compile native": float(np.median(native_ms)), "torch.compile harness": float(np.median(harness_ms))}
