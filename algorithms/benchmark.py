@@ -24,7 +24,7 @@ from .suite import RUNS
 PACKAGES = {"tensorflow": "tensorflow_wrapper", "keras": "keras_wrapper", "torch": "torch_wrapper",
             "lasagne": "lasagne_wrapper", "caffe": "caffe_wrapper"}
 COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
-           "harness_over_native", "steps_timed", "data_share_pct", "peak_rss_mb", "one_thread_ms",
+           "harness_over_native", "outside_step_ms", "steps_timed", "data_share_pct", "peak_rss_mb", "one_thread_ms",
            "all_core_speedup", "threads", "gemm_gflops", "machine_peak_gflops", "compiled", "status"]
 
 
@@ -33,7 +33,7 @@ def parse_args(argv):
     parser.add_argument("--only", default=",".join(RUNS), help="comma-separated subset of: " + ", ".join(RUNS))
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind per framework")
-    parser.add_argument("--block", type=int, default=5, help="steps per interleaved native/harness block")
+    parser.add_argument("--block", type=int, default=2, help="steps per interleaved native/harness block (small: both see the same machine load)")
     parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
     parser.add_argument("--gemm", type=int, default=4096, help="GEMM size for the machine peak")
     parser.add_argument("--data_rows", type=int, default=42000, help="rows of the generated Kaggle-size CSV")
@@ -79,7 +79,8 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
     row.update(ms_per_step=f"{ms:.1f}", samples_per_sec=f"{batch * 1000.0 / ms:.0f}", gflops=f"{gflops:.1f}",
                pct_of_peak=f"{100.0 * gflops / peak_gflops:.1f}" if peak_gflops else "",
                native_ms=f"{full['native_ms']:.1f}", harness_over_native=f"{full['ratio']:.3f}",
-               steps_timed=full["steps_timed"], data_share_pct=f"{100.0 * full['data_share']:.2f}",
+               steps_timed=full["steps_timed"],
+               outside_step_ms=f"{full['outside_step_ms']:.2f}" if "outside_step_ms" in full else "", data_share_pct=f"{100.0 * full['data_share']:.2f}",
                peak_rss_mb=f"{full['peak_rss_mb']:.0f}", threads=full["threads"],
                gemm_gflops=f"{full.get('gemm_gflops', 0):.0f}",
                compiled="; ".join(f"{key} {value:.1f} ms" for key, value in full.get("compiled", {}).items()))
@@ -91,7 +92,7 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
 
 def print_table(rows: list) -> None:
     shown = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
-             "harness_over_native", "data_share_pct", "peak_rss_mb", "one_thread_ms", "all_core_speedup",
+             "harness_over_native", "outside_step_ms", "data_share_pct", "peak_rss_mb", "one_thread_ms", "all_core_speedup",
              "gemm_gflops"]
     cells = [shown] + [[str(row[column]) for column in shown] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]

@@ -44,7 +44,7 @@ class HandStepHarness:
     def __init__(self, trainer, session: RunSession):
         self.trainer, self.session = trainer, session
         self.learning_rate = session.config.optimizer.learning_rate
-        self.losses: list = []
+        self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost
 
     def run(self, steps: list) -> list:
         times = []
@@ -54,6 +54,7 @@ class HandStepHarness:
             self.session.checkpoint_due()
             self.session.should_stop()
             times.append((time.perf_counter() - start) * 1000.0)
+            self.outside_step_ms.append(times[-1] - self.session.step_times_ms[-1])
         return times
 
 
@@ -105,6 +106,8 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         native_ms, harness_ms = interleaved(native, harness, schedule, block)
         result.update(native_ms=statistics.median(native_ms), harness_ms=statistics.median(harness_ms),
                       steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
+        if getattr(harness, "outside_step_ms", None):
+            result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
         result["ratio"] = result["harness_ms"] / result["native_ms"]
         if gemm_n:
             seconds = native_module.gemm_seconds(gemm_n, 3)

@@ -57,7 +57,8 @@ def apply_threads(threads: int) -> None:
 
 
 def build_trainer(config):
-    apply_threads(config.threads)
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
+    apply_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
     # dropout masks: seeded after every module is built (building draws from the
     # RNG, and a shard draws less than the whole layer), so ranks of one replica, a
