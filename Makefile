@@ -12,7 +12,7 @@ LEGACY_PY := $(LEGACY_VENV)/bin/python
 LEGACY_REQ_HASH := $(shell sha1sum requirements-legacy.txt | cut -c1-12)
 LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 
-.PHONY: all setup legacy-setup caffe compare test baseline drift clean-results
+.PHONY: all setup legacy-setup caffe compare test baseline drift benchmark clean-results
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -71,6 +71,11 @@ baseline: setup legacy-setup caffe
 # Parity mode, every framework twice: run-to-run next to cross-framework drift (results/drift/)
 drift: setup legacy-setup caffe
 	$(PY) -m algorithms.drift $(ARGS)
+
+# Harness vs native loops, GEMM peak and MFU, threads, compiled paths, RSS, data path
+# (results/benchmark/); under 10 minutes on 2 cores
+benchmark: setup legacy-setup caffe
+	$(PY) benchmark.py $(ARGS)
 
 clean-results:
 	rm -rf results/*.csv results/predictions results.log

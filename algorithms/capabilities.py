@@ -18,6 +18,7 @@ SCRIPT_PACKAGES = {"tensorflow_script.py": "tensorflow_wrapper", "keras_script.p
 # keras_theano_backend.py runs keras_wrapper with KERAS_BACKEND=theano (in the legacy env)
 SCRIPT_ENV = {"keras_theano_backend.py": {"KERAS_BACKEND": "theano"}}
 FLAGS = ("--accumulate", "--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--checkpointing",
+         "--compile",
          "--checkpoint_every")
 
 

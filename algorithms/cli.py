@@ -50,6 +50,8 @@ class RunConfig:
     reduce_lr_on_plateau: int = 0
     plateau_factor: float = 0.5
     dp_impl: str = "auto"
+    threads: int = os.cpu_count() or 1
+    compile: bool = False
 
     @property
     def effective_batch(self) -> int:
@@ -66,7 +68,8 @@ class RunConfig:
         """The optional features this run asks of a wrapper, flag -> in use."""
         return {"--lr_scaling linear": self.lr_scaling == "linear", "--warmup_steps": self.warmup_steps > 0,
                 "--reduce_lr_on_plateau": self.reduce_lr_on_plateau > 0, "--accumulate": self.accumulate > 1,
-                "--checkpointing": self.checkpointing, "--dp_impl dataparallel": self.dp_impl == "dataparallel"}
+                "--checkpointing": self.checkpointing, "--dp_impl dataparallel": self.dp_impl == "dataparallel",
+                "--compile": self.compile}
 
     def describe(self) -> str:
         opt = self.optimizer
@@ -76,7 +79,8 @@ class RunConfig:
             optimizer = f"adam(lr={opt.learning_rate:g}, beta_1={opt.beta_1:g}, beta_2={opt.beta_2:g}, epsilon={opt.epsilon:g})"
         return (f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
                 f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
-                f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices}"
+                f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
+                + (" compile" if self.compile else "")
                 + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
                 + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
                 + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
@@ -185,6 +189,12 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                                "nn.DataParallel) instead of one process per device")
     parallel.add_argument("--micro_batches", type=_count, default=0,
                           help="pipeline: micro-batches per batch (0: twice the number of stages)")
+    speed = parser.add_argument_group("speed")
+    speed.add_argument("--threads", type=_positive_int, default=os.cpu_count() or 1,
+                       help="intra-op threads (TensorFlow, torch) and OMP/OpenBLAS threads (Theano, Caffe), "
+                            "set explicitly and recorded in results.log")
+    speed.add_argument("--compile", action="store_true",
+                       help="the framework's compiler: XLA jit_compile (TensorFlow), torch.compile (PyTorch)")
     hygiene = parser.add_argument_group("large-batch training")
     hygiene.add_argument("--accumulate", type=_positive_int, default=1,
                          help="gradient accumulation: one optimizer step per K batches, equal to a K x batch")
@@ -246,5 +256,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         plan=plan, parity=args.parity, checkpoint_every=args.checkpoint_every, resume=args.resume, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
         checkpointing=args.checkpointing, early_stopping=args.early_stopping,
         reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
-        dp_impl=args.dp_impl,
+        dp_impl=args.dp_impl, threads=args.threads, compile=args.compile,
     )

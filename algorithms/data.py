@@ -54,7 +54,8 @@ def load_kaggle_csv(path: str, labelled: bool) -> tuple:
         raw = _parse_kaggle_csv(path, labelled)
         cached = _to_cache_arrays(raw, labelled)
         _write_cache(path, cached)
-    pixels = cached["pixels"].astype(np.float32).reshape(-1, IMAGE_SIDE, IMAGE_SIDE) / np.float32(255.0)
+    pixels = cached["pixels"].astype(np.float32).reshape(-1, IMAGE_SIDE, IMAGE_SIDE)
+    pixels /= np.float32(255.0)  # in place: the same values, one 42,000-row copy fewer
     labels = cached["labels"].astype(np.int32) if labelled else None
     return pixels, labels
 

@@ -59,8 +59,26 @@ def finish_with_test(session: RunSession, logits_fn) -> dict:
     return session.finish(cross_entropy(logits, data.test_y), accuracy(logits, data.test_y), logits.argmax(axis=1))
 
 
+def run_step(model, session: RunSession, epoch: int, parts: list, learning_rate) -> float:
+    """One optimizer step and its CSV row, exactly as the loop runs it (the
+    benchmark times this against a native loop); returns the lr now set."""
+    data = session.dataset
+    if session.learning_rate != learning_rate and hasattr(model, "set_learning_rate"):
+        learning_rate = session.learning_rate
+        model.set_learning_rate(learning_rate)
+    start = time.perf_counter()
+    batches = [model.to_batch(data.train_x[indices], data.train_y[indices]) for indices in parts]
+    ready = time.perf_counter()
+    result = model.train_step(batches[0]) if len(batches) == 1 else model.accumulate_step(batches)
+    done = time.perf_counter()
+    loss, acc, comm_ms = result if len(result) == 3 else (*result, None)
+    session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0,
+                       sum(len(indices) for indices in parts), comm_ms)
+    return learning_rate
+
+
 def train_by_hand(model, session: RunSession) -> dict:
-    config, data = session.config, session.dataset
+    config = session.config
 
     def logits_fn(images):
         return batched_logits(model.logits, images, config.batch_size)
@@ -73,18 +91,7 @@ def train_by_hand(model, session: RunSession) -> dict:
     for epoch in range(start_epoch, config.num_epochs):
         steps = session.optimizer_batches(epoch)
         for index in range(start_index if epoch == start_epoch else 0, len(steps)):
-            parts = steps[index]
-            if session.learning_rate != learning_rate and hasattr(model, "set_learning_rate"):
-                learning_rate = session.learning_rate
-                model.set_learning_rate(learning_rate)
-            start = time.perf_counter()
-            batches = [model.to_batch(data.train_x[indices], data.train_y[indices]) for indices in parts]
-            ready = time.perf_counter()
-            result = model.train_step(batches[0]) if len(batches) == 1 else model.accumulate_step(batches)
-            done = time.perf_counter()
-            loss, acc, comm_ms = result if len(result) == 3 else (*result, None)
-            session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0,
-                               sum(len(indices) for indices in parts), comm_ms)
+            learning_rate = run_step(model, session, epoch, steps[index], learning_rate)
             if session.checkpoint_due():
                 session.save_checkpoint(model, epoch, index + 1)
             if session.should_stop():

@@ -33,6 +33,7 @@ from .data import default_test_labels, ensure_default_data, load_dataset
 from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError
 from .faults import exit_status, install_signal_handlers, interruption_name, is_out_of_memory, out_of_memory_advice
 from .session import RunSession
+from .threads import set_thread_environment
 
 
 def prepare(argv: Optional[list], prog: str, description: str):
@@ -62,6 +63,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     parity_notes = enable_parity(wrapper_module) if config.parity else None
+    set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     wrapper = importlib.import_module(wrapper_module)
     if hasattr(wrapper, "for_this_worker"):
         config = wrapper.for_this_worker(config)

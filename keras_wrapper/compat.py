@@ -127,3 +127,18 @@ def describe_backend() -> tuple:
     except Exception:  # not every backend lists devices through keras.distribution
         devices = "cpu"
     return module.__version__, devices
+
+
+def set_threads(threads: int) -> None:
+    """--threads on the backend's own switches (jax, Theano: the environment that
+    algorithms/threads.py set before import)."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:  # TensorFlow already ran an op: its pools are fixed
+            pass
+    elif BACKEND == "torch":
+        import torch
+        torch.set_num_threads(threads)

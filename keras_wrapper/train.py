@@ -97,6 +97,7 @@ def make_model(network, optimizer_spec, seed: int, data_parallel_devices: int = 
 
 def train(session):
     config, data = session.config, session.dataset
+    compat.set_threads(config.threads)
     model = make_model(config.network, config.optimizer, config.seed,
                        config.devices if config.plan.strategy == "data" else 0, config.accumulate)
     checkpointer = KerasCheckpoint(model)

@@ -9,4 +9,13 @@ def supported() -> dict:
     """What this wrapper implements (read before the framework is imported)."""
     return {"strategies": ("single", "data", "model"),
             "flags": ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--accumulate",
-                      "--checkpoint_every")}
+                      "--checkpoint_every", "--compile")}
+
+
+def prepare_process(config, dataset) -> None:
+    """--compile is the single-device fused step's XLA jit_compile."""
+    if config.compile and (config.plan.strategy != "single" or config.accumulate > 1):
+        from algorithms.errors import InputError
+
+        raise InputError("--compile: tensorflow_script.py compiles the single-device step "
+                         "(--strategy single, no --accumulate); drop --compile")

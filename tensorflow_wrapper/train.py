@@ -44,7 +44,7 @@ class TensorFlowTrainer:
     """`strategy`: a tf.distribute strategy for data parallel, None otherwise;
     `layer_devices`: one device per layer for model parallel, None otherwise."""
 
-    def __init__(self, network, optimizer_spec, seed: int, strategy=None, layer_devices=None):
+    def __init__(self, network, optimizer_spec, seed: int, strategy=None, layer_devices=None, jit_compile=False):
         tf.random.set_seed(seed)
         self.seed, self.optimizer_steps = seed, 0
         self.data_parallel = strategy is not None
@@ -54,7 +54,8 @@ class TensorFlowTrainer:
             self.variables = self.model.weights_in_order
             self.optimizer = make_optimizer(optimizer_spec, pre_reduced=self.data_parallel)
             self.optimizer.build(self.variables)
-        self._fused_step = tf.function(self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC])
+        self._fused_step = tf.function(self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC],
+                                       jit_compile=jit_compile)  # --compile: XLA
         self._part_gradients = tf.function(self._gradients,
                                            input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC])
         self._apply = tf.function(self._apply_gradients)
@@ -180,8 +181,15 @@ class TensorFlowTrainer:
         return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
 
 
+def apply_threads(threads: int) -> None:
+    """--threads: TensorFlow's intra- and inter-op pools (before its first op)."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
 def make_trainer(config) -> TensorFlowTrainer:
     """The trainer for the config's plan (devices are set up here, before any op)."""
+    apply_threads(config.threads)
     plan = config.plan
     if plan.strategy == "data":
         strategy = data_parallel_strategy(plan.devices)
@@ -191,7 +199,7 @@ def make_trainer(config) -> TensorFlowTrainer:
         layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages)
                          for _ in range(first, stop)]
         return TensorFlowTrainer(config.network, config.optimizer, config.seed, layer_devices=layer_devices)
-    return TensorFlowTrainer(config.network, config.optimizer, config.seed)
+    return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile)
 
 
 def train(session):

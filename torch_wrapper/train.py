@@ -47,7 +47,18 @@ def whole_model_blocks(network, checkpointing: bool) -> tuple:
     return layer_stages(network, 2) if checkpointing else ((0, len(network.layers)),)
 
 
+def apply_threads(threads: int) -> None:
+    """--threads: intra-op threads, and inter-op where torch still allows setting them."""
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # only settable before the first parallel op of the process
+        pass
+
+
 def build_trainer(config):
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
+    apply_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
     # dropout masks: seeded after every module is built (building draws from the
     # RNG, and a shard draws less than the whole layer), so ranks of one replica, a
@@ -63,6 +74,8 @@ def _build_trainer(config):
     if plan.strategy == "single" or config.dp_impl == "dataparallel":
         device = torch.device("cuda" if plan.strategy != "single" else "cpu")
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
+        if config.compile:  # --compile: torch.compile (Inductor); the first step compiles
+            model = torch.compile(model)
         if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
             model = nn.DataParallel(model, device_ids=list(range(plan.devices)))
         return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, CommClock(False))

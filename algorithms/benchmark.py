@@ -1,0 +1,148 @@
+"""The benchmark (`python benchmark.py`): for every framework of algorithms/suite.py,
+one probe process (algorithms/probe.py) measures the harness against a native loop
+(interleaved), the GEMM peak through the framework's BLAS, compiled paths and peak
+RSS; a second one the native loop on 1 thread. This process (no framework) adds the
+data-path timing, prints the table and writes it as CSV under results/benchmark/."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+from .cli import DEFAULT_DATA_DIR, REPO_ROOT
+from .data_benchmark import csv_vs_cache
+from .data import ensure_default_data
+from .legacy_env import LEGACY_PYTHON
+from .suite import RUNS
+
+PACKAGES = {"tensorflow": "tensorflow_wrapper", "keras": "keras_wrapper", "torch": "torch_wrapper",
+            "lasagne": "lasagne_wrapper", "caffe": "caffe_wrapper"}
+COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
+           "harness_over_native", "outside_step_ms", "steps_timed", "data_share_pct", "peak_rss_mb", "one_thread_ms",
+           "all_core_speedup", "threads", "gemm_gflops", "machine_peak_gflops", "compiled", "status"]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(RUNS), help="comma-separated subset of: " + ", ".join(RUNS))
+    parser.add_argument("--batch_size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind per framework")
+    parser.add_argument("--block", type=int, default=2, help="steps per interleaved native/harness block (small: both see the same machine load)")
+    parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
+    parser.add_argument("--gemm", type=int, default=4096, help="GEMM size for the machine peak")
+    parser.add_argument("--data_rows", type=int, default=42000, help="rows of the generated Kaggle-size CSV")
+    parser.add_argument("--skip_compiled", action="store_true", help="leave out XLA / torch.compile")
+    parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
+    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "results", "benchmark"))
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
+    args = parser.parse_args(argv)
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNS]
+    if unknown:
+        parser.error(f"--only: unknown {', '.join(unknown)}")
+    return args, names
+
+
+def run_probe(name: str, probe_args: list, timeout: int) -> dict:
+    """One probe process; {'status': ...} on failure."""
+    _, env, framework, backend = RUNS[name]
+    python = LEGACY_PYTHON if backend == "theano" else sys.executable
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env, **({"KERAS_BACKEND": "theano"} if name == "keras_theano" else {})}
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        out = os.path.join(scratch, "probe.json")
+        try:
+            proc = subprocess.run([python, "-m", "algorithms.probe", PACKAGES[framework], "--out", out, *probe_args],
+                                  cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": f"timed out after {timeout} s"}
+        if proc.returncode != 0 or not os.path.exists(out):
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return {"status": f"failed (exit {proc.returncode}): {last[:120]}"}
+        with open(out) as handle:
+            return {**json.load(handle), "status": "ok"}
+
+
+def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float) -> dict:
+    _, _, framework, backend = RUNS[name]
+    row = {column: "" for column in COLUMNS}
+    row.update(framework=framework, backend=backend, status=full["status"], machine_peak_gflops=f"{peak_gflops:.0f}")
+    if full["status"] != "ok":
+        return row
+    ms = full["harness_ms"]
+    gflops = full["flops_per_sample"] * batch * 1000.0 / ms / 1e9
+    row.update(ms_per_step=f"{ms:.1f}", samples_per_sec=f"{batch * 1000.0 / ms:.0f}", gflops=f"{gflops:.1f}",
+               pct_of_peak=f"{100.0 * gflops / peak_gflops:.1f}" if peak_gflops else "",
+               native_ms=f"{full['native_ms']:.1f}", harness_over_native=f"{full['ratio']:.3f}",
+               steps_timed=full["steps_timed"],
+               outside_step_ms=f"{full['outside_step_ms']:.2f}" if "outside_step_ms" in full else "", data_share_pct=f"{100.0 * full['data_share']:.2f}",
+               peak_rss_mb=f"{full['peak_rss_mb']:.0f}", threads=full["threads"],
+               gemm_gflops=f"{full.get('gemm_gflops', 0):.0f}",
+               compiled="; ".join(f"{key} {value:.1f} ms" for key, value in full.get("compiled", {}).items()))
+    if single.get("status") == "ok":
+        row.update(one_thread_ms=f"{single['native_ms']:.1f}",
+                   all_core_speedup=f"{single['native_ms'] / full['native_ms']:.2f}")
+    return row
+
+
+def print_table(rows: list) -> None:
+    shown = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
+             "harness_over_native", "outside_step_ms", "data_share_pct", "peak_rss_mb", "one_thread_ms", "all_core_speedup",
+             "gemm_gflops"]
+    cells = [shown] + [[str(row[column]) for column in shown] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
+    for line in cells:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
+    for row in rows:
+        if row["compiled"] or row["status"] != "ok":
+            print(f"  {row['framework']}/{row['backend']}: {row['compiled'] or row['status']}")
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def main(argv=None) -> int:
+    args, names = parse_args(sys.argv[1:] if argv is None else argv)
+    ensure_default_data(DEFAULT_DATA_DIR)
+    started, load_before = time.perf_counter(), load_average()
+    data_flags = ["--train", os.path.abspath(args.train)] if args.train else []
+    common = ["--batch_size", str(args.batch_size), "--steps", str(args.steps), "--block", str(args.block),
+              *data_flags, *(["--skip_compiled"] if args.skip_compiled else [])]
+    results = {}
+    for name in names:
+        full = run_probe(name, common + ["--gemm", str(args.gemm)], args.timeout)
+        single = run_probe(name, [*data_flags, "--batch_size", str(args.batch_size), "--mode", "threads", "--threads", "1",
+                                  "--steps", str(args.thread_steps), "--block", str(max(1, args.thread_steps))],
+                           args.timeout) if args.thread_steps else {"status": "skipped"}
+        results[name] = (full, single)
+        print(f"{name}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
+    peak = max((full.get("gemm_gflops", 0.0) for full, _ in results.values()), default=0.0)
+    rows = [table_row(name, full, single, args.batch_size, peak) for name, (full, single) in results.items()]
+    data = csv_vs_cache(args.data_rows)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"benchmark_{stamp}.csv")
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"\nbenchmark {stamp} · batch {args.batch_size} · {args.steps} timed steps each, interleaved blocks of "
+          f"{args.block} · load average {load_before} at start, {load_average()} at end · "
+          f"{os.cpu_count()} CPUs")
+    print(f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS): {peak:.0f} GFLOP/s\n")
+    print_table(rows)
+    print(f"\ndata path ({args.data_rows} x 785 CSV): parse {data['csv_s']:.2f} s, binary cache {data['cache_s']:.3f} s: "
+          f"cached {data['ratio']:.0f}x faster")
+    with open(path.replace(".csv", "_data.csv"), "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(data))
+        writer.writeheader()
+        writer.writerow(data)
+    print(f"table: {path} · wall {time.perf_counter() - started:.0f} s")
+    return 0 if all(row["status"] == "ok" for row in rows) else 1

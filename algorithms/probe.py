@@ -1,0 +1,152 @@
+"""One framework's benchmark measurements, in its own process (frameworks, and the
+legacy env, never share one). algorithms/benchmark.py starts it as
+
+    python -m algorithms.probe PACKAGE --out result.json [--steps N] [--block B]
+        [--gemm N] [--mode full|threads] [any entry-script flag, e.g. --threads 1]
+
+and reads the JSON it writes. PACKAGE's `native.py` supplies:
+    apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
+    Native(config, dataset, schedule) .run(steps) -> per-step ms   a minimal loop of the
+                                     framework itself on pre-loaded tensors of `schedule`
+    Harness(config, session)  .run(steps) -> per-step ms   the wrapper's step as the entry
+                                     script runs it (recorder on); `HandStepHarness` below for
+                                     wrappers driven by algorithms/loop.py
+    gemm_seconds(n, reps) -> seconds per n x n fp32 matmul through the framework's BLAS
+    make_session(config, dataset) -> the harness's RunSession (`scratch_session` below)
+and may supply
+    compiled_ms(config, dataset, schedule, steps) -> {name: ms/step}   compiled paths
+Imports no framework itself; PACKAGE.native is imported after the thread environment is set.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from .loop import run_step
+from .recorder import read_rows
+from .run import prepare
+from .session import RunSession
+from .threads import peak_rss_mb, set_thread_environment
+
+WARMUP_BLOCKS = 1  # the first native and harness blocks (compilation, caches) are not counted
+
+
+class HandStepHarness:
+    """The wrapper's trainer stepped by algorithms/loop.py's own `run_step`, one
+    externally timed step at a time (CSV row, lr schedule and all)."""
+
+    def __init__(self, trainer, session: RunSession):
+        self.trainer, self.session = trainer, session
+        self.learning_rate = session.config.optimizer.learning_rate
+        self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost
+
+    def run(self, steps: list) -> list:
+        times = []
+        for epoch, parts in steps:
+            start = time.perf_counter()
+            self.learning_rate = run_step(self.trainer, self.session, epoch, parts, self.learning_rate)
+            self.session.checkpoint_due()
+            self.session.should_stop()
+            times.append((time.perf_counter() - start) * 1000.0)
+            self.outside_step_ms.append(times[-1] - self.session.step_times_ms[-1])
+        return times
+
+
+def step_schedule(session: RunSession, count: int) -> list:
+    """The first `count` optimizer steps of the shared batch order, as (epoch, parts)."""
+    schedule, epoch = [], 0
+    while len(schedule) < count:
+        schedule += [(epoch, parts) for parts in session.optimizer_batches(epoch)]
+        epoch += 1
+    return schedule[:count]
+
+
+def interleaved(native, harness, schedule: list, block: int) -> tuple:
+    """Alternate blocks of native and harness steps over the same batches; the
+    first block of each is warm-up. Returns (native ms list, harness ms list)."""
+    native_ms, harness_ms = [], []
+    for index, start in enumerate(range(0, len(schedule), block)):
+        steps = schedule[start:start + block]
+        native_times, harness_times = native.run(steps), harness.run(steps)
+        if index >= WARMUP_BLOCKS:
+            native_ms += native_times
+            harness_ms += harness_times
+    return native_ms, harness_ms
+
+
+def data_share(session: RunSession, skip: int) -> float:
+    """median data_time_ms / median step_time_ms of the harness's own CSV rows."""
+    rows = [row for row in read_rows(session.csv_path, session.run_id) if row["phase"] == "train"][skip:]
+    data = [row["data_time_ms"] for row in rows if row["data_time_ms"] is not None]
+    steps = [row["step_time_ms"] for row in rows]
+    return statistics.median(data) / statistics.median(steps) if data and steps else float("nan")
+
+
+def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True) -> dict:
+    config, dataset = prepare(argv, "algorithms.probe", "")
+    environment = set_thread_environment(config.threads)
+    native_module = importlib.import_module(f"{package}.native")
+    result = {"package": package, "mode": mode, "threads": config.threads, "batch": config.batch_size,
+              "thread_settings": environment + "; " + native_module.apply_threads(config)}
+    session = native_module.make_session(config, dataset)
+    schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
+    native = native_module.Native(config, dataset, schedule)
+    if mode == "threads":  # 1 vs all cores: the native loop alone
+        times = [t for start in range(0, len(schedule), block)
+                 for t in native.run(schedule[start:start + block])][block * WARMUP_BLOCKS:]
+        result["native_ms"] = statistics.median(times)
+    else:
+        harness = native_module.Harness(config, session)
+        native_ms, harness_ms = interleaved(native, harness, schedule, block)
+        result.update(native_ms=statistics.median(native_ms), harness_ms=statistics.median(harness_ms),
+                      steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
+        if getattr(harness, "outside_step_ms", None):
+            result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
+        result["ratio"] = result["harness_ms"] / result["native_ms"]
+        if gemm_n:
+            seconds = native_module.gemm_seconds(gemm_n, 3)
+            result["gemm_gflops"] = 2.0 * gemm_n ** 3 / seconds / 1e9
+        if compiled and hasattr(native_module, "compiled_ms"):
+            result["compiled"] = native_module.compiled_ms(config, dataset, schedule, block)
+    result["flops_per_sample"] = config.network.train_flops_per_sample()
+    result["peak_rss_mb"] = peak_rss_mb()
+    return result
+
+
+def probe_config_args(argv: list, results_dir: str) -> list:
+    """The entry-script flags a probe runs with: test set off, rows to a scratch folder."""
+    extra = [] if "--results_dir" in argv else ["--results_dir", results_dir]
+    return argv + (["--test", "none"] if "--test" not in argv else []) + extra
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="algorithms.probe")
+    parser.add_argument("package")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--mode", choices=("full", "threads"), default="full")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind (after warm-up)")
+    parser.add_argument("--block", type=int, default=5, help="steps per interleaved block")
+    parser.add_argument("--gemm", type=int, default=4096, help="matmul size for the GEMM peak (0: skip)")
+    parser.add_argument("--skip_compiled", action="store_true", help="leave out the compiled paths")
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory(prefix="probe-") as scratch:
+        result = measure(args.package, args.mode, args.steps, args.block, args.gemm,
+                         probe_config_args(rest, os.path.join(scratch, "results")), not args.skip_compiled)
+    with open(args.out, "w") as handle:
+        json.dump(result, handle)
+    return 0
+
+
+def scratch_session(config, dataset, framework: str, backend: str, versions: dict, devices: str) -> RunSession:
+    """The harness's session: the entry script's, writing to the probe's results folder."""
+    return RunSession(config, dataset, framework, backend, versions, devices)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The benchmark's Lasagne side (algorithms/probe.py, legacy env): the compiled
+Theano train function called directly on pre-converted arrays (Lasagne's native
+loop) against the wrapper's step through algorithms/loop.py, on the same weights
+and batches; a compiled T.dot for the GEMM peak."""
+from __future__ import annotations
+
+import os
+import time
+
+from lasagne_wrapper import theano_compat  # noqa: F401  (before lasagne: the bridges)
+
+import numpy as np
+import theano
+import theano.tensor as T
+
+from algorithms.probe import HandStepHarness, scratch_session
+from lasagne_wrapper.train import LasagneTrainer, describe_runtime
+
+
+def apply_threads(config) -> str:
+    return f"Theano OpenMP/OpenBLAS from the environment (openmp={theano.config.openmp}, " \
+           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})"
+
+
+def make_session(config, dataset):
+    return scratch_session(config, dataset, *describe_runtime())
+
+
+class Native:
+    def __init__(self, config, dataset, schedule):
+        self.trainer = LasagneTrainer(config.network, config.optimizer, config.seed)
+        self.batches = {id(parts): self.trainer.to_batch(dataset.train_x[parts[0]], dataset.train_y[parts[0]])
+                        for _, parts in schedule}
+        self.losses: list = []
+
+    def run(self, steps: list) -> list:
+        times = []
+        for _, parts in steps:
+            batch = self.batches[id(parts)]
+            start = time.perf_counter()
+            self.losses.append(self.trainer._train(*batch)[0])
+            times.append((time.perf_counter() - start) * 1000.0)
+        return times
+
+
+class Harness(HandStepHarness):
+    def __init__(self, config, session):
+        super().__init__(LasagneTrainer(config.network, config.optimizer, config.seed), session)
+
+
+def gemm_seconds(n: int, reps: int) -> float:
+    a, b = T.matrix("a"), T.matrix("b")
+    matmul = theano.function([a, b], T.dot(a, b))
+    x, y = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+    matmul(x, y)
+    start = time.perf_counter()
+    for _ in range(reps):
+        matmul(x, y)
+    return (time.perf_counter() - start) / reps

@@ -1,0 +1,88 @@
+"""The benchmark's TensorFlow side (algorithms/probe.py): a minimal native
+tf.function + GradientTape loop on the same SpecModel, weights and batches as
+tensorflow_script.py, the wrapper's own step as the harness, tf.linalg.matmul for
+the GEMM peak and XLA (jit_compile) beside graph mode."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import tensorflow as tf
+
+from algorithms.init import initial_weights
+from algorithms.probe import HandStepHarness, scratch_session
+from tensorflow_wrapper.model import SpecModel, make_optimizer
+from tensorflow_wrapper.train import apply_threads as set_tf_threads
+from tensorflow_wrapper.train import describe_runtime, make_trainer
+
+
+def apply_threads(config) -> str:
+    set_tf_threads(config.threads)
+    return (f"tf.config.threading intra {tf.config.threading.get_intra_op_parallelism_threads()}, "
+            f"inter {tf.config.threading.get_inter_op_parallelism_threads()}")
+
+
+def make_session(config, dataset):
+    return scratch_session(config, dataset, *describe_runtime())
+
+
+class Native:
+    """One tf.function step (tape, mean cross-entropy, apply); the loss stays a tensor."""
+
+    def __init__(self, config, dataset, schedule, jit_compile: bool = False):
+        tf.random.set_seed(config.seed)
+        self.model = SpecModel(config.network, initial_weights(config.network, config.seed), config.seed)
+        self.variables = self.model.weights_in_order
+        self.optimizer = make_optimizer(config.optimizer)
+        self.optimizer.build(self.variables)
+        self.seed, self.count = config.seed, 0
+        self.step = tf.function(self._step, jit_compile=jit_compile)
+        self.batches = {id(parts): (tf.constant(dataset.train_x[parts[0]][..., None]),
+                                    tf.constant(dataset.train_y[parts[0]]))
+                        for _, parts in schedule}
+        self.losses: list = []
+
+    def _step(self, images, labels, step_seed):
+        with tf.GradientTape() as tape:
+            logits = self.model(images, True, step_seed, 0, tf.shape(images)[0])
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, self.variables), self.variables))
+        return loss
+
+    def run(self, steps: list) -> list:
+        times = []
+        for _, parts in steps:
+            images, labels = self.batches[id(parts)]
+            self.count += 1
+            start = time.perf_counter()
+            self.losses.append(self.step(images, labels, tf.constant([self.seed, self.count], tf.int64)))
+            times.append((time.perf_counter() - start) * 1000.0)
+        return times
+
+
+class Harness(HandStepHarness):
+    def __init__(self, config, session):
+        super().__init__(make_trainer(config), session)
+
+
+def gemm_seconds(n: int, reps: int) -> float:
+    a, b = tf.random.uniform([n, n]), tf.random.uniform([n, n])
+    tf.linalg.matmul(a, b).numpy()
+    start = time.perf_counter()
+    for _ in range(reps):
+        tf.linalg.matmul(a, b).numpy()
+    return (time.perf_counter() - start) / reps
+
+
+def compiled_ms(config, dataset, schedule, block: int) -> dict:
+    """XLA beside graph mode: the native loop and tensorflow_script.py --compile."""
+    native = Native(config, dataset, schedule, jit_compile=True)
+    native.run(schedule[:block])  # compiles
+    harness = Harness(replace(config, compile=True), make_session(config, dataset))
+    harness.run(schedule[:block])
+    native_ms, harness_ms = [], []
+    for start in range(block, min(len(schedule), 2 * block), block):  # a warm-up block, then one
+        native_ms += native.run(schedule[start:start + block])
+        harness_ms += harness.run(schedule[start:start + block])
+    return {"XLA native": float(np.median(native_ms)), "XLA harness": float(np.median(harness_ms))}

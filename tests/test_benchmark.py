@@ -1,0 +1,81 @@
+"""The benchmark (benchmark.py, algorithms/probe.py): that its native loop and
+harness step do the same work, that its table reads back, and the --threads and
+--compile flags it relies on. No timed assertions: the speed goals are the
+benchmark's printed ratios."""
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from algorithms.probe import step_schedule
+from algorithms.recorder import read_rows
+from algorithms.run import prepare
+from tests.conftest import REPO_ROOT, run_script
+
+
+def small_flags(small_data, tmp_path) -> list:
+    return ["--train", str(small_data / "train.csv"), "--test", "none", "--results_dir", str(tmp_path / "results"),
+            "--batch_size", "32", "--quiet"]
+
+
+def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
+    native_module = pytest.importorskip("torch_wrapper.native")
+    config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
+    session = native_module.make_session(config, dataset)
+    schedule = step_schedule(session, 4)
+    native = native_module.Native(config, dataset, schedule)
+    native.run(schedule)
+    harness = native_module.Harness(config, session)  # reseeds dropout as the wrapper does
+    harness.run(schedule)
+    harness_losses = [row["loss"] for row in read_rows(session.csv_path, session.run_id)]
+    native_losses = [float(loss) for loss in native.losses]
+    assert len(harness_losses) == 4
+    assert native_losses == pytest.approx(harness_losses, rel=1e-5)
+    assert len(set(native_losses)) > 1  # it trained
+
+
+def test_benchmark_table_reads_back(small_data, tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--only", "torch",
+                           "--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2",
+                           "--block", "1", "--thread_steps", "1", "--gemm", "256", "--data_rows", "300",
+                           "--skip_compiled", "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tables = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
+    with open(tables[0], newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["framework"], row["backend"], row["status"]) for row in rows] == [("torch", "torch", "ok")]
+    row = rows[0]
+    for column in ("ms_per_step", "native_ms", "harness_over_native", "gflops", "pct_of_peak", "peak_rss_mb",
+                   "one_thread_ms", "gemm_gflops", "machine_peak_gflops", "data_share_pct"):
+        assert float(row[column]) >= 0, column
+    assert float(row["ms_per_step"]) > 0 and float(row["peak_rss_mb"]) > 50
+    assert int(row["steps_timed"]) == 2
+    with open(glob.glob(str(out / "benchmark_*_data.csv"))[0], newline="") as handle:
+        data = next(csv.DictReader(handle))
+    assert float(data["csv_s"]) > 0 and float(data["cache_s"]) > 0
+    assert "harness_over_native" in proc.stdout and "cached" in proc.stdout
+
+
+def test_threads_flag_is_applied_and_recorded(small_data, tmp_path):
+    proc = run_script("torch_script.py", small_flags(small_data, tmp_path) + ["--max_steps", "2", "--threads", "1"])
+    assert proc.returncode == 0, proc.stderr
+    log = open(tmp_path / "results.log").read()
+    assert "threads=1" in log and "OMP_NUM_THREADS=1" in log
+    assert "cpu (1 thread)" in log  # what torch itself reports
+    assert "peak rss" in log
+
+
+@pytest.mark.parametrize("script, backend", [("caffe_script.py", None), ("keras_script.py", "jax")])
+def test_compile_is_refused_in_one_line_where_unsupported(small_data, tmp_path, script, backend):
+    proc = run_script(script, small_flags(small_data, tmp_path) + ["--compile", "--max_steps", "1"],
+                      {"KERAS_BACKEND": backend} if backend else None)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--compile" in proc.stderr
+    assert not os.path.exists(tmp_path / "results.log")

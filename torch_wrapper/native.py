@@ -1,0 +1,81 @@
+"""The benchmark's PyTorch side (algorithms/probe.py): a minimal native training
+loop on the same model, weights, batches and dropout seed as torch_script.py, the
+wrapper's own step as the harness, torch.mm for the GEMM peak and torch.compile."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from algorithms.init import initial_weights
+from algorithms.probe import HandStepHarness, scratch_session
+from torch_wrapper.model import build_model, make_optimizer
+from torch_wrapper.train import apply_threads as set_torch_threads
+from torch_wrapper.train import build_trainer, describe_runtime
+
+
+def apply_threads(config) -> str:
+    set_torch_threads(config.threads)
+    return f"torch.set_num_threads({torch.get_num_threads()}), interop {torch.get_num_interop_threads()}"
+
+
+def make_session(config, dataset):
+    return scratch_session(config, dataset, *describe_runtime())
+
+
+class Native:
+    """zero_grad, forward, mean cross-entropy, backward, step: nothing else per step."""
+
+    def __init__(self, config, dataset, schedule, compile_model: bool = False):
+        self.model = build_model(config.network, initial_weights(config.network, config.seed))
+        self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
+        torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/train.py)
+        self.forward = torch.compile(self.model) if compile_model else self.model
+        self.batches = {id(parts): (torch.from_numpy(dataset.train_x[parts[0]][:, None]),
+                                    torch.from_numpy(dataset.train_y[parts[0]].astype(np.int64)))
+                        for _, parts in schedule}
+        self.losses: list = []  # loss tensors, read only after the timed steps
+
+    def run(self, steps: list) -> list:
+        times = []
+        self.model.train()
+        for _, parts in steps:
+            images, labels = self.batches[id(parts)]
+            start = time.perf_counter()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(self.forward(images), labels)
+            loss.backward()
+            self.optimizer.step()
+            times.append((time.perf_counter() - start) * 1000.0)
+            self.losses.append(loss.detach())
+        return times
+
+
+class Harness(HandStepHarness):
+    def __init__(self, config, session):
+        super().__init__(build_trainer(config), session)
+
+
+def gemm_seconds(n: int, reps: int) -> float:
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    torch.mm(a, b)
+    start = time.perf_counter()
+    for _ in range(reps):
+        torch.mm(a, b)
+    return (time.perf_counter() - start) / reps
+
+
+def compiled_ms(config, dataset, schedule, block: int) -> dict:
+    """torch.compile beside eager: the native loop and torch_script.py --compile."""
+    native = Native(config, dataset, schedule, compile_model=True)
+    native.run(schedule[:block])  # compiles
+    harness = Harness(replace(config, compile=True), make_session(config, dataset))
+    harness.run(schedule[:block])
+    native_ms, harness_ms = [], []
+    for start in range(block, min(len(schedule), 2 * block), block):  # a warm-up block, then one
+        native_ms += native.run(schedule[start:start + block])
+        harness_ms += harness.run(schedule[start:start + block])
+    return {"torch.compile native": float(np.median(native_ms)), "torch.compile harness": float(np.median(harness_ms))}
