@@ -226,11 +226,13 @@ def main(argv=None) -> int:
                           f"[{index}/{len(names)} run {copy}] ")
     measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id)
     rows = table_rows(measured)
-    print(format_drift(rows, measured, names[0]))
+    # the reference is the first framework whose two runs finished
+    reference = next((item["name"] for item in measured if not item["failed"]), names[0])
+    print(format_drift(rows, measured, reference))
     prefix = os.path.join(config.results_dir, run_id)
     write_csvs(rows, measured, prefix)
     if any(not item["failed"] for item in measured):
-        plot_drift(measured, names[0], prefix + ".png")
+        plot_drift(measured, reference, prefix + ".png")
         print(f"\nplot: {prefix}.png\ntable: {prefix}.csv  every step: {prefix}_steps.csv")
     return 0 if all(not item["failed"] for item in measured) else 1
 
