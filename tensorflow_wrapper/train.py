@@ -182,9 +182,14 @@ class TensorFlowTrainer:
 
 
 def apply_threads(threads: int) -> None:
-    """--threads: TensorFlow's intra- and inter-op pools (before its first op)."""
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    """--threads: TensorFlow's intra- and inter-op pools. They can be set only before
+    TensorFlow's first op; a process that already ran one (the tests build several
+    trainers in one process) keeps the pools it has."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # "cannot be modified after initialization"
+        pass
 
 
 def make_trainer(config) -> TensorFlowTrainer:
