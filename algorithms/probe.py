@@ -80,6 +80,18 @@ def interleaved(native, harness, schedule: list, block: int) -> tuple:
     return native_ms, harness_ms
 
 
+def compiled_pair_ms(native, harness, schedule: list, block: int, label: str) -> dict:
+    """A compiled native loop beside the entry script's compiled step: one block each
+    to compile, then one timed block each; median ms/step of each."""
+    native.run(schedule[:block])
+    harness.run(schedule[:block])
+    native_ms, harness_ms = [], []
+    for start in range(block, min(len(schedule), 2 * block), block):
+        native_ms += native.run(schedule[start:start + block])
+        harness_ms += harness.run(schedule[start:start + block])
+    return {f"{label} native": statistics.median(native_ms), f"{label} harness": statistics.median(harness_ms)}
+
+
 def data_share(session: RunSession, skip: int) -> float:
     """median data_time_ms / median step_time_ms of the harness's own CSV rows."""
     rows = [row for row in read_rows(session.csv_path, session.run_id) if row["phase"] == "train"][skip:]

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-import numpy as np
 import tensorflow as tf
 
 from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, scratch_session
+from algorithms.probe import HandStepHarness, compiled_pair_ms, scratch_session
 from tensorflow_wrapper.model import SpecModel, make_optimizer
 from tensorflow_wrapper.train import apply_threads as set_tf_threads
 from tensorflow_wrapper.train import describe_runtime, make_trainer
@@ -78,11 +77,5 @@ def gemm_seconds(n: int, reps: int) -> float:
 def compiled_ms(config, dataset, schedule, block: int) -> dict:
     """XLA beside graph mode: the native loop and tensorflow_script.py --compile."""
     native = Native(config, dataset, schedule, jit_compile=True)
-    native.run(schedule[:block])  # compiles
     harness = Harness(replace(config, compile=True), make_session(config, dataset))
-    harness.run(schedule[:block])
-    native_ms, harness_ms = [], []
-    for start in range(block, min(len(schedule), 2 * block), block):  # a warm-up block, then one
-        native_ms += native.run(schedule[start:start + block])
-        harness_ms += harness.run(schedule[start:start + block])
-    return {"XLA native": float(np.median(native_ms)), "XLA harness": float(np.median(harness_ms))}
+    return compiled_pair_ms(native, harness, schedule, block, "XLA")

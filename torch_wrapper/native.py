@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, scratch_session
+from algorithms.probe import HandStepHarness, compiled_pair_ms, scratch_session
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import apply_threads as set_torch_threads
 from torch_wrapper.train import build_trainer, describe_runtime
@@ -71,11 +71,5 @@ def gemm_seconds(n: int, reps: int) -> float:
 def compiled_ms(config, dataset, schedule, block: int) -> dict:
     """torch.compile beside eager: the native loop and torch_script.py --compile."""
     native = Native(config, dataset, schedule, compile_model=True)
-    native.run(schedule[:block])  # compiles
     harness = Harness(replace(config, compile=True), make_session(config, dataset))
-    harness.run(schedule[:block])
-    native_ms, harness_ms = [], []
-    for start in range(block, min(len(schedule), 2 * block), block):  # a warm-up block, then one
-        native_ms += native.run(schedule[start:start + block])
-        harness_ms += harness.run(schedule[start:start + block])
-    return {"torch.compile native": float(np.median(native_ms)), "torch.compile harness": float(np.median(harness_ms))}
+    return compiled_pair_ms(native, harness, schedule, block, "torch.compile")
