@@ -25,7 +25,7 @@ NUM_PIXELS = IMAGE_SIDE * IMAGE_SIDE
 NUM_CLASSES = 10
 PIXEL_HEADER = [f"pixel{i}" for i in range(NUM_PIXELS)]
 TRAIN_HEADER = ["label"] + PIXEL_HEADER
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: the stamp records whether the file was read as a train (labelled) file
 DEFAULT_DATA_SEED = 0  # fixed: the default train/test files are the same on every machine
 
 
@@ -49,11 +49,11 @@ class Dataset:
 def load_kaggle_csv(path: str, labelled: bool) -> tuple:
     """(images float32 (N, 28, 28) in [0, 1], labels int32 or None), via the binary cache."""
     _check_file(path)
-    cached = _read_cache(path)
+    cached = _read_cache(path, labelled)
     if cached is None:
         raw = _parse_kaggle_csv(path, labelled)
         cached = _to_cache_arrays(raw, labelled)
-        _write_cache(path, cached)
+        _write_cache(path, cached, labelled)
     pixels = cached["pixels"].astype(np.float32).reshape(-1, IMAGE_SIDE, IMAGE_SIDE)
     pixels /= np.float32(255.0)  # in place: the same values, one 42,000-row copy fewer
     labels = cached["labels"].astype(np.int32) if labelled else None
@@ -194,15 +194,17 @@ def cache_path(csv_path: str) -> str:
     return csv_path + ".cache.npz"
 
 
-def _source_stamp(path: str) -> np.ndarray:
+def _source_stamp(path: str, labelled: bool) -> np.ndarray:
+    """What the cache must match: the format, how the file was read (a test file given
+    as --train must reach the header check, not its test-mode cache), size and mtime."""
     stat = os.stat(path)
-    return np.array([CACHE_FORMAT, stat.st_size, stat.st_mtime_ns], np.int64)
+    return np.array([CACHE_FORMAT, int(labelled), stat.st_size, stat.st_mtime_ns], np.int64)
 
 
-def _read_cache(path: str) -> Optional[dict]:
+def _read_cache(path: str, labelled: bool) -> Optional[dict]:
     try:
         with np.load(cache_path(path)) as cache:
-            if not np.array_equal(cache["stamp"], _source_stamp(path)):
+            if not np.array_equal(cache["stamp"], _source_stamp(path, labelled)):
                 return None
             return {"pixels": cache["pixels"], "labels": cache["labels"]}
     except (OSError, KeyError, ValueError):
@@ -217,11 +219,11 @@ def _to_cache_arrays(table: np.ndarray, labelled: bool) -> dict:
     return {"pixels": pixels, "labels": labels}
 
 
-def _write_cache(path: str, arrays: dict) -> None:
+def _write_cache(path: str, arrays: dict, labelled: bool) -> None:
     target = cache_path(path)
     temporary = f"{target}.{os.getpid()}.tmp.npz"
     try:
-        np.savez(temporary, stamp=_source_stamp(path), **arrays)
+        np.savez(temporary, stamp=_source_stamp(path, labelled), **arrays)
         os.replace(temporary, target)  # atomic: a reader never sees half a cache
     except OSError as error:  # a read-only data folder only costs the speed-up
         print(f"note: could not write the cache {target} ({error.strerror}); the CSV will be parsed each run",

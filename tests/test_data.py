@@ -116,6 +116,7 @@ def test_test_file_with_a_label_column_is_rejected(tmp_path, capsys, small_data)
 
 
 def test_test_file_given_as_train_is_rejected(tmp_path, capsys, small_data):
+    load_kaggle_csv(str(small_data / "test.csv"), labelled=False)  # its test-mode cache must not answer
     err = _run_rejected(tmp_path, capsys, ["--train", str(small_data / "test.csv")])
     assert "test.csv:1: this is a test file" in err
 
