@@ -126,6 +126,21 @@ class Network:
         gradients for both inputs and weights, each costing one forward)."""
         return 3 * self.forward_flops_per_sample()
 
+    def pads_folded_into_convs(self) -> dict:
+        """{conv layer index: padding} for each ZeroPad2D directly before a 'valid'
+        Conv2D. The pair is one convolution with that zero padding: a wrapper may
+        build it so, and skip the padded copy of the activation."""
+        return {index + 1: layer.padding for index, layer in enumerate(self.layers[:-1])
+                if isinstance(layer, ZeroPad2D) and isinstance(self.layers[index + 1], Conv2D)
+                and self.layers[index + 1].padding == "valid"}
+
+    def relus_after_pools(self) -> set:
+        """Indexes of layers whose ReLU a wrapper may apply after the MaxPool2D that
+        follows them instead: the max of ReLUs is the ReLU of the max, and the
+        gradient reaches the same element (or none), on a quarter of the elements."""
+        return {index for index, layer in enumerate(self.layers[:-1])
+                if getattr(layer, "activation", None) == "relu" and isinstance(self.layers[index + 1], MaxPool2D)}
+
     def final_activation(self) -> Optional[str]:
         return self.layers[-1].activation
 

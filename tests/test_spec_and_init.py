@@ -67,3 +67,12 @@ def test_channels_first_conversion_matches_a_channels_last_computation():
     conv_kernel = weights[0].kernel
     assert converted[0].kernel.shape == (32, 1, 3, 3)
     assert converted[0].kernel[5, 0, 1, 2] == conv_kernel[1, 2, 0, 5]
+
+
+def test_the_exact_rewrites_a_wrapper_may_make_are_found_in_the_layer_list():
+    # 3-layer net: each ZeroPad2D(1) feeds a valid 3x3 conv; conv2 and conv3 are followed by a max-pool
+    assert CNN2D_3LAYER.pads_folded_into_convs() == {1: 1, 3: 1, 6: 1}
+    assert CNN2D_3LAYER.relus_after_pools() == {3, 6}
+    # 2-layer net: SAME convs (nothing to fold), each followed by a max-pool; the dense ReLU is not
+    assert CNN2D_2LAYER.pads_folded_into_convs() == {}
+    assert CNN2D_2LAYER.relus_after_pools() == {0, 2}

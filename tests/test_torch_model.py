@@ -1,0 +1,44 @@
+"""torch_wrapper's fast build (padding folded into the convolution, ReLU after the
+max-pool, in-place ReLUs, channels-last weights) computes what the spec's layers,
+built one by one, compute."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from algorithms.init import initial_weights
+from algorithms.spec import NETWORKS
+from torch_wrapper.model import build_model, layer_modules
+
+
+def loss_and_gradients(model, images, labels):
+    loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    return loss.item(), [parameter.grad for parameter in model.parameters()]
+
+
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+def test_fused_layers_give_the_same_loss_and_gradients_as_the_spec_layers(name):
+    network = NETWORKS[name].without_dropout()
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(32, 1, 28, 28, generator=generator)
+    labels = torch.randint(0, 10, (32,), generator=generator)
+
+    def model(fused):
+        modules = layer_modules(network, initial_weights(network, 0), fused=fused)
+        return torch.nn.Sequential(*[module for parts in modules for module in parts])
+
+    plain, fused = model(False), model(True)
+    assert [type(m) for m in fused] != [type(m) for m in plain]  # really rebuilt
+    plain_loss, plain_gradients = loss_and_gradients(plain, images, labels)
+    fused_loss, fused_gradients = loss_and_gradients(fused, images, labels)
+    assert fused_loss == plain_loss  # the same arithmetic, bit for bit
+    for plain_gradient, fused_gradient in zip(plain_gradients, fused_gradients, strict=True):
+        assert torch.equal(plain_gradient, fused_gradient)
+    # channels-last (the whole-model build) only changes the convolutions' summation
+    # order (norms, not elements: a 1e-7 change may move a max-pool's pick to its near-tie)
+    fast = build_model(network, initial_weights(network, 0))
+    assert fast[0].weight.is_contiguous(memory_format=torch.channels_last)
+    fast_loss, fast_gradients = loss_and_gradients(fast, images, labels)
+    assert fast_loss == pytest.approx(plain_loss, rel=1e-6)
+    for plain_gradient, fast_gradient in zip(plain_gradients, fast_gradients, strict=True):
+        assert torch.linalg.norm(fast_gradient - plain_gradient) <= 1e-3 * torch.linalg.norm(plain_gradient)
