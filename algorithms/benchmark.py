@@ -1,8 +1,10 @@
 """The benchmark (`python benchmark.py`): for every framework of algorithms/suite.py,
 one probe process (algorithms/probe.py) measures the harness against a native loop
 (interleaved), the GEMM peak through the framework's BLAS, compiled paths and peak
-RSS; a second one the native loop on 1 thread. This process (no framework) adds the
-data-path timing, prints the table and writes it as CSV under results/benchmark/."""
+RSS; a second one the native loop on 1 thread; a third profiles, with the framework's
+own profiler, each framework under half the best one's FLOP/s. This process (no
+framework) adds the data-path timing, prints the tables and writes them as CSV
+under results/benchmark/."""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +26,7 @@ from .suite import RUNS
 PACKAGES = {"tensorflow": "tensorflow_wrapper", "keras": "keras_wrapper", "torch": "torch_wrapper",
             "lasagne": "lasagne_wrapper", "caffe": "caffe_wrapper"}
 COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
-           "harness_over_native", "outside_step_ms", "steps_timed", "data_share_pct", "peak_rss_mb", "one_thread_ms",
+           "harness_over_native", "ratio_ci95", "outside_step_ms", "steps_timed", "data_share_pct", "peak_rss_mb", "one_thread_ms",
            "all_core_speedup", "threads", "gemm_gflops", "machine_peak_gflops", "compiled", "status"]
 
 
@@ -33,11 +35,14 @@ def parse_args(argv):
     parser.add_argument("--only", default=",".join(RUNS), help="comma-separated subset of: " + ", ".join(RUNS))
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind per framework")
-    parser.add_argument("--block", type=int, default=2, help="steps per interleaved native/harness block (small: both see the same machine load)")
+    parser.add_argument("--block", type=int, default=1, help="steps per interleaved native/harness block (small: both see the same machine load)")
     parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
     parser.add_argument("--gemm", type=int, default=4096, help="GEMM size for the machine peak")
     parser.add_argument("--data_rows", type=int, default=42000, help="rows of the generated Kaggle-size CSV")
     parser.add_argument("--skip_compiled", action="store_true", help="leave out XLA / torch.compile")
+    parser.add_argument("--profile", choices=("under_half", "all", "none"), default="under_half",
+                        help="which frameworks to profile: those under half the best GFLOP/s (default), all, none")
+    parser.add_argument("--profile_steps", type=int, default=4, help="profiled steps per framework")
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "results", "benchmark"))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
@@ -79,6 +84,7 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
     row.update(ms_per_step=f"{ms:.1f}", samples_per_sec=f"{batch * 1000.0 / ms:.0f}", gflops=f"{gflops:.1f}",
                pct_of_peak=f"{100.0 * gflops / peak_gflops:.1f}" if peak_gflops else "",
                native_ms=f"{full['native_ms']:.1f}", harness_over_native=f"{full['ratio']:.3f}",
+               ratio_ci95="{:.3f}-{:.3f}".format(*full["ratio_ci95"]),
                steps_timed=full["steps_timed"],
                outside_step_ms=f"{full['outside_step_ms']:.2f}" if "outside_step_ms" in full else "", data_share_pct=f"{100.0 * full['data_share']:.2f}",
                peak_rss_mb=f"{full['peak_rss_mb']:.0f}", threads=full["threads"],
@@ -92,7 +98,7 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
 
 def print_table(rows: list) -> None:
     shown = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
-             "harness_over_native", "outside_step_ms", "data_share_pct", "peak_rss_mb", "one_thread_ms", "all_core_speedup",
+             "harness_over_native", "ratio_ci95", "outside_step_ms", "data_share_pct", "peak_rss_mb", "one_thread_ms", "all_core_speedup",
              "gemm_gflops"]
     cells = [shown] + [[str(row[column]) for column in shown] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
@@ -101,6 +107,38 @@ def print_table(rows: list) -> None:
     for row in rows:
         if row["compiled"] or row["status"] != "ok":
             print(f"  {row['framework']}/{row['backend']}: {row['compiled'] or row['status']}")
+
+
+def profiled(which: str, rows: list, names: list) -> list:
+    """The frameworks to profile: under half the best achieved GFLOP/s, all, or none."""
+    if which == "none":
+        return []
+    speeds = {name: float(row["gflops"]) for name, row in zip(names, rows) if row["status"] == "ok"}
+    best = max(speeds.values(), default=0.0)
+    return [name for name, gflops in speeds.items() if which == "all" or gflops < best / 2]
+
+
+def print_profiles(profiles: dict, rows: list, names: list) -> None:
+    speeds = {name: row["gflops"] for name, row in zip(names, rows)}
+    print("\nwhere the time goes (each framework's own profiler, native loop, self time per step):")
+    for name, result in profiles.items():
+        if result["status"] != "ok":
+            print(f"  {name}: {result['status']}")
+            continue
+        print(f"  {name} ({speeds[name]} GFLOP/s; {result['profiler']}; {result['profiled_ms']:.1f} ms/step profiled):")
+        for op, ms in result["profile"][:6]:
+            print(f"    {ms:7.1f} ms  {100.0 * ms / result['profiled_ms']:4.1f}%  {op[:110]}")
+
+
+def write_profiles(path: str, profiles: dict) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["framework", "backend", "profiler", "op", "ms_per_step", "share_pct"])
+        for name, result in profiles.items():
+            _, _, framework, backend = RUNS[name]
+            for op, ms in result.get("profile", []):
+                writer.writerow([framework, backend, result["profiler"], op, f"{ms:.2f}",
+                                 f"{100.0 * ms / result['profiled_ms']:.1f}"])
 
 
 def load_average() -> str:
@@ -125,6 +163,11 @@ def main(argv=None) -> int:
         print(f"{name}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
     peak = max((full.get("gemm_gflops", 0.0) for full, _ in results.values()), default=0.0)
     rows = [table_row(name, full, single, args.batch_size, peak) for name, (full, single) in results.items()]
+    profiles = {}
+    for name in profiled(args.profile, rows, names):
+        profiles[name] = run_probe(name, [*data_flags, "--batch_size", str(args.batch_size), "--mode", "profile",
+                                          "--steps", str(args.profile_steps), "--block", "1"], args.timeout)
+        print(f"{name}: profiled, {profiles[name]['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
     data = csv_vs_cache(args.data_rows)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     os.makedirs(args.out, exist_ok=True)
@@ -138,6 +181,9 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPUs")
     print(f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS): {peak:.0f} GFLOP/s\n")
     print_table(rows)
+    if profiles:
+        print_profiles(profiles, rows, names)
+        write_profiles(path.replace(".csv", "_profile.csv"), profiles)
     print(f"\ndata path ({args.data_rows} x 785 CSV): parse {data['csv_s']:.2f} s, binary cache {data['cache_s']:.3f} s: "
           f"cached {data['ratio']:.0f}x faster")
     with open(path.replace(".csv", "_data.csv"), "w", newline="") as handle:

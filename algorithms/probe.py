@@ -2,7 +2,7 @@
 legacy env, never share one). algorithms/benchmark.py starts it as
 
     python -m algorithms.probe PACKAGE --out result.json [--steps N] [--block B]
-        [--gemm N] [--mode full|threads] [any entry-script flag, e.g. --threads 1]
+        [--gemm N] [--mode full|threads|profile] [any entry-script flag, e.g. --threads 1]
 
 and reads the JSON it writes. PACKAGE's `native.py` supplies:
     apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
@@ -15,6 +15,10 @@ and reads the JSON it writes. PACKAGE's `native.py` supplies:
     make_session(config, dataset) -> the harness's RunSession (`scratch_session` below)
 and may supply
     compiled_ms(config, dataset, schedule, steps) -> {name: ms/step}   compiled paths
+    profile_ops(config, dataset, schedule, warmup) -> (profiler, [(op, ms), ...])
+                                     the native loop over `schedule` under the framework's
+                                     own profiler, the first `warmup` steps not recorded:
+                                     each op's (kernel's, layer's) self time, summed
 Imports no framework itself; PACKAGE.native is imported after the thread environment is set.
 """
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import importlib
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -35,6 +40,7 @@ from .session import RunSession
 from .threads import peak_rss_mb, set_thread_environment
 
 WARMUP_BLOCKS = 1  # the first native and harness blocks (compilation, caches) are not counted
+PROFILE_TOP = 12  # ops kept per profile
 
 
 class HandStepHarness:
@@ -80,6 +86,16 @@ def interleaved(native, harness, schedule: list, block: int) -> tuple:
     return native_ms, harness_ms
 
 
+def paired_ratio(native_ms: list, harness_ms: list) -> tuple:
+    """harness/native as the median of the per-batch ratios (each pair ran the same
+    batch moments apart, so a slow spell of the shared machine hits both), and its
+    95% bootstrap interval: how far the machine's noise alone moves that median."""
+    ratios = [harness / native for native, harness in zip(native_ms, harness_ms)]
+    draws = random.Random(0)
+    medians = sorted(statistics.median(draws.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return statistics.median(ratios), (medians[49], medians[1949])
+
+
 def compiled_pair_ms(native, harness, schedule: list, block: int, label: str) -> dict:
     """A compiled native loop beside the entry script's compiled step: one block each
     to compile, then one timed block each; median ms/step of each."""
@@ -108,6 +124,13 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
               "thread_settings": environment + "; " + native_module.apply_threads(config)}
     session = native_module.make_session(config, dataset)
     schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
+    if mode == "profile":  # where the native loop's time goes, by the framework's own profiler
+        result["profiler"], ops = native_module.profile_ops(config, dataset, schedule, block * WARMUP_BLOCKS)
+        ops = sorted(ops, key=lambda op: op[1], reverse=True)
+        result["profile"] = [[name, ms / steps] for name, ms in ops[:PROFILE_TOP]]
+        result["profiled_ms"] = sum(ms for _, ms in ops) / steps  # every op's self time, per step
+        result["flops_per_sample"] = config.network.train_flops_per_sample()
+        return result
     native = native_module.Native(config, dataset, schedule)
     if mode == "threads":  # 1 vs all cores: the native loop alone
         times = [t for start in range(0, len(schedule), block)
@@ -120,7 +143,7 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
                       steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
         if getattr(harness, "outside_step_ms", None):
             result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
-        result["ratio"] = result["harness_ms"] / result["native_ms"]
+        result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms)
         if gemm_n:
             seconds = native_module.gemm_seconds(gemm_n, 3)
             result["gemm_gflops"] = 2.0 * gemm_n ** 3 / seconds / 1e9
@@ -141,7 +164,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="algorithms.probe")
     parser.add_argument("package")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--mode", choices=("full", "threads"), default="full")
+    parser.add_argument("--mode", choices=("full", "threads", "profile"), default="full")
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind (after warm-up)")
     parser.add_argument("--block", type=int, default=5, help="steps per interleaved block")
     parser.add_argument("--gemm", type=int, default=4096, help="matmul size for the GEMM peak (0: skip)")

@@ -73,3 +73,22 @@ def compiled_ms(config, dataset, schedule, block: int) -> dict:
     native = Native(config, dataset, schedule, compile_model=True)
     harness = Harness(replace(config, compile=True), make_session(config, dataset))
     return compiled_pair_ms(native, harness, schedule, block, "torch.compile")
+
+
+def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
+    """torch.profiler over the native loop: each aten op's self CPU time (the
+    convolution kernels run inside their aten op), named with its input shapes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    native = Native(config, dataset, schedule)
+    native.run(schedule[:warmup])
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        native.run(schedule[warmup:])
+    return "torch.profiler (self CPU time)", [
+        (f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
+        for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
+
+
+def shape_text(shapes) -> str:
+    """The tensor inputs' shapes, e.g. [128,32,28,28] [48,32,3,3]."""
+    return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in shapes or [] if shape)
