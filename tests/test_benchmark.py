@@ -44,10 +44,10 @@ def test_benchmark_table_reads_back(small_data, tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--only", "torch",
                            "--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2",
                            "--block", "1", "--thread_steps", "1", "--gemm", "256", "--data_rows", "300",
-                           "--skip_compiled", "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
+                           "--skip_compiled", "--profile", "all", "--profile_steps", "2", "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    tables = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
+    tables = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith(("_data.csv", "_profile.csv"))]
     with open(tables[0], newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(row["framework"], row["backend"], row["status"]) for row in rows] == [("torch", "torch", "ok")]
@@ -57,6 +57,14 @@ def test_benchmark_table_reads_back(small_data, tmp_path):
         assert float(row[column]) >= 0, column
     assert float(row["ms_per_step"]) > 0 and float(row["peak_rss_mb"]) > 50
     assert int(row["steps_timed"]) == 2
+    low, high = map(float, row["ratio_ci95"].split("-"))
+    assert low <= float(row["harness_over_native"]) <= high
+    with open(glob.glob(str(out / "benchmark_*_profile.csv"))[0], newline="") as handle:
+        ops = list(csv.DictReader(handle))
+    assert ops and all(op["framework"] == "torch" and float(op["ms_per_step"]) > 0 for op in ops)
+    assert [float(op["ms_per_step"]) for op in ops] == sorted((float(op["ms_per_step"]) for op in ops), reverse=True)
+    assert any("convolution" in op["op"] for op in ops[:3])  # a conv net's time is in its convolutions
+    assert "where the time goes" in proc.stdout
     with open(glob.glob(str(out / "benchmark_*_data.csv"))[0], newline="") as handle:
         data = next(csv.DictReader(handle))
     assert float(data["csv_s"]) > 0 and float(data["cache_s"]) > 0
@@ -79,3 +87,16 @@ def test_compile_is_refused_in_one_line_where_unsupported(small_data, tmp_path, 
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--compile" in proc.stderr
     assert not os.path.exists(tmp_path / "results.log")
+
+
+def test_paired_ratio_pairs_steps_and_its_interval_widens_with_noise():
+    from algorithms.probe import paired_ratio
+    ratio, interval = paired_ratio([100.0] * 10, [110.0] * 10)
+    assert ratio == pytest.approx(1.1) and interval == pytest.approx((1.1, 1.1))
+    # the machine slows both sides of a pair alike: the pairs still say 1.1
+    slow_spells = [100.0, 180.0, 95.0, 160.0, 100.0, 210.0, 90.0, 100.0, 140.0, 100.0]
+    ratio, _ = paired_ratio(slow_spells, [1.1 * ms for ms in slow_spells])
+    assert ratio == pytest.approx(1.1)
+    noisy = [1.0, 1.2, 0.9, 1.1, 1.05, 0.95, 1.15, 0.85, 1.0, 1.1]
+    ratio, (low, high) = paired_ratio([100.0] * 10, [100.0 * r for r in noisy])
+    assert low < ratio < high and high - low > 0.05
