@@ -1,5 +1,8 @@
 """The spec translated to TensorFlow ops. Weights come from algorithms/init.py in
 their canonical layout, which is TensorFlow's own (HWIO kernels, NHWC flatten).
+Two exact rewrites the spec allows (spec.py) save copies: a ZeroPad2D before a valid
+convolution is the convolution's explicit padding, and a ReLU before a max-pool
+runs after it, on a quarter of the elements.
 
 Two things here serve the parallel strategies:
 - `layer_devices` pins each layer's variables and ops to a device (model
@@ -34,6 +37,9 @@ class SpecModel(tf.Module):
                 self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
         self.seed = seed
         self.last_index = len(network.layers) - 1
+        # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool
+        self.folded_pads = network.pads_folded_into_convs()
+        self.late_relus = network.relus_after_pools()
 
     @property
     def weights_in_order(self) -> list:
@@ -52,13 +58,18 @@ class SpecModel(tf.Module):
 
     def _layer(self, index, layer, x, training, step_seed, row_offset, step_rows):
         if isinstance(layer, ZeroPad2D):
+            if index + 1 in self.folded_pads:
+                return x
             p = layer.padding
             return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if isinstance(layer, Conv2D):
-            x = tf.nn.conv2d(x, self.kernels[index], strides=1, padding=layer.padding.upper())
-            return self._activate(tf.nn.bias_add(x, self.biases[index]), layer.activation, index)
+            p = self.folded_pads.get(index)
+            padding = [[0, 0], [p, p], [p, p], [0, 0]] if p else layer.padding.upper()
+            x = tf.nn.bias_add(tf.nn.conv2d(x, self.kernels[index], strides=1, padding=padding), self.biases[index])
+            return x if index in self.late_relus else self._activate(x, layer.activation, index)
         if isinstance(layer, MaxPool2D):
-            return tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
+            x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
+            return tf.nn.relu(x) if index - 1 in self.late_relus else x
         if isinstance(layer, Flatten):
             return tf.reshape(x, [tf.shape(x)[0], -1])
         if isinstance(layer, Dense):

@@ -8,8 +8,8 @@ tensor-parallel shard) without re-deciding anything the plan already decided.
 Built for speed where it changes no number (`fused`, the default): a ZeroPad2D
 before a valid convolution becomes the convolution's own padding, a ReLU before a
 max-pool runs after it (spec.py says why both are exact), ReLUs work in place, and
-the whole-model builders keep conv weights channels-last (NHWC), the layout
-oneDNN's fastest CPU convolutions take."""
+conv weights are channels-last (NHWC), the layout oneDNN's fastest CPU convolutions
+take (every strategy's layers alike, so they sum in the same order)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -42,6 +42,8 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             start, stop = channels.get(index, (0, layer.filters))
             padding = folded_pads.get(index, layer.padding)
             conv = nn.Conv2d(in_shape[-1], stop - start, layer.kernel_size, padding=padding)
+            if fused:
+                conv = conv.to(memory_format=torch.channels_last)
             modules = [_load(conv, loaded[index], start, stop)]
         elif isinstance(layer, MaxPool2D):
             modules = [nn.MaxPool2d(layer.pool_size)]
@@ -65,8 +67,7 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
 
 def build_model(network: Network, weights: list, fused: bool = True) -> nn.Sequential:
     """An nn.Sequential emitting logits (a final softmax is left to the loss)."""
-    model = nn.Sequential(*[module for modules in layer_modules(network, weights, fused=fused) for module in modules])
-    return model.to(memory_format=torch.channels_last) if fused else model
+    return nn.Sequential(*[module for modules in layer_modules(network, weights, fused=fused) for module in modules])
 
 
 def build_stage(network: Network, weights: list, start: int, stop: int) -> nn.Sequential:
@@ -78,8 +79,7 @@ def build_blocks(network: Network, weights: list, blocks: tuple, checkpointing: 
     """The whole model as consecutive blocks (layer ranges), each recomputed in the
     backward pass instead of keeping its activations when `checkpointing`."""
     stages = [build_stage(network, weights, start, stop) for start, stop in blocks]
-    model = nn.Sequential(*[Checkpointed(stage) if checkpointing else stage for stage in stages])
-    return model.to(memory_format=torch.channels_last)
+    return nn.Sequential(*[Checkpointed(stage) if checkpointing else stage for stage in stages])
 
 
 class Checkpointed(nn.Module):
