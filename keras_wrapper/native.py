@@ -85,3 +85,93 @@ def _backend_matmul():
         product = keras.ops.matmul(tensors["a"], tensors["b"])
         return product.block_until_ready() if hasattr(product, "block_until_ready") else keras.ops.sum(product[0, :1])
     return matmul
+
+
+def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
+    """The backend's own profiler over Keras's loop (model.fit): each op's self time."""
+    if compat.BACKEND == "theano":
+        return _theano_profile(config, dataset, schedule, warmup)
+    native = Native(config, dataset, schedule)
+    native.run(schedule[:warmup])
+    if compat.BACKEND == "torch":
+        from torch.profiler import ProfilerActivity, profile
+
+        from torch_wrapper.native import shape_text
+
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+            native.run(schedule[warmup:])
+        return "torch.profiler (self CPU time)", [
+            (f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
+            for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as logdir:
+        if compat.BACKEND == "jax":
+            import jax
+
+            options = jax.profiler.ProfileOptions()
+            options.python_tracer_level = 0
+            jax.profiler.start_trace(logdir, profiler_options=options)
+            native.run(schedule[warmup:])
+            jax.profiler.stop_trace()
+            return "jax.profiler (XSpace, XLA thunk self time)", list(_jax_op_times(logdir).items())
+        import tensorflow as tf
+
+        from tensorflow_wrapper.xplane import op_label, tf_op_times
+
+        tf.profiler.experimental.start(logdir)
+        native.run(schedule[warmup:])
+        tf.profiler.experimental.stop()
+        return "tf.profiler (XSpace, host op self time)", [
+            (op_label(name, {}), ms) for name, ms in tf_op_times(logdir).items()]
+
+
+def _jax_op_times(logdir: str) -> dict:
+    """{"hlo_module hlo_op": self ms}: the XLA CPU thunks (a fusion, convolution, copy)
+    on the host plane's threads, read by jax's own XSpace reader."""
+    import glob
+    import os
+
+    from jax.profiler import ProfileData
+
+    from tensorflow_wrapper.xplane import self_times  # plain Python: imports no TensorFlow
+
+    path = max(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
+    lines = []
+    for plane in ProfileData.from_file(path).planes:
+        if plane.name.startswith("/host:"):
+            for line in plane.lines:
+                events = []
+                for event in line.events:
+                    stats = dict(event.stats)
+                    if "hlo_op" in stats:
+                        events.append((f"{stats.get('hlo_module', '')} {stats['hlo_op']}",
+                                       int(event.start_ns * 1000), int(event.duration_ns * 1000)))
+                lines.append(events)
+    return self_times(lines, lambda name: True)
+
+
+def _theano_profile(config, dataset, schedule, warmup: int) -> tuple:
+    """Theano's ProfileStats of the compiled train function: each Apply node's time,
+    summed per Op and input shapes (the profile starts after the warm-up steps)."""
+    import collections
+
+    import theano
+    from theano.compile import profiling
+
+    # before the train function compiles (at the first fit); profile_memory records the
+    # shapes, on the Python stack VM (each node's own time is still its thunk's alone)
+    theano.config.profile = theano.config.profile_memory = True
+    registered = len(profiling._atexit_print_list)
+    native = Native(config, dataset, schedule)
+    native.run(schedule[:warmup])
+    stats = native.model.train_function.function.profile
+    stats.reset()
+    native.run(schedule[warmup:])
+    del profiling._atexit_print_list[registered:]  # no report at exit (its merge fails here)
+    totals = collections.Counter()
+    for (_, node), seconds in stats.apply_time.items():
+        shapes = " ".join(str(list(shape)).replace(" ", "") for shape in map(stats.variable_shape.get, node.inputs)
+                          if isinstance(shape, tuple) and shape)  # not scalars or non-tensors
+        totals[f"{node.op} {shapes}".rstrip()] += seconds * 1000.0
+    return "theano ProfileStats (per-Apply time)", list(totals.items())

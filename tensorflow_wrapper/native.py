@@ -79,3 +79,23 @@ def compiled_ms(config, dataset, schedule, block: int) -> dict:
     native = Native(config, dataset, schedule, jit_compile=True)
     harness = Harness(replace(config, compile=True), make_session(config, dataset))
     return compiled_pair_ms(native, harness, schedule, block, "XLA")
+
+
+def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
+    """tf.profiler over the native loop: each TF op's (kernel's) self time on the
+    host's threads, named with its input shapes and layout from the step's graph."""
+    import tempfile
+
+    from tensorflow_wrapper.xplane import graph_input_shapes, op_label, tf_op_times
+
+    native = Native(config, dataset, schedule)
+    native.run(schedule[:warmup])
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        native.run(schedule[warmup:])
+        tf.profiler.experimental.stop()
+        times = tf_op_times(logdir)
+    images, labels = native.batches[id(schedule[warmup][1])]
+    graph = native.step.get_concrete_function(images, labels, tf.constant([0, 0], tf.int64)).graph
+    shapes = graph_input_shapes(graph)
+    return "tf.profiler (XSpace, host op self time)", [(op_label(name, shapes), ms) for name, ms in times.items()]
