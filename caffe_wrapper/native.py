@@ -78,7 +78,8 @@ def gemm_seconds(n: int, reps: int) -> float:
 def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     """Caffe's per-layer timing as `caffe time` does it (each layer's forward, then
     each backward in reverse, on the solver's net), then the step itself
-    (solver.step(1)); what the step takes beyond the timed layers is its update."""
+    (solver.step(1), its forward and backward run again), of which only the update
+    is recorded: from the solver's on_gradients_ready callback to the step's end."""
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
     net = native.solver.net
@@ -89,22 +90,21 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         call(*args)
         totals[name] = totals.get(name, 0.0) + (time.perf_counter() - start) * 1000.0
 
+    gradients_ready: list = []
+    native.solver.add_callback(lambda: None, lambda: gradients_ready.append(time.perf_counter()))
     layers = list(zip(range(len(net.layers)), net._layer_names, net.layers))
-    layers_ms = step_ms = 0.0
+    update_ms = 0.0
     for _, parts in schedule[warmup:]:
         timed("input feed (copy into the data and label blobs)", _feed, net, *native.batches[id(parts)])
-        before = sum(totals.values())
         for index, name, layer in layers:
             tops = " ".join(shape_text(net.blobs[top].data.shape) for top in net.top_names[name])
             timed(f"forward {name} ({layer.type}) top {tops}", net._forward, index, index)
         for index, name, layer in reversed(layers):
             timed(f"backward {name} ({layer.type})", net._backward, index, index)
-        layers_ms += sum(totals.values()) - before
-        start = time.perf_counter()
         native.solver.step(1)
-        step_ms += (time.perf_counter() - start) * 1000.0
-    update = ("solver.step(1) beyond the timed layers (update, clearing diffs)", max(step_ms - layers_ms, 0.0))
-    return "Caffe per-layer timing (as `caffe time`) + solver.step(1)", list(totals.items()) + [update]
+        update_ms += (time.perf_counter() - gradients_ready[-1]) * 1000.0
+    update = (f"solver update ({type(native.solver).__name__}.ApplyUpdate)", update_ms)
+    return "Caffe per-layer timing (as `caffe time`) + the solver's update", list(totals.items()) + [update]
 
 
 def shape_text(shape) -> str:
