@@ -73,3 +73,39 @@ def gemm_seconds(n: int, reps: int) -> float:
     for _ in range(reps):
         net.forward()
     return (time.perf_counter() - start) / reps
+
+
+def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
+    """Caffe's per-layer timing as `caffe time` does it (each layer's forward, then
+    each backward in reverse, on the solver's net), then the step itself
+    (solver.step(1), its forward and backward run again), of which only the update
+    is recorded: from the solver's on_gradients_ready callback to the step's end."""
+    native = Native(config, dataset, schedule)
+    native.run(schedule[:warmup])
+    net = native.solver.net
+    totals: dict = {}
+
+    def timed(name, call, *args):
+        start = time.perf_counter()
+        call(*args)
+        totals[name] = totals.get(name, 0.0) + (time.perf_counter() - start) * 1000.0
+
+    gradients_ready: list = []
+    native.solver.add_callback(lambda: None, lambda: gradients_ready.append(time.perf_counter()))
+    layers = list(zip(range(len(net.layers)), net._layer_names, net.layers))
+    update_ms = 0.0
+    for _, parts in schedule[warmup:]:
+        timed("input feed (copy into the data and label blobs)", _feed, net, *native.batches[id(parts)])
+        for index, name, layer in layers:
+            tops = " ".join(shape_text(net.blobs[top].data.shape) for top in net.top_names[name])
+            timed(f"forward {name} ({layer.type}) top {tops}", net._forward, index, index)
+        for index, name, layer in reversed(layers):
+            timed(f"backward {name} ({layer.type})", net._backward, index, index)
+        native.solver.step(1)
+        update_ms += (time.perf_counter() - gradients_ready[-1]) * 1000.0
+    update = (f"solver update ({type(native.solver).__name__}.ApplyUpdate)", update_ms)
+    return "Caffe per-layer timing (as `caffe time`) + the solver's update", list(totals.items()) + [update]
+
+
+def shape_text(shape) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"

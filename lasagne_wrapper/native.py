@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 from lasagne_wrapper import theano_compat  # noqa: F401  (before lasagne: the bridges)
 
@@ -57,3 +58,31 @@ def gemm_seconds(n: int, reps: int) -> float:
     for _ in range(reps):
         matmul(x, y)
     return (time.perf_counter() - start) / reps
+
+
+def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
+    """Theano's profiler (config.profile) over the native loop: each Apply node's
+    thunk time, named by its op and its input -> output shapes. profile_memory records
+    the shapes; it runs the graph on the Python Stack VM instead of the C loop (the
+    thunks are the same C code; the VM's own time is its own entry)."""
+    theano.config.profile, theano.config.profile_memory = True, True  # read when theano.function compiles
+    warnings.filterwarnings("ignore", "CVM does not support memory profile")  # the Stack VM is meant
+    try:
+        native = Native(config, dataset, schedule)
+        native.run(schedule[:warmup])
+        stats = native.trainer._train.profile
+        stats.reset()
+        native.run(schedule[warmup:])
+        ops = [(f"{node.op} {shapes(stats, node.inputs)} -> {shapes(stats, node.outputs)}", seconds * 1000.0)
+               for (_, node), seconds in stats.apply_time.items() if seconds > 0]
+        outside = stats.fct_call_time - sum(stats.apply_time.values())  # the VM's loop, argument checks
+        return "Theano ProfileStats (thunk time per Apply node)", ops + [("(Theano VM, outside the thunks)",
+                                                                          outside * 1000.0)]
+    finally:
+        theano.config.profile, theano.config.profile_memory = False, False  # no summary printed at exit
+
+
+def shapes(stats, variables) -> str:
+    """The arrays' recorded shapes, e.g. [128,32,28,28] [48,32,3,3]; scalars and unknowns left out."""
+    recorded = [stats.variable_shape.get(var) for var in variables]
+    return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in recorded if isinstance(shape, tuple) and shape)
