@@ -116,9 +116,12 @@ def data_share(session: RunSession, skip: int) -> float:
     return statistics.median(data) / statistics.median(steps) if data and steps else float("nan")
 
 
-def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True) -> dict:
+def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True,
+            xla_dump: str = "") -> dict:
     config, dataset = prepare(argv, "algorithms.probe", "")
     environment = set_thread_environment(config.threads)
+    if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
     native_module = importlib.import_module(f"{package}.native")
     result = {"package": package, "mode": mode, "threads": config.threads, "batch": config.batch_size,
               "thread_settings": environment + "; " + native_module.apply_threads(config)}
@@ -172,7 +175,8 @@ def main(argv=None) -> int:
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="probe-") as scratch:
         result = measure(args.package, args.mode, args.steps, args.block, args.gemm,
-                         probe_config_args(rest, os.path.join(scratch, "results")), not args.skip_compiled)
+                         probe_config_args(rest, os.path.join(scratch, "results")), not args.skip_compiled,
+                         os.path.join(scratch, "xla"))
     with open(args.out, "w") as handle:
         json.dump(result, handle)
     return 0

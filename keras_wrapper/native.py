@@ -148,7 +148,30 @@ def _jax_op_times(logdir: str) -> dict:
                         events.append((f"{stats.get('hlo_module', '')} {stats['hlo_op']}",
                                        int(event.start_ns * 1000), int(event.duration_ns * 1000)))
                 lines.append(events)
-    return self_times(lines, lambda name: True)
+    hlo = _optimized_hlo()
+    return {f"{name} {hlo.get(tuple(name.split(' ', 1)), '')}".rstrip(): ms
+            for name, ms in self_times(lines, lambda name: True).items()}
+
+
+def _optimized_hlo() -> dict:
+    """{(module, instruction): "f32[shape] jax op"} from the optimized HLO XLA wrote where
+    the probe's --xla_dump_to points: what a fusion computes (its result and the jax
+    operation it came from, e.g. transpose(jvp(conv2d_1))/conv_general_dilated: a
+    kernel gradient)."""
+    import glob
+    import os
+    import re
+
+    found = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    labels = {}
+    for path in glob.glob(os.path.join(found.group(1), "*.cpu_after_optimizations.txt")) if found else []:
+        module = os.path.basename(path).split(".")[1]
+        with open(path) as handle:
+            for line in handle:
+                match = re.match(r'\s*(?:ROOT )?%(\S+) = (\w+\[[\d,]*\]).*op_name="([^"]+)"', line)
+                if match:
+                    labels[(module, match.group(1))] = f"{match.group(2)} {match.group(3)}"
+    return labels
 
 
 def _theano_profile(config, dataset, schedule, warmup: int) -> tuple:
