@@ -26,7 +26,7 @@ from .suite import RUNS
 PACKAGES = {"tensorflow": "tensorflow_wrapper", "keras": "keras_wrapper", "torch": "torch_wrapper",
             "lasagne": "lasagne_wrapper", "caffe": "caffe_wrapper"}
 COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "native_ms",
-           "harness_over_native", "ratio_ci95", "outside_step_ms", "steps_timed", "data_share_pct", "peak_rss_mb", "one_thread_ms",
+           "harness_over_native", "ratio_ci95", "outside_step_ms", "steps_timed", "block", "data_share_pct", "peak_rss_mb", "one_thread_ms",
            "all_core_speedup", "threads", "gemm_gflops", "machine_peak_gflops", "compiled", "status"]
 
 
@@ -85,7 +85,7 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
                pct_of_peak=f"{100.0 * gflops / peak_gflops:.1f}" if peak_gflops else "",
                native_ms=f"{full['native_ms']:.1f}", harness_over_native=f"{full['ratio']:.3f}",
                ratio_ci95="{:.3f}-{:.3f}".format(*full["ratio_ci95"]),
-               steps_timed=full["steps_timed"],
+               steps_timed=full["steps_timed"], block=full["block"],
                outside_step_ms=f"{full['outside_step_ms']:.2f}" if "outside_step_ms" in full else "", data_share_pct=f"{100.0 * full['data_share']:.2f}",
                peak_rss_mb=f"{full['peak_rss_mb']:.0f}", threads=full["threads"],
                gemm_gflops=f"{full.get('gemm_gflops', 0):.0f}",
@@ -141,6 +141,12 @@ def write_profiles(path: str, profiles: dict) -> None:
                                  f"{100.0 * ms / result['profiled_ms']:.1f}"])
 
 
+def larger_blocks(results: dict, block: int) -> str:
+    """ " (keras_jax: 4, ...)" for the probes whose native.py asked for larger blocks."""
+    larger = [f"{name}: {full['block']}" for name, (full, _) in results.items() if full.get("block", block) > block]
+    return f" ({', '.join(larger)})" if larger else ""
+
+
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
@@ -177,7 +183,7 @@ def main(argv=None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     print(f"\nbenchmark {stamp} · batch {args.batch_size} · {args.steps} timed steps each, interleaved blocks of "
-          f"{args.block} · load average {load_before} at start, {load_average()} at end · "
+          f"{args.block}{larger_blocks(results, args.block)} · load average {load_before} at start, {load_average()} at end · "
           f"{os.cpu_count()} CPUs")
     print(f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS): {peak:.0f} GFLOP/s\n")
     print_table(rows)

@@ -14,6 +14,8 @@ and reads the JSON it writes. PACKAGE's `native.py` supplies:
     gemm_seconds(n, reps) -> seconds per n x n fp32 matmul through the framework's BLAS
     make_session(config, dataset) -> the harness's RunSession (`scratch_session` below)
 and may supply
+    STEPS_PER_CALL                   the fewest steps one run() call should take (Keras: one
+                                     model.fit call per block, its setup spread over them)
     compiled_ms(config, dataset, schedule, steps) -> {name: ms/step}   compiled paths
     profile_ops(config, dataset, schedule, warmup) -> (profiler, [(op, ms), ...])
                                      the native loop over `schedule` under the framework's
@@ -86,11 +88,13 @@ def interleaved(native, harness, schedule: list, block: int) -> tuple:
     return native_ms, harness_ms
 
 
-def paired_ratio(native_ms: list, harness_ms: list) -> tuple:
-    """harness/native as the median of the per-batch ratios (each pair ran the same
-    batch moments apart, so a slow spell of the shared machine hits both), and its
+def paired_ratio(native_ms: list, harness_ms: list, block: int = 1) -> tuple:
+    """harness/native as the median of the per-block ratios (each pair ran the same
+    batches moments apart, so a slow spell of the shared machine hits both), and its
     95% bootstrap interval: how far the machine's noise alone moves that median."""
-    ratios = [harness / native for native, harness in zip(native_ms, harness_ms)]
+    def sums(times):
+        return [sum(times[start:start + block]) for start in range(0, len(times), block)]
+    ratios = [harness / native for native, harness in zip(sums(native_ms), sums(harness_ms))]
     draws = random.Random(0)
     medians = sorted(statistics.median(draws.choices(ratios, k=len(ratios))) for _ in range(2000))
     return statistics.median(ratios), (medians[49], medians[1949])
@@ -126,6 +130,7 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
     result = {"package": package, "mode": mode, "threads": config.threads, "batch": config.batch_size,
               "thread_settings": environment + "; " + native_module.apply_threads(config)}
     session = native_module.make_session(config, dataset)
+    block = max(block, getattr(native_module, "STEPS_PER_CALL", 1))  # a call's setup is spread over its steps
     schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
     if mode == "profile":  # where the native loop's time goes, by the framework's own profiler
         result["profiler"], ops = native_module.profile_ops(config, dataset, schedule, block * WARMUP_BLOCKS)
@@ -146,7 +151,8 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
                       steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
         if getattr(harness, "outside_step_ms", None):
             result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
-        result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms)
+        result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms, block)
+        result["block"] = block
         if gemm_n:
             seconds = native_module.gemm_seconds(gemm_n, 3)
             result["gemm_gflops"] = 2.0 * gemm_n ** 3 / seconds / 1e9

@@ -23,6 +23,9 @@ def make_session(config, dataset):
     return scratch_session(config, dataset, *describe_runtime())
 
 
+STEPS_PER_CALL = 4  # keras_script.py calls fit once an epoch: a timed block's fit setup is spread over 4 steps
+
+
 class _FitBlocks:
     """A block of steps is one model.fit call over their batches (as keras_script.py
     calls it once per epoch); per-step time is the call's time / steps."""
