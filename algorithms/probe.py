@@ -75,9 +75,10 @@ def step_schedule(session: RunSession, count: int) -> list:
     return schedule[:count]
 
 
-def interleaved(native, harness, schedule: list, block: int) -> tuple:
+def interleaved(native, harness, schedule: list, block: int, between=None) -> tuple:
     """Alternate blocks of native and harness steps over the same batches; the
-    first block of each is warm-up. Returns (native ms list, harness ms list)."""
+    first block of each is warm-up; `between()` after every second timed pair.
+    Returns (native ms list, harness ms list)."""
     native_ms, harness_ms = [], []
     for index, start in enumerate(range(0, len(schedule), block)):
         steps = schedule[start:start + block]
@@ -85,6 +86,8 @@ def interleaved(native, harness, schedule: list, block: int) -> tuple:
         if index >= WARMUP_BLOCKS:
             native_ms += native_times
             harness_ms += harness_times
+            if between and index % 2:
+                between()
     return native_ms, harness_ms
 
 
@@ -146,16 +149,19 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         result["native_ms"] = statistics.median(times)
     else:
         harness = native_module.Harness(config, session)
-        native_ms, harness_ms = interleaved(native, harness, schedule, block)
+        gemm = []  # GFLOP/s of single matmuls between the blocks: the machine's speed at the same moments
+
+        def sample_gemm():
+            gemm.append(2.0 * gemm_n ** 3 / native_module.gemm_seconds(gemm_n, 1) / 1e9)
+        native_ms, harness_ms = interleaved(native, harness, schedule, block, sample_gemm if gemm_n else None)
         result.update(native_ms=statistics.median(native_ms), harness_ms=statistics.median(harness_ms),
                       steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
         if getattr(harness, "outside_step_ms", None):
             result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
         result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms, block)
         result["block"] = block
-        if gemm_n:
-            seconds = native_module.gemm_seconds(gemm_n, 3)
-            result["gemm_gflops"] = 2.0 * gemm_n ** 3 / seconds / 1e9
+        if gemm:
+            result["gemm_gflops"], result["gemm_samples"] = statistics.median(gemm), len(gemm)
         if compiled and hasattr(native_module, "compiled_ms"):
             result["compiled"] = native_module.compiled_ms(config, dataset, schedule, block)
     result["flops_per_sample"] = config.network.train_flops_per_sample()
@@ -176,7 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=("full", "threads", "profile"), default="full")
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind (after warm-up)")
     parser.add_argument("--block", type=int, default=5, help="steps per interleaved block")
-    parser.add_argument("--gemm", type=int, default=4096, help="matmul size for the GEMM peak (0: skip)")
+    parser.add_argument("--gemm", type=int, default=2048, help="matmul size for the GEMM peak (0: skip)")
     parser.add_argument("--skip_compiled", action="store_true", help="leave out the compiled paths")
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="probe-") as scratch:

@@ -52,7 +52,7 @@ def test_benchmark_table_reads_back(small_data, tmp_path):
         rows = list(csv.DictReader(handle))
     assert [(row["framework"], row["backend"], row["status"]) for row in rows] == [("torch", "torch", "ok")]
     row = rows[0]
-    for column in ("ms_per_step", "native_ms", "harness_over_native", "gflops", "pct_of_peak", "peak_rss_mb",
+    for column in ("ms_per_step", "native_ms", "harness_over_native", "gflops", "pct_of_peak", "pct_of_own_gemm", "peak_rss_mb",
                    "one_thread_ms", "gemm_gflops", "machine_peak_gflops", "data_share_pct"):
         assert float(row[column]) >= 0, column
     assert float(row["ms_per_step"]) > 0 and float(row["peak_rss_mb"]) > 50
