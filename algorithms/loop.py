@@ -1,6 +1,7 @@
 """The training loop shared by wrappers that step by hand (TensorFlow, PyTorch),
 and the evaluation every wrapper shares: the framework gives logits, the loss and
-accuracy are computed here, once, in float64 numpy.
+accuracy are computed here, once, in float64 numpy. While a step computes, a
+background thread gathers the next step's rows (`Prefetcher`).
 
 A hand-stepping wrapper supplies an object with:
     to_batch(x, y)      numpy batch -> framework tensors (timed as data time)
@@ -16,6 +17,7 @@ and, when its package declares the matching flags in `supported()`:
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -59,15 +61,43 @@ def finish_with_test(session: RunSession, logits_fn) -> dict:
     return session.finish(cross_entropy(logits, data.test_y), accuracy(logits, data.test_y), logits.argmax(axis=1))
 
 
-def run_step(model, session: RunSession, epoch: int, parts: list, learning_rate) -> float:
+class Prefetcher:
+    """Gathers the next step's rows (numpy fancy indexing: a copy of the batch) in a
+    background thread while the framework computes the current step."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.pending = None  # (parts, future) of the step gathered ahead
+
+    def gather(self, parts: list) -> list:
+        return [(self.dataset.train_x[indices], self.dataset.train_y[indices]) for indices in parts]
+
+    def take(self, parts: list, next_parts=None) -> list:
+        """This step's arrays (waiting for them if gathered ahead), and starts gathering `next_parts`."""
+        pending, self.pending = self.pending, None
+        arrays = pending[1].result() if pending and pending[0] is parts else self.gather(parts)
+        if next_parts is not None:
+            self.pending = (next_parts, self.pool.submit(self.gather, next_parts))
+        return arrays
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_step(model, session: RunSession, epoch: int, parts: list, learning_rate, prefetcher=None,
+             next_parts=None) -> float:
     """One optimizer step and its CSV row, exactly as the loop runs it (the
-    benchmark times this against a native loop); returns the lr now set."""
+    benchmark times this against a native loop); returns the lr now set. With a
+    `prefetcher`, `next_parts` (the next step's rows) are gathered during this step."""
     data = session.dataset
     if session.learning_rate != learning_rate and hasattr(model, "set_learning_rate"):
         learning_rate = session.learning_rate
         model.set_learning_rate(learning_rate)
     start = time.perf_counter()
-    batches = [model.to_batch(data.train_x[indices], data.train_y[indices]) for indices in parts]
+    arrays = (prefetcher.take(parts, next_parts) if prefetcher
+              else [(data.train_x[indices], data.train_y[indices]) for indices in parts])
+    batches = [model.to_batch(images, labels) for images, labels in arrays]
     ready = time.perf_counter()
     result = model.train_step(batches[0]) if len(batches) == 1 else model.accumulate_step(batches)
     done = time.perf_counter()
@@ -88,15 +118,20 @@ def train_by_hand(model, session: RunSession) -> dict:
     if session.resume_from:
         model.load_checkpoint(session.resume_from)
         learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
-    for epoch in range(start_epoch, config.num_epochs):
-        steps = session.optimizer_batches(epoch)
-        for index in range(start_index if epoch == start_epoch else 0, len(steps)):
-            learning_rate = run_step(model, session, epoch, steps[index], learning_rate)
-            if session.checkpoint_due():
-                session.save_checkpoint(model, epoch, index + 1)
+    prefetcher = Prefetcher(session.dataset)
+    try:
+        for epoch in range(start_epoch, config.num_epochs):
+            steps = session.optimizer_batches(epoch)
+            for index in range(start_index if epoch == start_epoch else 0, len(steps)):
+                next_parts = steps[index + 1] if index + 1 < len(steps) else None
+                learning_rate = run_step(model, session, epoch, steps[index], learning_rate, prefetcher, next_parts)
+                if session.checkpoint_due():
+                    session.save_checkpoint(model, epoch, index + 1)
+                if session.should_stop():
+                    break
+            validate(session, epoch, logits_fn)
             if session.should_stop():
                 break
-        validate(session, epoch, logits_fn)
-        if session.should_stop():
-            break
+    finally:
+        prefetcher.close()
     return finish_with_test(session, logits_fn)

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from .loop import run_step
+from .loop import Prefetcher, run_step
 from .recorder import read_rows
 from .run import prepare
 from .session import RunSession
@@ -51,19 +51,27 @@ class HandStepHarness:
 
     def __init__(self, trainer, session: RunSession):
         self.trainer, self.session = trainer, session
+        self.prefetcher = Prefetcher(session.dataset)  # as train_by_hand: the next step gathered during this one
+        self.following: dict = {}  # id(parts) -> the schedule's next parts
         self.learning_rate = session.config.optimizer.learning_rate
         self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost
 
     def run(self, steps: list) -> list:
         times = []
         for epoch, parts in steps:
+            next_parts = self.following.get(id(parts))
             start = time.perf_counter()
-            self.learning_rate = run_step(self.trainer, self.session, epoch, parts, self.learning_rate)
+            self.learning_rate = run_step(self.trainer, self.session, epoch, parts, self.learning_rate,
+                                          self.prefetcher, next_parts)
             self.session.checkpoint_due()
             self.session.should_stop()
             times.append((time.perf_counter() - start) * 1000.0)
             self.outside_step_ms.append(times[-1] - self.session.step_times_ms[-1])
         return times
+
+    def plan(self, schedule: list) -> None:
+        """The steps to come, so each step's successor is gathered ahead as in train_by_hand."""
+        self.following = {id(parts): following for (_, parts), (_, following) in zip(schedule, schedule[1:])}
 
 
 def step_schedule(session: RunSession, count: int) -> list:
@@ -149,6 +157,8 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         result["native_ms"] = statistics.median(times)
     else:
         harness = native_module.Harness(config, session)
+        if hasattr(harness, "plan"):
+            harness.plan(schedule)
         gemm = []  # GFLOP/s of single matmuls between the blocks: the machine's speed at the same moments
 
         def sample_gemm():

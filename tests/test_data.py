@@ -149,3 +149,25 @@ def test_a_users_kaggle_sized_file_loads(tmp_path):
     images, labels = load_kaggle_csv(str(path), labelled=True)
     assert np.array_equal(labels, rows[:, 0]) and np.allclose(images.reshape(2000, -1) * 255, rows[:, 1:])
     assert ",".join(PIXEL_HEADER).startswith("pixel0,pixel1")
+
+
+def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
+    from types import SimpleNamespace
+
+    from algorithms.loop import Prefetcher
+    rows = np.arange(40, dtype=np.float32).reshape(10, 2, 2)
+    dataset = SimpleNamespace(train_x=rows, train_y=np.arange(10))
+    steps = [[np.array([3, 1])], [np.array([0, 9]), np.array([4, 5])], [np.array([7])]]
+    prefetcher = Prefetcher(dataset)
+    try:
+        for index, parts in enumerate(steps):  # as train_by_hand: each step gathers the next one ahead
+            arrays = prefetcher.take(parts, steps[index + 1] if index + 1 < len(steps) else None)
+            assert [labels.tolist() for _, labels in arrays] == [indices.tolist() for indices in parts]
+            for (images, labels), indices in zip(arrays, parts):
+                assert np.array_equal(images, rows[indices])
+        assert prefetcher.pending is None
+        prefetcher.take(steps[0], steps[1])  # the next call asks for other rows: gathered then, not the stale ones
+        (images, labels), = prefetcher.take(steps[2])
+        assert labels.tolist() == [7] and np.array_equal(images, rows[[7]])
+    finally:
+        prefetcher.close()
