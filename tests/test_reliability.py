@@ -175,20 +175,27 @@ def test_bad_parallel_flags_are_one_line_and_status_2(script, argv, expected, sm
 # --------------------------------------------------------------------------- resources
 
 def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp_path):
-    """A 3 GiB address-space limit and a batch of 3,200 images: torch's allocator fails."""
+    """A 2 GiB address-space limit and a batch of 3,200 images: torch's allocator fails;
+    the advised batch of 800 then runs under the same limit."""
     def limit_memory():
-        resource.setrlimit(resource.RLIMIT_AS, (3 * 2 ** 30, 3 * 2 ** 30))
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2 ** 30, 2 * 2 ** 30))
 
     results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), "--train",
-                           str(full_data / "train.csv"), "--test", "none", "--batch_size", "3200", "--max_steps", "2",
-                           "--results_dir", str(results), "--quiet"],
-                          cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, preexec_fn=limit_memory, timeout=300)
+
+    def run(batch_size):
+        return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), "--train",
+                               str(full_data / "train.csv"), "--test", "none", "--batch_size", batch_size,
+                               "--max_steps", "2", "--results_dir", str(results), "--quiet"],
+                              cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, preexec_fn=limit_memory,
+                              timeout=300)
+
+    proc = run("3200")
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "error: out of memory at step 1 with --batch_size 3200" in proc.stderr
     assert "use a smaller --batch_size (e.g. 800)" in proc.stderr and "Traceback" not in proc.stderr
     assert (results / f"{NETWORK}_torch.csv").exists()
     assert "status:      out of memory at step 1" in (tmp_path / "results.log").read_text()
+    assert run("800").returncode == 0
 
 
 # --------------------------------------------------------------------------- loss sanity
