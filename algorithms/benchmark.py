@@ -34,7 +34,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(RUNS), help="comma-separated subset of: " + ", ".join(RUNS))
     parser.add_argument("--batch_size", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind per framework")
+    parser.add_argument("--steps", type=int, default=24, help="timed steps of each kind per framework")
     parser.add_argument("--block", type=int, default=1, help="steps per interleaved native/harness block (small: both see the same machine load)")
     parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
     parser.add_argument("--gemm", type=int, default=2048,
