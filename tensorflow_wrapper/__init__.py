@@ -2,7 +2,8 @@
 tf.function + GradientTape steps; no model.fit. `model.py` translates the spec
 (layer placement, split-independent dropout), `devices.py` picks devices and the
 tf.distribute strategy (MirroredStrategy; MultiWorkerMirroredStrategy from
-TF_CONFIG), `train.py` runs it through the shared loop in algorithms/loop.py."""
+TF_CONFIG), `train.py` runs it through the shared loop in algorithms/loop.py;
+`native.py` and `xplane.py` (the profiler's output read back) serve the benchmark."""
 
 
 def supported() -> dict:
