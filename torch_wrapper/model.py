@@ -5,11 +5,11 @@ converted to the channels-first layout (OIHW kernels, (out, in) dense, CHW flatt
 range of layers (a stage) or keep only a slice of a layer's output channels (a
 tensor-parallel shard) without re-deciding anything the plan already decided.
 
-Built for speed where it changes no number (`fused`, the default): a ZeroPad2D
-before a valid convolution becomes the convolution's own padding, a ReLU before a
-max-pool runs after it (spec.py says why both are exact), ReLUs work in place, and
-conv weights are channels-last (NHWC), the layout oneDNN's fastest CPU convolutions
-take (every strategy's layers alike, so they sum in the same order)."""
+Built for speed (`fused`, the default): a ZeroPad2D before a valid convolution
+becomes the convolution's own padding and a ReLU before a max-pool runs after it
+(exact: spec.py says why), ReLUs work in place, and conv weights are channels-last
+(NHWC), the layout oneDNN's fastest CPU convolutions take. That changes only the
+convolutions' summation order, alike in every strategy's layers."""
 from __future__ import annotations
 
 from typing import Optional
