@@ -85,19 +85,16 @@ class Prefetcher:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_step(model, session: RunSession, epoch: int, parts: list, learning_rate, prefetcher=None,
+def run_step(model, session: RunSession, epoch: int, parts: list, learning_rate, prefetcher: Prefetcher,
              next_parts=None) -> float:
     """One optimizer step and its CSV row, exactly as the loop runs it (the
-    benchmark times this against a native loop); returns the lr now set. With a
-    `prefetcher`, `next_parts` (the next step's rows) are gathered during this step."""
-    data = session.dataset
+    benchmark times this against a native loop); returns the lr now set.
+    `next_parts` (the next step's rows) are gathered during this step."""
     if session.learning_rate != learning_rate and hasattr(model, "set_learning_rate"):
         learning_rate = session.learning_rate
         model.set_learning_rate(learning_rate)
     start = time.perf_counter()
-    arrays = (prefetcher.take(parts, next_parts) if prefetcher
-              else [(data.train_x[indices], data.train_y[indices]) for indices in parts])
-    batches = [model.to_batch(images, labels) for images, labels in arrays]
+    batches = [model.to_batch(images, labels) for images, labels in prefetcher.take(parts, next_parts)]
     ready = time.perf_counter()
     result = model.train_step(batches[0]) if len(batches) == 1 else model.accumulate_step(batches)
     done = time.perf_counter()

@@ -97,15 +97,9 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
     if compat.BACKEND == "torch":
-        from torch.profiler import ProfilerActivity, profile
+        from torch_wrapper.native import profiled_ops
 
-        from torch_wrapper.native import shape_text
-
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
-            native.run(schedule[warmup:])
-        return "torch.profiler (self CPU time)", [
-            (f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
-            for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
+        return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
     import tempfile
 
     with tempfile.TemporaryDirectory() as logdir:

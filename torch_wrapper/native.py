@@ -78,15 +78,20 @@ def compiled_ms(config, dataset, schedule, block: int) -> dict:
 def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     """torch.profiler over the native loop: each aten op's self CPU time (the
     convolution kernels run inside their aten op), named with its input shapes."""
-    from torch.profiler import ProfilerActivity, profile
-
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
+    return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
+
+
+def profiled_ops(run) -> list:
+    """[(aten op and input shapes, self CPU ms)] of everything `run()` does (keras_wrapper's
+    torch backend is profiled through this too)."""
+    from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
-        native.run(schedule[warmup:])
-    return "torch.profiler (self CPU time)", [
-        (f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
-        for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
+        run()
+    return [(f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
+            for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
 
 
 def shape_text(shapes) -> str:
