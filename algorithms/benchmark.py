@@ -44,6 +44,8 @@ def parse_args(argv):
     parser.add_argument("--profile", choices=("under_half", "all", "none"), default="under_half",
                         help="which frameworks to profile: those under half the best GFLOP/s (default), all, none")
     parser.add_argument("--profile_steps", type=int, default=4, help="profiled steps per framework")
+    parser.add_argument("--malloc", choices=("reuse", "release"), default="reuse",
+                        help="every probe's --malloc (see the entry scripts' --help); release: glibc's default")
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "results", "benchmark"))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
@@ -158,7 +160,7 @@ def main(argv=None) -> int:
     args, names = parse_args(sys.argv[1:] if argv is None else argv)
     ensure_default_data(DEFAULT_DATA_DIR)
     started, load_before = time.perf_counter(), load_average()
-    data_flags = ["--train", os.path.abspath(args.train)] if args.train else []
+    data_flags = (["--train", os.path.abspath(args.train)] if args.train else []) + ["--malloc", args.malloc]
     common = ["--batch_size", str(args.batch_size), "--steps", str(args.steps), "--block", str(args.block),
               *data_flags, *(["--skip_compiled"] if args.skip_compiled else [])]
     results = {}
@@ -185,7 +187,7 @@ def main(argv=None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     print(f"\nbenchmark {stamp} · batch {args.batch_size} · {args.steps} timed steps each, interleaved blocks of "
-          f"{args.block}{larger_blocks(results, args.block)} · load average {load_before} at start, {load_average()} at end · "
+          f"{args.block}{larger_blocks(results, args.block)} · --malloc {args.malloc} · load average {load_before} at start, {load_average()} at end · "
           f"{os.cpu_count()} CPUs")
     print(f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS, median of the matmuls between its "
           f"blocks): {peak:.0f} GFLOP/s\n")

@@ -52,6 +52,7 @@ class RunConfig:
     dp_impl: str = "auto"
     threads: int = os.cpu_count() or 1
     compile: bool = False
+    malloc: str = "reuse"
 
     @property
     def effective_batch(self) -> int:
@@ -80,6 +81,7 @@ class RunConfig:
         return (f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
                 f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
                 f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
+                + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
                 + (" compile" if self.compile else "")
                 + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
                 + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
@@ -195,6 +197,10 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                             "set explicitly and recorded in results.log")
     speed.add_argument("--compile", action="store_true",
                        help="the framework's compiler: XLA jit_compile (TensorFlow), torch.compile (PyTorch)")
+    speed.add_argument("--malloc", choices=("reuse", "release"), default="reuse",
+                       help="reuse: freed memory stays in the process for the next step (no page faults "
+                            "on every step's activations); release: glibc's default, large blocks go back "
+                            "to the kernel when freed. Recorded in results.log")
     hygiene = parser.add_argument_group("large-batch training")
     hygiene.add_argument("--accumulate", type=_positive_int, default=1,
                          help="gradient accumulation: one optimizer step per K batches, equal to a K x batch")
@@ -256,5 +262,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         plan=plan, parity=args.parity, checkpoint_every=args.checkpoint_every, resume=args.resume, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
         checkpointing=args.checkpointing, early_stopping=args.early_stopping,
         reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
-        dp_impl=args.dp_impl, threads=args.threads, compile=args.compile,
+        dp_impl=args.dp_impl, threads=args.threads, compile=args.compile, malloc=args.malloc,
     )

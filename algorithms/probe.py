@@ -39,7 +39,7 @@ from .loop import Prefetcher, run_step
 from .recorder import read_rows
 from .run import prepare
 from .session import RunSession
-from .threads import peak_rss_mb, set_thread_environment
+from .threads import peak_rss_mb, set_malloc, set_thread_environment
 
 WARMUP_BLOCKS = 1  # the first native and harness blocks (compilation, caches) are not counted
 PROFILE_TOP = 12  # ops kept per profile
@@ -134,7 +134,7 @@ def data_share(session: RunSession, skip: int) -> float:
 def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True,
             xla_dump: str = "") -> dict:
     config, dataset = prepare(argv, "algorithms.probe", "")
-    environment = set_thread_environment(config.threads)
+    environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
     if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
     native_module = importlib.import_module(f"{package}.native")

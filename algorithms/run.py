@@ -33,7 +33,7 @@ from .data import default_test_labels, ensure_default_data, load_dataset
 from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError
 from .faults import exit_status, install_signal_handlers, interruption_name, is_out_of_memory, out_of_memory_advice
 from .session import RunSession
-from .threads import set_thread_environment
+from .threads import set_malloc, set_thread_environment
 
 
 def prepare(argv: Optional[list], prog: str, description: str):
@@ -64,6 +64,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_INPUT_ERROR
     parity_notes = enable_parity(wrapper_module) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
+    set_malloc(config.malloc)
     wrapper = importlib.import_module(wrapper_module)
     if hasattr(wrapper, "for_this_worker"):
         config = wrapper.for_this_worker(config)
