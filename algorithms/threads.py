@@ -43,7 +43,8 @@ def set_malloc(policy: str) -> str:
     `reuse` turns off mmap for new blocks (M_MMAP_MAX 0; a thread arena still maps
     a block larger than its 64 MiB heap) and never trims the heap, so a step reuses
     the previous step's pages. The cost: memory freed during a run stays with the
-    process until it exits (peak RSS is unchanged).
+    process until it exits. Peak RSS in the benchmark: torch 526 -> 514-523 MB,
+    TensorFlow 1,438-1,572 -> 1,590-1,703 MB.
 
     Sets this process (mallopt) and the variables child processes' glibc reads
     at start (torchrun workers, the legacy env). Returns what was set, for
@@ -56,6 +57,7 @@ def set_malloc(policy: str) -> str:
         values = MALLOC_VARIABLES
         os.environ.update({name: str(value) for name, value in values.items()})
     elif any(name in os.environ for name in MALLOC_VARIABLES):  # release: undo what a parent process set
+        # (glibc's values; only its sliding mmap threshold stays off once mallopt has run)
         values = GLIBC_DEFAULTS
         for name in MALLOC_VARIABLES:
             os.environ.pop(name, None)
