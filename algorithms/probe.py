@@ -11,7 +11,8 @@ and reads the JSON it writes. PACKAGE's `native.py` supplies:
     Harness(config, session)  .run(steps) -> per-step ms   the wrapper's step as the entry
                                      script runs it (recorder on); `HandStepHarness` below for
                                      wrappers driven by algorithms/loop.py
-    gemm_seconds(n, reps) -> seconds per n x n fp32 matmul through the framework's BLAS
+    gemm(n) -> call                  one n x n fp32 matmul through the framework's BLAS
+                                     (operands and any compiled function made once)
     make_session(config, dataset) -> the harness's RunSession (`scratch_session` below)
 and may supply
     STEPS_PER_CALL                   the fewest steps one run() call should take (Keras: one
@@ -111,6 +112,15 @@ def paired_ratio(native_ms: list, harness_ms: list, block: int = 1) -> tuple:
     return statistics.median(ratios), (medians[49], medians[1949])
 
 
+def seconds_per_call(call, reps: int) -> float:
+    """One untimed warm-up call, then the mean time of `reps` calls."""
+    call()
+    start = time.perf_counter()
+    for _ in range(reps):
+        call()
+    return (time.perf_counter() - start) / reps
+
+
 def compiled_pair_ms(native, harness, schedule: list, block: int, label: str) -> dict:
     """A compiled native loop beside the entry script's compiled step: one block each
     to compile, then one timed block each; median ms/step of each."""
@@ -160,9 +170,10 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         if hasattr(harness, "plan"):
             harness.plan(schedule)
         gemm = []  # GFLOP/s of single matmuls between the blocks: the machine's speed at the same moments
+        matmul = native_module.gemm(gemm_n) if gemm_n else None
 
         def sample_gemm():
-            gemm.append(2.0 * gemm_n ** 3 / native_module.gemm_seconds(gemm_n, 1) / 1e9)
+            gemm.append(2.0 * gemm_n ** 3 / seconds_per_call(matmul, 1) / 1e9)
         native_ms, harness_ms = interleaved(native, harness, schedule, block, sample_gemm if gemm_n else None)
         result.update(native_ms=statistics.median(native_ms), harness_ms=statistics.median(harness_ms),
                       steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
