@@ -215,6 +215,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def shape_text(shapes) -> str:
+    """Array shapes as the profiles name them, e.g. [128,32,28,28] [48,32,3,3];
+    scalars (empty shapes) and unknowns (None) left out."""
+    return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in shapes or ()
+                    if isinstance(shape, (tuple, list)) and shape)
+
+
 def scratch_session(config, dataset, framework: str, backend: str, versions: dict, devices: str) -> RunSession:
     """The harness's session: the entry script's, writing to the probe's results folder."""
     return RunSession(config, dataset, framework, backend, versions, devices)

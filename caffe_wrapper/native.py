@@ -13,7 +13,7 @@ from caffe_wrapper.train import CaffeTrainer, _feed, describe_runtime  # sets GL
 import caffe
 import numpy as np
 
-from algorithms.probe import HandStepHarness, scratch_session
+from algorithms.probe import HandStepHarness, scratch_session, shape_text
 
 
 def apply_threads(config) -> str:
@@ -94,7 +94,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     for _, parts in schedule[warmup:]:
         timed("input feed (copy into the data and label blobs)", _feed, net, *native.batches[id(parts)])
         for index, name, layer in layers:
-            tops = " ".join(shape_text(net.blobs[top].data.shape) for top in net.top_names[name])
+            tops = shape_text([net.blobs[top].data.shape for top in net.top_names[name]])
             timed(f"forward {name} ({layer.type}) top {tops}", net._forward, index, index)
         for index, name, layer in reversed(layers):
             timed(f"backward {name} ({layer.type})", net._backward, index, index)
@@ -102,7 +102,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         update_ms += (time.perf_counter() - gradients_ready[-1]) * 1000.0
     update = (f"solver update ({type(native.solver).__name__}.ApplyUpdate)", update_ms)
     return "Caffe per-layer timing (as `caffe time`) + the solver's update", list(totals.items()) + [update]
-
-
-def shape_text(shape) -> str:
-    return "[" + ",".join(map(str, shape)) + "]"

@@ -10,7 +10,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 
 import numpy as np
 
-from algorithms.probe import scratch_session
+from algorithms.probe import scratch_session, shape_text
 from keras_wrapper.train import StepRecorder, describe_runtime, make_model
 
 
@@ -116,16 +116,12 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
 def _jax_op_times(logdir: str) -> dict:
     """{"hlo_module hlo_op": self ms}: the XLA CPU thunks (a fusion, convolution, copy)
     on the host plane's threads, read by jax's own XSpace reader."""
-    import glob
-    import os
-
     from jax.profiler import ProfileData
 
-    from tensorflow_wrapper.xplane import self_times  # plain Python: imports no TensorFlow
+    from tensorflow_wrapper.xplane import newest_xspace, self_times  # plain Python: imports no TensorFlow
 
-    path = max(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
     lines = []
-    for plane in ProfileData.from_file(path).planes:
+    for plane in ProfileData.from_file(newest_xspace(logdir)).planes:
         if plane.name.startswith("/host:"):
             for line in plane.lines:
                 events = []
@@ -181,7 +177,6 @@ def _theano_profile(config, dataset, schedule, warmup: int) -> tuple:
     del profiling._atexit_print_list[registered:]  # no report at exit (its merge fails here)
     totals = collections.Counter()
     for (_, node), seconds in stats.apply_time.items():
-        shapes = " ".join(str(list(shape)).replace(" ", "") for shape in map(stats.variable_shape.get, node.inputs)
-                          if isinstance(shape, tuple) and shape)  # not scalars or non-tensors
+        shapes = shape_text(map(stats.variable_shape.get, node.inputs))
         totals[f"{node.op} {shapes}".rstrip()] += seconds * 1000.0
     return "theano ProfileStats (per-Apply time)", list(totals.items())

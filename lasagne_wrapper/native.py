@@ -14,7 +14,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.probe import HandStepHarness, scratch_session
+from algorithms.probe import HandStepHarness, scratch_session, shape_text
 from lasagne_wrapper.train import LasagneTrainer, describe_runtime
 
 
@@ -70,16 +70,12 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         stats = native.trainer._train.profile
         stats.reset()
         native.run(schedule[warmup:])
-        ops = [(f"{node.op} {shapes(stats, node.inputs)} -> {shapes(stats, node.outputs)}", seconds * 1000.0)
+        shapes = stats.variable_shape  # as profile_memory recorded them
+        ops = [(f"{node.op} {shape_text(map(shapes.get, node.inputs))} -> {shape_text(map(shapes.get, node.outputs))}",
+                seconds * 1000.0)
                for (_, node), seconds in stats.apply_time.items() if seconds > 0]
         outside = stats.fct_call_time - sum(stats.apply_time.values())  # the VM's loop, argument checks
         return "Theano ProfileStats (thunk time per Apply node)", ops + [("(Theano VM, outside the thunks)",
                                                                           outside * 1000.0)]
     finally:
         theano.config.profile, theano.config.profile_memory = False, False  # no summary printed at exit
-
-
-def shapes(stats, variables) -> str:
-    """The arrays' recorded shapes, e.g. [128,32,28,28] [48,32,3,3]; scalars and unknowns left out."""
-    recorded = [stats.variable_shape.get(var) for var in variables]
-    return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in recorded if isinstance(shape, tuple) and shape)

@@ -8,18 +8,24 @@ import glob
 import os
 import re
 
+from algorithms.probe import shape_text
+
 # a kernel's trace event is "op_name:OpType"; framework events ("ExecutorState::Process",
 # "EagerLocalExecute: x", "ParallelFor") are not ops, but their time inside an op is the op's
 TF_OP_EVENT = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
+
+
+def newest_xspace(logdir: str) -> str:
+    """The path of the newest XSpace a profiler (TensorFlow's, jax's) wrote under `logdir`."""
+    return max(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
 
 
 def read_xspace(logdir: str):
     """The newest XSpace the profiler wrote under `logdir`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    path = max(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")), key=os.path.getmtime)
     space = xplane_pb2.XSpace()
-    with open(path, "rb") as handle:
+    with open(newest_xspace(logdir), "rb") as handle:
         space.ParseFromString(handle.read())
     return space
 
@@ -69,8 +75,7 @@ def graph_input_shapes(graph) -> dict:
     """{(op name, type): "[128,28,28,32] ... NHWC"} for a tf.function's graph."""
     shapes = {}
     for operation in graph.get_operations():
-        text = " ".join(str(tensor.shape.as_list()).replace(" ", "") for tensor in operation.inputs
-                        if tensor.shape.rank)
+        text = shape_text([tensor.shape.as_list() for tensor in operation.inputs if tensor.shape.rank])
         layout = operation.node_def.attr["data_format"].s.decode() if "data_format" in operation.node_def.attr else ""
         shapes[(operation.name, operation.type)] = f"{text} {layout}".strip()
     return shapes

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, compiled_pair_ms, scratch_session
+from algorithms.probe import HandStepHarness, compiled_pair_ms, scratch_session, shape_text
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import apply_threads as set_torch_threads
 from torch_wrapper.train import build_trainer, describe_runtime
@@ -89,8 +89,3 @@ def profiled_ops(run) -> list:
         run()
     return [(f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
             for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
-
-
-def shape_text(shapes) -> str:
-    """The tensor inputs' shapes, e.g. [128,32,28,28] [48,32,3,3]."""
-    return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in shapes or [] if shape)
