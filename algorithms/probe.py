@@ -149,7 +149,8 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
     native_module = importlib.import_module(f"{package}.native")
     result = {"package": package, "mode": mode, "threads": config.threads, "batch": config.batch_size,
-              "thread_settings": environment + "; " + native_module.apply_threads(config)}
+              "thread_settings": environment + "; " + native_module.apply_threads(config),
+              "flops_per_sample": config.network.train_flops_per_sample()}
     session = native_module.make_session(config, dataset)
     block = max(block, getattr(native_module, "STEPS_PER_CALL", 1))  # a call's setup is spread over its steps
     schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
@@ -158,7 +159,6 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         ops = sorted(ops, key=lambda op: op[1], reverse=True)
         result["profile"] = [[name, ms / steps] for name, ms in ops[:PROFILE_TOP]]
         result["profiled_ms"] = sum(ms for _, ms in ops) / steps  # every op's self time, per step
-        result["flops_per_sample"] = config.network.train_flops_per_sample()
         return result
     native = native_module.Native(config, dataset, schedule)
     if mode == "threads":  # 1 vs all cores: the native loop alone
@@ -185,7 +185,6 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
             result["gemm_gflops"], result["gemm_samples"] = statistics.median(gemm), len(gemm)
         if compiled and hasattr(native_module, "compiled_ms"):
             result["compiled"] = native_module.compiled_ms(config, dataset, schedule, block)
-    result["flops_per_sample"] = config.network.train_flops_per_sample()
     result["peak_rss_mb"] = peak_rss_mb()
     return result
 

@@ -19,7 +19,7 @@ from .cli import RunConfig
 from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settings, step_folder, write_state
 from .data import Dataset, batch_order, steps_per_epoch
 from .faults import first_loss_problem, raise_if_stop_requested, stuck_loss_problem
-from .threads import MALLOC_VARIABLES, THREAD_VARIABLES, peak_rss_mb
+from .threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
 from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
                        write_predictions)
 
@@ -289,10 +289,8 @@ class RunSession:
             ("final test", pair(summary["test"])),
             ("median step", "n/a" if median is None else
              f"{median:.2f} ms/step ({warm}), {summary['samples_per_sec']:.0f} samples/s"),
-            ("threads", f"--threads {config.threads}; "
-                        + " ".join(f"{name}={os.environ.get(name, 'unset')}" for name in THREAD_VARIABLES)),
-            ("malloc", f"--malloc {config.malloc}; "
-                       + " ".join(f"{name}={os.environ.get(name, 'unset')}" for name in MALLOC_VARIABLES)),
+            ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
+            ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
             ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
             ("csv", self.csv_path),
             ("predictions", summary["test_predictions"] or "none"),

@@ -69,6 +69,11 @@ def set_malloc(policy: str) -> str:
     return f"--malloc {policy}: " + " ".join(f"{name}={value}" for name, value in values.items())
 
 
+def environment_text(names) -> str:
+    """ "NAME=value ..." of these variables as this process has them, for results.log."""
+    return " ".join(f"{name}={os.environ.get(name, 'unset')}" for name in names)
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
