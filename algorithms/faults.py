@@ -8,7 +8,7 @@ import math
 import signal
 import sys
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 
 class Terminated(KeyboardInterrupt):
@@ -40,9 +40,17 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, on_signal)
 
 
-def raise_if_stop_requested() -> None:
-    if _requested_signal is not None:
-        raise _interruption(_requested_signal)
+def raise_if_stop_requested(signal_of_any_process: Optional[Callable[[int], int]] = None) -> None:
+    """Raises if a stop was requested. In a multi-process run every process must stop
+    after the same step (one that stops early leaves the others waiting in a
+    collective until they are killed, their records unwritten), so the wrapper
+    passes `signal_of_any_process`: it takes this process's signal number (0: none)
+    and returns the one any process received (0: none), one collective per step."""
+    requested = _requested_signal
+    if signal_of_any_process is not None:
+        requested = signal_of_any_process(requested or 0) or None
+    if requested is not None:
+        raise _interruption(requested)
 
 
 def _interruption(signum: int) -> KeyboardInterrupt:

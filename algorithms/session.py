@@ -71,6 +71,9 @@ class RunSession:
         self._best_val_loss = float("inf")
         self._epochs_without_gain = 0
         self.stopped_early = False
+        # a multi-process wrapper sets this (faults.raise_if_stop_requested) so every
+        # process stops after the same step when any of them is signalled
+        self.signal_of_any_process = None
         self.diagnostics: list = []  # loss sanity warnings, also written to results.log
         self.start_time = datetime.now(timezone.utc)
         self._t0 = time.perf_counter()
@@ -165,7 +168,7 @@ class RunSession:
         if self.step == 1:
             self._diagnose(first_loss_problem(loss, self.config.network.num_classes))
         self._progress(epoch)
-        raise_if_stop_requested()  # a Ctrl-C / SIGTERM during the step ends the run here, its row written
+        raise_if_stop_requested(self.signal_of_any_process)  # a Ctrl-C / SIGTERM ends the run here, its row written
 
     def should_stop(self) -> bool:
         return self.stopped_early or (self.config.max_steps is not None and self.step >= self.config.max_steps)

@@ -73,6 +73,42 @@ def test_a_signal_mid_run_keeps_every_finished_row(script, env, suffix, signum, 
     assert f"status:" in log and f"interrupted by {name}" in log and f"steps:" in log
 
 
+def torchrun_worker(launcher_pid: int, rank: int, timeout: float = 60) -> int:
+    """The pid of torchrun's worker process with this RANK (a child of the launcher)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as handle:
+            children = [int(pid) for pid in handle.read().split()]
+        for pid in children:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    if f"RANK={rank}".encode() in handle.read().split(b"\0"):
+                        return pid
+            except FileNotFoundError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"no torchrun worker with RANK={rank} under pid {launcher_pid}")
+
+
+def test_a_signal_to_one_torchrun_worker_stops_every_rank_after_the_same_step(small_data, tmp_path):
+    """Each rank notes its own signal; without agreeing, a rank that stops leaves the
+    other waiting in the step's all-reduce until torchrun kills it, its record unwritten."""
+    results = tmp_path / "results"
+    proc = start("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
+                                     "--num_epochs", "50", "--strategy", "data", "--devices", "2",
+                                     "--results_dir", str(results), "--run_id", "one", "--quiet"])
+    csv_path = str(results / f"{NETWORK}_torch.csv")
+    wait_for_rows(csv_path, 3, proc)
+    os.kill(torchrun_worker(proc.pid, rank=1), signal.SIGTERM)  # not rank 0, the one that records
+    signalled = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - signalled < 20, f"the run took {time.monotonic() - signalled:.0f} s to stop"
+    assert proc.returncode != 0 and "interrupted by SIGTERM after" in err, err[-2000:]
+    assert "status:      interrupted by SIGTERM" in (tmp_path / "results.log").read_text()
+    train = [row for row in read_rows(csv_path, "one") if row["phase"] == "train"]
+    assert len(train) >= 3 and [row["step"] for row in train] == list(range(1, len(train) + 1))
+
+
 # --------------------------------------------------------------------------- concurrent runs
 
 def test_two_runs_at_once_on_one_csv_keep_every_row_whole(small_data, tmp_path):

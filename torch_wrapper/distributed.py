@@ -44,6 +44,17 @@ def join_process_group() -> torch.device:
     return device
 
 
+def signal_of_any_rank(device: torch.device):
+    """For `session.signal_of_any_process`: every rank passes the signal it received
+    (0: none) and gets the highest any rank received, so all stop after the same
+    step. One 1-element all-reduce a step, after the step's timing ends."""
+    def agree(signum: int) -> int:
+        vote = torch.tensor([signum], dtype=torch.int32, device=device)
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+        return int(vote.item())
+    return agree
+
+
 def leave_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

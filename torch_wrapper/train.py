@@ -16,7 +16,8 @@ from algorithms.init import initial_weights
 from algorithms.loop import train_by_hand
 from algorithms.parallel import layer_stages
 from torch_wrapper.distributed import (CommClock, global_rank, is_worker_process, join_process_group,
-                                       leave_process_group, make_layout, timed_sum_hook)
+                                       leave_process_group, make_layout, signal_of_any_rank,
+                                       timed_sum_hook)
 from torch_wrapper.model import Checkpointed, build_blocks, build_model, build_stage, make_optimizer
 from torch_wrapper.pipeline import StageSchedule, channels_first
 from torch_wrapper.tensor_parallel import build_tensor_parallel
@@ -113,6 +114,8 @@ def _nccl_sum_hook(group, bucket):
 
 def train(session):
     trainer = build_trainer(session.config)
+    if dist.is_initialized():  # one process per device: a signal to any stops all after the same step
+        session.signal_of_any_process = signal_of_any_rank(trainer.device)
     summary = train_by_hand(trainer, session)
     leave_process_group()
     return summary
