@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import replace
 
@@ -75,6 +76,23 @@ def data_parallel_strategy(devices: int):
                                "replicas in sync (workers x local GPUs, or one CPU per worker); pass that")
         return strategy
     return tf.distribute.MirroredStrategy(local_devices(devices))
+
+
+def signal_of_any_worker(strategy):
+    """For `session.signal_of_any_process` in a multi-worker run: every worker passes
+    the signal it received (0: none) and gets the one any worker received, so all
+    stop after the same step (one that stops alone leaves the others to fail in the
+    next all-reduce). The collectives only sum, so each worker adds a one-hot of
+    its signal; SIGTERM wins over SIGINT. One small all-reduce a step, untimed."""
+    choices = (signal.SIGINT, signal.SIGTERM)
+    add_up = tf.function(lambda votes: strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None))
+
+    def agree(signum: int) -> int:
+        vote = tf.constant([float(signum == choice) for choice in choices])
+        with peers_checked():
+            totals = add_up(strategy.experimental_distribute_values_from_function(lambda _: vote)).numpy()
+        return max((int(choice) for choice, total in zip(choices, totals) if total > 0), default=0)
+    return agree
 
 
 class WorkerLost(RuntimeError):

@@ -21,11 +21,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from algorithms.faults import install_signal_handlers
 from algorithms.init import initial_weights
 from algorithms.loop import train_by_hand
 from algorithms.parallel import split_ranges
 from tensorflow_wrapper.devices import (data_parallel_strategy, describe_devices, for_this_worker, local_devices,
-                                        peers_checked)
+                                        peers_checked, signal_of_any_worker, tf_config)
 from tensorflow_wrapper.model import SpecModel, make_optimizer
 
 IMAGE_SPEC = tf.TensorSpec([None, 28, 28, 1], tf.float32)
@@ -208,7 +209,11 @@ def make_trainer(config) -> TensorFlowTrainer:
 
 
 def train(session):
-    return train_by_hand(make_trainer(session.config), session)
+    trainer = make_trainer(session.config)
+    if tf_config():  # workers in separate processes: a signal to any stops all after the same step
+        install_signal_handlers()  # again: the strategy's coordination service took SIGTERM (preemption notices)
+        session.signal_of_any_process = signal_of_any_worker(trainer.strategy)
+    return train_by_hand(trainer, session)
 
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:

@@ -220,6 +220,30 @@ def test_a_killed_worker_stops_the_other_with_an_error_within_60_s(small_data, t
     print(f"surviving worker exited {elapsed:.1f} s after the kill")
 
 
+def test_a_signal_to_one_worker_stops_both_after_the_same_step(small_data, tmp_path):
+    """SIGTERM to worker 1 only: both stop after the same step, and the chief records
+    the interruption. (Before: the strategy's coordination service had taken SIGTERM
+    over, and both workers trained on.)"""
+    results = tmp_path / "results"
+    workers = start_workers(small_data, results, ["--num_epochs", "100"])
+    csv_path = results / f"{NETWORK}_tensorflow.csv"
+    deadline = time.monotonic() + 180
+    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 3):  # training is under way
+        assert time.monotonic() < deadline and workers[0].poll() is None, workers[0].communicate()[1][-2000:]
+        time.sleep(0.5)
+    workers[1].send_signal(signal.SIGTERM)
+    try:
+        outputs = [worker.communicate(timeout=60) for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert [worker.returncode for worker in workers] == [128 + signal.SIGTERM] * 2, [e[-2000:] for _, e in outputs]
+    assert "interrupted by SIGTERM after" in outputs[0][1] and "WorkerLost" not in outputs[0][1], outputs[0][1][-2000:]
+    assert "status:      interrupted by SIGTERM" in (tmp_path / "results.log").read_text()
+    rows = train_rows(csv_path)
+    assert len(rows) >= 3 and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+
+
 @pytest.mark.parametrize("strategy", ["tensor", "pipeline", "hybrid"])
 def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy, small_data):
     proc = run_script("tensorflow_script.py", ["--train", str(small_data / "train.csv"), "--strategy", strategy,
