@@ -123,6 +123,17 @@ def start_workers(data, results, extra: list) -> list:
     return workers
 
 
+def workers_under_way(data, results) -> tuple:
+    """Two workers of a long run, once the chief has written its first rows."""
+    workers = start_workers(data, results, ["--num_epochs", "100"])
+    csv_path = results / f"{NETWORK}_tensorflow.csv"
+    deadline = time.monotonic() + 180
+    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 3):
+        assert time.monotonic() < deadline and workers[0].poll() is None, workers[0].communicate()[1][-2000:]
+        time.sleep(0.5)
+    return workers, csv_path
+
+
 def train_rows(csv_path) -> list:
     return [r for r in read_rows(str(csv_path)) if r["phase"] == "train"]
 
@@ -198,13 +209,7 @@ def test_two_workers_on_localhost_train_like_two_local_devices(small_data, tmp_p
 
 
 def test_a_killed_worker_stops_the_other_with_an_error_within_60_s(small_data, tmp_path):
-    results = tmp_path / "results"
-    workers = start_workers(small_data, results, ["--num_epochs", "100"])
-    csv_path = results / f"{NETWORK}_tensorflow.csv"
-    deadline = time.monotonic() + 180
-    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 3):  # training is under way
-        assert time.monotonic() < deadline and workers[0].poll() is None, workers[0].communicate()[1][-2000:]
-        time.sleep(0.5)
+    workers, _ = workers_under_way(small_data, tmp_path / "results")
     workers[1].send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     try:
@@ -224,13 +229,7 @@ def test_a_signal_to_one_worker_stops_both_after_the_same_step(small_data, tmp_p
     """SIGTERM to worker 1 only: both stop after the same step, and the chief records
     the interruption. (Before: the strategy's coordination service had taken SIGTERM
     over, and both workers trained on.)"""
-    results = tmp_path / "results"
-    workers = start_workers(small_data, results, ["--num_epochs", "100"])
-    csv_path = results / f"{NETWORK}_tensorflow.csv"
-    deadline = time.monotonic() + 180
-    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 3):  # training is under way
-        assert time.monotonic() < deadline and workers[0].poll() is None, workers[0].communicate()[1][-2000:]
-        time.sleep(0.5)
+    workers, csv_path = workers_under_way(small_data, tmp_path / "results")
     workers[1].send_signal(signal.SIGTERM)
     try:
         outputs = [worker.communicate(timeout=60) for worker in workers]
