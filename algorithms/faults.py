@@ -42,8 +42,8 @@ def install_signal_handlers() -> None:
 
 def raise_if_stop_requested(signal_of_any_process: Optional[Callable[[int], int]] = None) -> None:
     """Raises if a stop was requested. In a multi-process run every process must stop
-    after the same step (one that stops early leaves the others waiting in a
-    collective until they are killed, their records unwritten), so the wrapper
+    after the same step (one that stops early leaves the others to fail, or to wait
+    in a collective until their launcher kills them, unrecorded), so the wrapper
     passes `signal_of_any_process`: it takes this process's signal number (0: none)
     and returns the one any process received (0: none), one collective per step."""
     requested = _requested_signal

@@ -91,8 +91,11 @@ def torchrun_worker(launcher_pid: int, rank: int, timeout: float = 60) -> int:
 
 
 def test_a_signal_to_one_torchrun_worker_stops_every_rank_after_the_same_step(small_data, tmp_path):
-    """Each rank notes its own signal; without agreeing, a rank that stops leaves the
-    other waiting in the step's all-reduce until torchrun kills it, its record unwritten."""
+    """SIGTERM to rank 1 alone: every rank stops after the same step and the chief
+    records the interruption. Before the ranks agreed on it, the chief failed in the
+    next all-reduce here ('failed: RuntimeError'); and when torchrun passed SIGTERM to
+    both ranks and they stopped a step apart, the chief waited in that all-reduce until
+    torchrun killed it, leaving no record (CI, test_a_run_killed_and_resumed[torch-data-2])."""
     results = tmp_path / "results"
     proc = start("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
                                      "--num_epochs", "50", "--strategy", "data", "--devices", "2",
