@@ -22,6 +22,7 @@ from .data_benchmark import csv_vs_cache
 from .data import ensure_default_data
 from .legacy_env import LEGACY_PYTHON
 from .suite import RUNS
+from .threads import MALLOC_POLICIES
 
 PACKAGES = {"tensorflow": "tensorflow_wrapper", "keras": "keras_wrapper", "torch": "torch_wrapper",
             "lasagne": "lasagne_wrapper", "caffe": "caffe_wrapper"}
@@ -44,7 +45,7 @@ def parse_args(argv):
     parser.add_argument("--profile", choices=("under_half", "all", "none"), default="under_half",
                         help="which frameworks to profile: those under half the best GFLOP/s (default), all, none")
     parser.add_argument("--profile_steps", type=int, default=4, help="profiled steps per framework")
-    parser.add_argument("--malloc", choices=("reuse", "release"), default="reuse",
+    parser.add_argument("--malloc", choices=MALLOC_POLICIES, default=MALLOC_POLICIES[0],
                         help="every probe's --malloc (see the entry scripts' --help); release: glibc's default")
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "results", "benchmark"))

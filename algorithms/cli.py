@@ -12,6 +12,7 @@ from typing import Optional
 from .errors import InputError
 from .parallel import INNER_STRATEGIES, STRATEGIES, LearningRateSchedule, ParallelPlan, linear_scale, make_plan
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
+from .threads import MALLOC_POLICIES
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data")
@@ -197,7 +198,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                             "set explicitly and recorded in results.log")
     speed.add_argument("--compile", action="store_true",
                        help="the framework's compiler: XLA jit_compile (TensorFlow), torch.compile (PyTorch)")
-    speed.add_argument("--malloc", choices=("reuse", "release"), default="reuse",
+    speed.add_argument("--malloc", choices=MALLOC_POLICIES, default=MALLOC_POLICIES[0],
                        help="reuse: freed memory stays in the process for the next step (no page faults "
                             "on every step's activations); release: glibc's default, large blocks go back "
                             "to the kernel when freed. Recorded in results.log")

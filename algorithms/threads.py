@@ -14,6 +14,7 @@ import os
 import resource
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+MALLOC_POLICIES = ("reuse", "release")  # --malloc's choices, the default first (see set_malloc)
 # glibc reads these when a process starts; mallopt() sets the same two in a running one
 MALLOC_VARIABLES = {"MALLOC_MMAP_MAX_": 0, "MALLOC_TRIM_THRESHOLD_": 2 ** 31 - 1}
 MALLOPT_CODES = {"MALLOC_MMAP_MAX_": -4, "MALLOC_TRIM_THRESHOLD_": -1}  # M_MMAP_MAX, M_TRIM_THRESHOLD (malloc.h)
