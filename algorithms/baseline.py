@@ -26,11 +26,10 @@ from typing import Optional
 
 import numpy as np
 
-from .cli import REPO_ROOT
 from .compare import Run, load_run, smooth
+from .paths import BASELINE_DIR
 from .recorder import results_csv_name, run_ids
 
-BASELINE_DIR = os.path.join(REPO_ROOT, "results", "baseline")
 BAND_FACTOR = 1.5         # x the largest leave-one-out distance of a baseline seed
 ACCURACY_MARGIN = 0.01    # the least widening of the baselines' validation-accuracy range
 

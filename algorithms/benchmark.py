@@ -17,10 +17,9 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from .cli import DEFAULT_DATA_DIR, REPO_ROOT
 from .data_benchmark import csv_vs_cache
 from .data import ensure_default_data
-from .legacy_env import LEGACY_PYTHON
+from .paths import DEFAULT_DATA_DIR, LEGACY_PYTHON, REPO_ROOT, RESULTS_DIR
 from .suite import RUNS
 from .threads import MALLOC_POLICIES
 
@@ -48,7 +47,7 @@ def parse_args(argv):
     parser.add_argument("--malloc", choices=MALLOC_POLICIES, default=MALLOC_POLICIES[0],
                         help="every probe's --malloc (see the entry scripts' --help); release: glibc's default")
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
-    parser.add_argument("--out", default=os.path.join(REPO_ROOT, "results", "benchmark"))
+    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.only.split(",") if name.strip()]

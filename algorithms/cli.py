@@ -10,14 +10,11 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .errors import InputError
+from .paths import DEFAULT_DATA_DIR, DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR  # noqa: F401  (run.py reads DEFAULT_DATA_DIR here)
 from .parallel import INNER_STRATEGIES, STRATEGIES, LearningRateSchedule, ParallelPlan, linear_scale, make_plan
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from .threads import MALLOC_POLICIES
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data")
-DEFAULT_TRAIN = os.path.join(DEFAULT_DATA_DIR, "train.csv")
-DEFAULT_TEST = os.path.join(DEFAULT_DATA_DIR, "test.csv")
 
 
 @dataclass(frozen=True)
@@ -218,7 +215,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     hygiene.add_argument("--checkpointing", action="store_true",
                          help="gradient checkpointing: recompute activations in the backward pass to save memory")
     output = parser.add_argument_group("output")
-    output.add_argument("--results_dir", default=os.path.join(REPO_ROOT, "results"),
+    output.add_argument("--results_dir", default=RESULTS_DIR,
                         help="per-step CSVs go here, predictions under its predictions/")
     output.add_argument("--results_log", default=None,
                         help="summary log (default: results.log beside --results_dir)")

@@ -28,6 +28,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import EXIT_INPUT_ERROR, InputError
+from .paths import BASELINE_DIR
 from .recorder import read_rows, run_ids
 
 SHAPE_CORRELATION = 0.9   # signal 1: Pearson r of the smoothed loss curves at least this
@@ -308,8 +309,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="CSV[@RUN_ID]", help="results CSVs (two runs at least)")
     parser.add_argument("--accuracies", default="0.5,0.8,0.9", help="report the first step reaching each")
-    parser.add_argument("--baseline", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                           "results", "baseline"),
+    parser.add_argument("--baseline", default=BASELINE_DIR,
                         help="check each run against the shipped baselines in this folder ('none': skip)")
     parser.add_argument("--out", default=None,
                         help="path prefix of the PNG and HTML (default: results/compare/<first run id>)")

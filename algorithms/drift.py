@@ -27,10 +27,11 @@ from typing import Optional
 
 import numpy as np
 
-from .cli import REPO_ROOT, OneLineErrorParser
+from .cli import OneLineErrorParser
 from .compare import text_table
 from .data import steps_per_epoch
 from .errors import EXIT_INPUT_ERROR, InputError
+from .paths import RESULTS_DIR
 from .recorder import read_log_field, read_rows, results_csv_name
 from .run import prepare
 from .session import new_run_id
@@ -201,7 +202,7 @@ def parse_args(argv: list) -> tuple:
     if not any(flag.startswith("--batch_size") for flag in forwarded):
         forwarded += ["--batch_size", str(DEFAULT_BATCH)]
     if not any(flag.startswith("--results_dir") for flag in forwarded):
-        forwarded += ["--results_dir", os.path.join(REPO_ROOT, "results", "drift")]
+        forwarded += ["--results_dir", os.path.join(RESULTS_DIR, "drift")]
     return names, args.steps, forwarded
 
 

@@ -13,11 +13,8 @@ import shutil
 import subprocess
 import sys
 
-from .cli import DEFAULT_DATA_DIR, REPO_ROOT
 from .data import ensure_default_data
-
-LEGACY_VENV = os.path.join(REPO_ROOT, ".venv-legacy")
-LEGACY_PYTHON = os.path.join(LEGACY_VENV, "bin", "python")
+from .paths import DEFAULT_DATA_DIR, LEGACY_PYTHON, LEGACY_VENV, REPO_ROOT
 
 
 def in_legacy_env() -> bool:

@@ -20,9 +20,10 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from .cli import REPO_ROOT, OneLineErrorParser
+from .cli import OneLineErrorParser
 from .errors import EXIT_INPUT_ERROR, InputError
 from .parallel import STRATEGIES, ring_allreduce_bytes
+from .paths import REPO_ROOT, RESULTS_DIR
 from .recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms
 from .run import prepare
 from .session import new_run_id
@@ -65,7 +66,7 @@ def parse_args(argv: list):
     parser.add_argument("--threads_per_device", type=int, default=None,
                         help="OMP_NUM_THREADS of every process: on a CPU machine one 'device' is this many "
                              "cores, so N devices use N x as many (default: cores / the largest device count)")
-    parser.add_argument("--results_dir", default=os.path.join(REPO_ROOT, "results"),
+    parser.add_argument("--results_dir", default=RESULTS_DIR,
                         help="the report goes to RESULTS_DIR/scaling/<id>.{csv,png}, its runs under <id>/")
     parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
     parser.add_argument("-h", "--help", action="store_true")

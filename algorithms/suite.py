@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 
-from .baseline import BASELINE_DIR, format_checks
-from .cli import REPO_ROOT, OneLineErrorParser
+from .baseline import format_checks
+from .cli import OneLineErrorParser
 from .compare import build_report, format_against_first, write_outputs
 from .errors import EXIT_INPUT_ERROR, InputError
+from .paths import BASELINE_DIR, REPO_ROOT
 from .recorder import read_rows, results_csv_name, summarize_rows
 from .run import prepare
 from .session import new_run_id

@@ -10,8 +10,8 @@ import pytest
 
 from algorithms.data import ensure_default_data
 from algorithms.legacy_env import in_legacy_env
+from algorithms.paths import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from algorithms.data import load_kaggle_csv
+from algorithms.paths import REPO_ROOT
 from algorithms.spec import NETWORKS
 
 BATCH = 32
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_probe(python: str, wrapper_module: str, env: dict, train_csv: str) -> dict:

@@ -103,7 +103,8 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
     made by `make baseline`, and the compare command reads them."""
     import os
 
-    from algorithms.baseline import BASELINE_DIR, baseline_runs
+    from algorithms.baseline import baseline_runs
+    from algorithms.paths import BASELINE_DIR
     from algorithms.spec import NETWORKS
     from algorithms.suite import RUNS
 

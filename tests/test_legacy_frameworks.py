@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from algorithms.legacy_env import LEGACY_PYTHON
+from algorithms.paths import LEGACY_PYTHON
 from algorithms.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe

@@ -33,7 +33,7 @@ def test_the_readme_table_of_what_each_framework_runs_is_current():
     import os
 
     from algorithms.capabilities import markdown_table
-    from algorithms.cli import REPO_ROOT
+    from algorithms.paths import REPO_ROOT
 
     with open(os.path.join(REPO_ROOT, "README.md")) as handle:
         assert markdown_table() in handle.read(), "README is stale: paste `python -m algorithms.capabilities`"

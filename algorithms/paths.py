@@ -1,0 +1,14 @@
+"""Where things live in the checkout, built from this file's place once; every other
+module imports its paths from here."""
+from __future__ import annotations
+
+import os
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA_DIR = os.path.join(REPO_ROOT, "data")
+DEFAULT_TRAIN = os.path.join(DEFAULT_DATA_DIR, "train.csv")
+DEFAULT_TEST = os.path.join(DEFAULT_DATA_DIR, "test.csv")
+RESULTS_DIR = os.path.join(REPO_ROOT, "results")
+BASELINE_DIR = os.path.join(RESULTS_DIR, "baseline")
+LEGACY_VENV = os.path.join(REPO_ROOT, ".venv-legacy")  # theano-pymc, Lasagne, Keras 2 (see legacy_env.py)
+LEGACY_PYTHON = os.path.join(LEGACY_VENV, "bin", "python")
