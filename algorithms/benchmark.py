@@ -1,4 +1,4 @@
-"""The benchmark (`python benchmark.py`): for every framework of algorithms/suite.py,
+"""The benchmark (`python benchmark.py`): for every framework of algorithms/frameworks.py,
 one probe process (algorithms/probe.py) measures the harness against a native loop
 (interleaved), the GEMM peak through the framework's BLAS, compiled paths and peak
 RSS; a second one the native loop on 1 thread; a third profiles, with the framework's
@@ -19,12 +19,10 @@ from datetime import datetime, timezone
 
 from .data_benchmark import csv_vs_cache
 from .data import ensure_default_data
-from .paths import DEFAULT_DATA_DIR, LEGACY_PYTHON, REPO_ROOT, RESULTS_DIR
-from .suite import RUNS
+from .frameworks import NAMES, get
+from .paths import DEFAULT_DATA_DIR, REPO_ROOT, RESULTS_DIR
 from .threads import MALLOC_POLICIES
 
-PACKAGES = {"tensorflow": "tensorflow_wrapper", "keras": "keras_wrapper", "torch": "torch_wrapper",
-            "lasagne": "lasagne_wrapper", "caffe": "caffe_wrapper"}
 COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "pct_of_own_gemm",
            "native_ms", "harness_over_native", "ratio_ci95", "outside_step_ms", "steps_timed", "block", "data_share_pct", "peak_rss_mb", "one_thread_ms",
            "all_core_speedup", "threads", "gemm_gflops", "machine_peak_gflops", "compiled", "status"]
@@ -32,7 +30,7 @@ COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=",".join(RUNS), help="comma-separated subset of: " + ", ".join(RUNS))
+    parser.add_argument("--only", default=",".join(NAMES), help="comma-separated subset of: " + ", ".join(NAMES))
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=24, help="timed steps of each kind per framework")
     parser.add_argument("--block", type=int, default=1, help="steps per interleaved native/harness block (small: both see the same machine load)")
@@ -51,7 +49,7 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RUNS]
+    unknown = [name for name in names if name not in NAMES]
     if unknown:
         parser.error(f"--only: unknown {', '.join(unknown)}")
     return args, names
@@ -59,13 +57,12 @@ def parse_args(argv):
 
 def run_probe(name: str, probe_args: list, timeout: int) -> dict:
     """One probe process; {'status': ...} on failure."""
-    _, env, framework, backend = RUNS[name]
-    python = LEGACY_PYTHON if backend == "theano" else sys.executable
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env, **({"KERAS_BACKEND": "theano"} if name == "keras_theano" else {})}
+    framework = get(name)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env}
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         out = os.path.join(scratch, "probe.json")
         try:
-            proc = subprocess.run([python, "-m", "algorithms.probe", PACKAGES[framework], "--out", out, *probe_args],
+            proc = subprocess.run([framework.python, "-m", "algorithms.probe", framework.package, "--out", out, *probe_args],
                                   cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"status": f"timed out after {timeout} s"}
@@ -77,9 +74,9 @@ def run_probe(name: str, probe_args: list, timeout: int) -> dict:
 
 
 def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float) -> dict:
-    _, _, framework, backend = RUNS[name]
+    framework = get(name)
     row = {column: "" for column in COLUMNS}
-    row.update(framework=framework, backend=backend, status=full["status"], machine_peak_gflops=f"{peak_gflops:.0f}")
+    row.update(framework=framework.framework, backend=framework.backend, status=full["status"], machine_peak_gflops=f"{peak_gflops:.0f}")
     if full["status"] != "ok":
         return row
     ms = full["harness_ms"]
@@ -139,9 +136,9 @@ def write_profiles(path: str, profiles: dict) -> None:
         writer = csv.writer(handle)
         writer.writerow(["framework", "backend", "profiler", "op", "ms_per_step", "share_pct"])
         for name, result in profiles.items():
-            _, _, framework, backend = RUNS[name]
+            framework = get(name)
             for op, ms in result.get("profile", []):
-                writer.writerow([framework, backend, result["profiler"], op, f"{ms:.2f}",
+                writer.writerow([framework.framework, framework.backend, result["profiler"], op, f"{ms:.2f}",
                                  f"{100.0 * ms / result['profiled_ms']:.1f}"])
 
 

@@ -9,14 +9,9 @@ import importlib
 import os
 from contextlib import contextmanager
 
+from .frameworks import FRAMEWORKS
 from .parallel import STRATEGIES
-from .suite import RUNS
 
-SCRIPT_PACKAGES = {"tensorflow_script.py": "tensorflow_wrapper", "keras_script.py": "keras_wrapper",
-                   "keras_theano_backend.py": "keras_wrapper", "torch_script.py": "torch_wrapper",
-                   "lasagne_script.py": "lasagne_wrapper", "caffe_script.py": "caffe_wrapper"}
-# keras_theano_backend.py runs keras_wrapper with KERAS_BACKEND=theano (in the legacy env)
-SCRIPT_ENV = {"keras_theano_backend.py": {"KERAS_BACKEND": "theano"}}
 FLAGS = ("--accumulate", "--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--checkpointing",
          "--compile",
          "--checkpoint_every")
@@ -36,21 +31,28 @@ def environment(values: dict):
                 os.environ[key] = value
 
 
+def _support_of(package: str) -> tuple:
+    """(strategies, flags) from the package's supported(): the one place that reads it."""
+    supported = importlib.import_module(package).supported()
+    return supported["strategies"], supported["flags"]
+
+
 def capabilities() -> list:
-    """(run name, supported dict) for every framework/backend of the main command."""
+    """(name, strategies, flags) for every framework of the registry, each package
+    imported with its framework's environment (KERAS_BACKEND picks Keras's backend)."""
     table = []
-    for name, (script, env, _, _) in RUNS.items():
-        with environment({**env, **SCRIPT_ENV.get(script, {})}):
-            table.append((name, importlib.import_module(SCRIPT_PACKAGES[script]).supported()))
+    for framework in FRAMEWORKS:
+        with environment(framework.env):
+            table.append((framework.name, *_support_of(framework.package)))
     return table
 
 
 def markdown_table() -> str:
     header = ["framework"] + [f"`{s}`" for s in STRATEGIES] + [f"`{flag.split()[0]}`" for flag in FLAGS]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    for name, supported in capabilities():
-        cells = ["yes" if s in supported["strategies"] else "-" for s in STRATEGIES]
-        cells += ["yes" if flag in supported["flags"] else "-" for flag in FLAGS]
+    for name, strategies, flags in capabilities():
+        cells = ["yes" if s in strategies else "-" for s in STRATEGIES]
+        cells += ["yes" if flag in flags else "-" for flag in FLAGS]
         lines.append("| " + " | ".join([name] + cells) + " |")
     return "\n".join(lines)
 

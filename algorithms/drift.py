@@ -31,11 +31,12 @@ from .cli import OneLineErrorParser
 from .compare import text_table
 from .data import steps_per_epoch
 from .errors import EXIT_INPUT_ERROR, InputError
+from .frameworks import NAMES, get
 from .paths import RESULTS_DIR
 from .recorder import read_log_field, read_rows, results_csv_name
 from .run import prepare
 from .session import new_run_id
-from .suite import RUNS, framework_names, print_help_with_entry_flags, run_framework
+from .suite import framework_names, print_help_with_entry_flags, run_framework
 
 THRESHOLDS = (1e-6, 1e-4, 1e-2)
 DEFAULT_STEPS = 100
@@ -66,8 +67,8 @@ def measure(results_dir: str, results_log: str, network: str, names: list, run_i
     """One dict per framework that produced both runs; the first is the reference."""
     measured, reference = [], None
     for name in names:
-        _, _, framework, backend = RUNS[name]
-        path = os.path.join(results_dir, results_csv_name(network, framework, backend))
+        framework = get(name)
+        path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
         first, second = train_losses(path, run_id + "-a"), train_losses(path, run_id + "-b")
         if first[0].size == 0 or second[0].size == 0:
             measured.append({"name": name, "failed": True})
@@ -189,8 +190,8 @@ def without_flag(flags: list, name: str) -> list:
 def parse_args(argv: list) -> tuple:
     parser = OneLineErrorParser(prog="python -m algorithms.drift", description=__doc__, add_help=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(RUNS),
-                        help=f"comma-separated frameworks, the first is the reference (default: {','.join(RUNS)})")
+    parser.add_argument("--only", default=",".join(NAMES),
+                        help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)})")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimizer steps per run")
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)

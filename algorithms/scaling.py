@@ -7,7 +7,7 @@ the seeds' rule: under 1.5x at 2 devices, adding devices does not pay.
 
     python scaling_report.py --frameworks torch,tensorflow --devices 1,2 --max_steps 20 [entry-script flags]
 
-Works with any entry script in algorithms/suite.py's RUNS that accepts
+Works with any framework of the registry (algorithms/frameworks.py) whose entry script accepts
 `--strategy STRATEGY --devices N`; a framework that refuses is reported, not fatal.
 """
 from __future__ import annotations
@@ -22,12 +22,13 @@ from typing import Optional
 
 from .cli import OneLineErrorParser
 from .errors import EXIT_INPUT_ERROR, InputError
+from .frameworks import NAMES, get
 from .parallel import STRATEGIES, ring_allreduce_bytes
 from .paths import REPO_ROOT, RESULTS_DIR
 from .recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms
 from .run import prepare
 from .session import new_run_id
-from .suite import RUNS, framework_names, print_help_with_entry_flags
+from .suite import framework_names, print_help_with_entry_flags
 
 WORTH_IT_AT_TWO = 1.5  # the seeds' rule: a second device must give at least this speedup
 DEFAULT_MAX_STEPS = 20
@@ -59,7 +60,7 @@ def parse_args(argv: list):
     parser = OneLineErrorParser(prog="scaling_report.py", add_help=False,
                                 description="Run a strategy at 1, 2, ... devices per framework; print the "
                                             "scaling table. Every other flag goes to each entry script.")
-    parser.add_argument("--frameworks", default="torch", help=f"comma-separated: {', '.join(RUNS)}")
+    parser.add_argument("--frameworks", default="torch", help=f"comma-separated: {', '.join(NAMES)}")
     parser.add_argument("--strategy", default="data", choices=[s for s in STRATEGIES if s != "single"])
     parser.add_argument("--devices", default="1,2", help="comma-separated device counts; 1 runs --strategy single")
     parser.add_argument("--max_steps", default=str(DEFAULT_MAX_STEPS), help="steps per run")
@@ -90,21 +91,21 @@ def parse_args(argv: list):
 def run_one(name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str,
             threads: int, network: str):
     """One entry-script process; returns (exit status, its train rows)."""
-    script, env, framework, backend = RUNS[name]
+    framework = get(name)
     results_dir = os.path.join(directory, f"{name}_x{devices}")
     run_id = f"{report_id}-{name}-x{devices}"
     flags = [*forwarded, "--strategy", "single" if devices == 1 else strategy, "--devices", str(devices),
              "--results_dir", results_dir, "--results_log", os.path.join(directory, "results.log"),
              "--run_id", run_id, "--quiet"]
-    print(f"  {name} x{devices}: python {script} {' '.join(flags)}", flush=True)
+    print(f"  {name} x{devices}: python {framework.script} {' '.join(flags)}", flush=True)
     threads_env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads * devices)}
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *flags],
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **threads_env, **env},
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **threads_env, **framework.env},
                           capture_output=True, text=True)
     if proc.returncode != 0:
         last_line = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         print(f"    failed (exit {proc.returncode}): {last_line[:200]}", flush=True)
-    csv_path = os.path.join(results_dir, results_csv_name(network, framework, backend))
+    csv_path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
     rows = read_rows(csv_path, run_id) if os.path.exists(csv_path) else []
     return proc.returncode, [row for row in rows if row["phase"] == "train"]
 

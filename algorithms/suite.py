@@ -15,33 +15,19 @@ from .baseline import format_checks
 from .cli import OneLineErrorParser
 from .compare import build_report, format_against_first, write_outputs
 from .errors import EXIT_INPUT_ERROR, InputError
+from .frameworks import NAMES, get
 from .paths import BASELINE_DIR, REPO_ROOT
 from .recorder import read_rows, results_csv_name, summarize_rows
 from .run import prepare
 from .session import new_run_id
-
-# name: (entry script, extra environment, framework, backend)
-RUNS = {
-    "tensorflow": ("tensorflow_script.py", {}, "tensorflow", "tensorflow"),
-    "keras_tensorflow": ("keras_script.py", {"KERAS_BACKEND": "tensorflow"}, "keras", "tensorflow"),
-    "keras_torch": ("keras_script.py", {"KERAS_BACKEND": "torch"}, "keras", "torch"),
-    "keras_jax": ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras", "jax"),
-    "torch": ("torch_script.py", {}, "torch", "torch"),
-    # the Theano family: these scripts re-execute themselves in .venv-legacy
-    "lasagne": ("lasagne_script.py", {}, "lasagne", "theano"),
-    "keras_theano": ("keras_theano_backend.py", {}, "keras", "theano"),
-    # Caffe built from the PyPI sdist by `make caffe`
-    "caffe": ("caffe_script.py", {}, "caffe", "caffe"),
-}
-
 
 def parse_suite_args(argv):
     parser = OneLineErrorParser(
         prog="run_all.py", add_help=False,
         description="Train one network with every framework and print a comparison table. "
                     "Every other flag is passed to each entry script (see python torch_script.py --help).")
-    parser.add_argument("--only", default=",".join(RUNS),
-                        help=f"comma-separated subset of: {', '.join(RUNS)} (default: all)")
+    parser.add_argument("--only", default=",".join(NAMES),
+                        help=f"comma-separated subset of: {', '.join(NAMES)} (default: all)")
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
@@ -57,11 +43,11 @@ def print_help_with_entry_flags(parser, prog: str, note: str = "") -> None:
 
 
 def framework_names(parser, text: str, flag: str) -> list:
-    """A comma-separated list of RUNS names, or the parser's one-line error."""
+    """A comma-separated list of registry names (algorithms/frameworks.py), or the parser's one-line error."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RUNS]
+    unknown = [name for name in names if name not in NAMES]
     if unknown or not names:
-        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(RUNS)}")
+        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(NAMES)}")
     return names
 
 
@@ -94,11 +80,11 @@ def main(argv=None) -> int:
 def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
     """One entry script in its own process (so timings do not compete);
     returns (exit status, wall seconds)."""
-    script, env, _, _ = RUNS[name]
-    print(f"{prefix}{name}: python {script} {' '.join(flags)}", flush=True)
+    framework = get(name)
+    print(f"{prefix}{name}: python {framework.script} {' '.join(flags)}", flush=True)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *flags],
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env})
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env})
     print(flush=True)
     return proc.returncode, time.perf_counter() - started
 
@@ -108,7 +94,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
     lines, finished = [], []
     for name in names:
-        _, _, framework, backend = RUNS[name]
+        framework, backend = get(name).framework, get(name).backend
         code, wall = outcomes[name]
         path = os.path.join(config.results_dir, results_csv_name(config.network.name, framework, backend))
         rows = read_rows(path, run_id) if os.path.exists(path) else []
