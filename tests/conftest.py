@@ -9,8 +9,10 @@ import sys
 import pytest
 
 from algorithms.data import ensure_default_data
+from algorithms.frameworks import Framework
 from algorithms.legacy_env import in_legacy_env
 from algorithms.paths import REPO_ROOT
+from algorithms.recorder import results_csv_name
 
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]
@@ -37,6 +39,11 @@ def run_script(script: str, args: list, env_extra: dict | None = None, timeout: 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
     return subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def csv_suffix(framework: Framework) -> str:
+    """What its results CSV is named after the network: <framework>[_<backend>]."""
+    return results_csv_name("", framework.framework, framework.backend)[1:-len(".csv")]
 
 
 def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str = ""):

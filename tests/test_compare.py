@@ -104,13 +104,14 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
     import os
 
     from algorithms.baseline import baseline_runs
+    from algorithms.frameworks import FRAMEWORKS
     from algorithms.paths import BASELINE_DIR
     from algorithms.spec import NETWORKS
-    from algorithms.suite import RUNS
 
     for network in NETWORKS.values():
-        for name, (_, _, framework, backend) in RUNS.items():
-            runs = baseline_runs(network.name, framework, backend)
+        for framework in FRAMEWORKS:
+            name = framework.name
+            runs = baseline_runs(network.name, framework.framework, framework.backend)
             assert [run.run_id for run in runs] == ["baseline-seed0", "baseline-seed1", "baseline-seed2"], (network.name, name)
             for run in runs:
                 assert run.config_key == (network.name, network.training.batch_size, "single", 1)

@@ -3,35 +3,28 @@ goes down, the CSV rows parse back with the schema, results.log and the
 predictions are written; and the shared init gives the same initial loss in
 every framework."""
 import math
-import sys
 
 import numpy as np
 import pytest
 
+from algorithms.frameworks import FRAMEWORKS, get
 from algorithms.recorder import CSV_COLUMNS, read_rows, run_ids
-from tests.conftest import run_script
+from tests.conftest import csv_suffix, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
-RUNS = [
-    # (script, environment, framework, backend, CSV suffix)
-    ("tensorflow_script.py", {}, "tensorflow", "tensorflow", "tensorflow"),
-    ("torch_script.py", {}, "torch", "torch", "torch"),
-    ("keras_script.py", {"KERAS_BACKEND": "tensorflow"}, "keras", "tensorflow", "keras_tensorflow"),
-    ("keras_script.py", {"KERAS_BACKEND": "torch"}, "keras", "torch", "keras_torch"),
-    ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras", "jax", "keras_jax"),
-    ("caffe_script.py", {}, "caffe", "caffe", "caffe"),
-]
+MAIN = [framework for framework in FRAMEWORKS if framework.venv == "main"]  # tests/legacy/ runs the others
 EPOCHS, BATCH, TRAIN_ROWS = 2, 32, 480  # 600 rows less the 20% validation split
 
 
-@pytest.mark.parametrize("script, env, framework, backend, suffix", RUNS, ids=[r[4] for r in RUNS])
-def test_short_run_lowers_the_loss_and_records_every_step(script, env, framework, backend, suffix,
-                                                          small_data, tmp_path):
+@pytest.mark.parametrize("framework", MAIN, ids=[csv_suffix(framework) for framework in MAIN])
+def test_short_run_lowers_the_loss_and_records_every_step(framework, small_data, tmp_path):
     results = tmp_path / "results"
-    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv"),
-                               "--num_epochs", str(EPOCHS), "--batch_size", str(BATCH),
-                               "--results_dir", str(results), "--run_id", f"test-{suffix}"], env)
+    suffix = csv_suffix(framework)
+    flags = ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv"),
+             "--num_epochs", str(EPOCHS), "--batch_size", str(BATCH),
+             "--results_dir", str(results), "--run_id", f"test-{suffix}"]
+    proc = run_script(framework.script, flags, framework.env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Epoch 2/2" in proc.stdout and "median" in proc.stdout
 
@@ -41,7 +34,7 @@ def test_short_run_lowers_the_loss_and_records_every_step(script, env, framework
     assert run_ids(str(csv_path)) == [f"test-{suffix}"]
     rows = read_rows(str(csv_path))
     assert {(r["framework"], r["backend"], r["network"], r["strategy"], r["devices"]) for r in rows} == \
-        {(framework, backend, NETWORK, "single", 1)}
+        {(framework.framework, framework.backend, NETWORK, "single", 1)}
     train = [r for r in rows if r["phase"] == "train"]
     steps_per_epoch = math.ceil(TRAIN_ROWS / BATCH)
     assert [r["step"] for r in train] == list(range(1, EPOCHS * steps_per_epoch + 1))
@@ -62,8 +55,8 @@ def test_short_run_lowers_the_loss_and_records_every_step(script, env, framework
     assert test["accuracy"] > 0.3  # 200 real digits; chance is 0.1
 
     log = (tmp_path / "results.log").read_text()
-    assert f"=== test-{suffix} · {NETWORK} · {framework}/{backend} · completed" in log
-    assert "final test:" in log and "median step:" in log and f"{backend} " in log
+    assert f"=== test-{suffix} · {NETWORK} · {framework.framework}/{framework.backend} · completed" in log
+    assert "final test:" in log and "median step:" in log and f"{framework.backend} " in log
 
     predictions = (results / "predictions" / f"{NETWORK}_{suffix}_test-{suffix}.csv").read_text().splitlines()
     assert predictions[0] == "ImageId,Label" and len(predictions) == 201
@@ -85,11 +78,10 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
 
 def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_data):
     train_csv = str(small_data / "train.csv")
-    reference = run_probe(sys.executable, "torch_wrapper.train", {}, train_csv)
-    others = [run_probe(sys.executable, module, {}, train_csv)
-              for module in ("tensorflow_wrapper.train", "caffe_wrapper.train")] + [
-        run_probe(sys.executable, "keras_wrapper.train", {"KERAS_BACKEND": backend}, train_csv)
-        for backend in ("tensorflow", "torch", "jax")]
-    assert [(o["framework"], o["backend"]) for o in others] == \
-        [("tensorflow", "tensorflow"), ("caffe", "caffe"), ("keras", "tensorflow"), ("keras", "torch"), ("keras", "jax")]
+    torch_run = get("torch")
+    reference = run_probe(torch_run.python, f"{torch_run.package}.train", torch_run.env, train_csv)
+    frameworks = [framework for framework in MAIN if framework is not torch_run]
+    others = [run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv)
+              for framework in frameworks]
+    assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in frameworks]
     assert_same_initial_outputs(reference, others)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from algorithms.paths import LEGACY_PYTHON
+from algorithms.frameworks import FRAMEWORKS
 from algorithms.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
@@ -16,9 +16,9 @@ from tests.test_frameworks import NETWORK
 def test_shared_init_gives_theano_the_same_initial_loss_and_logits_as_torch(small_data):
     train_csv = str(small_data / "train.csv")
     reference = run_probe(os.path.join(REPO_ROOT, ".venv", "bin", "python"), "torch_wrapper.train", {}, train_csv)
-    others = [run_probe(LEGACY_PYTHON, "lasagne_wrapper.train", {}, train_csv),
-              run_probe(LEGACY_PYTHON, "keras_wrapper.train", {"KERAS_BACKEND": "theano"}, train_csv)]
-    assert [(o["framework"], o["backend"]) for o in others] == [("lasagne", "theano"), ("keras", "theano")]
+    legacy = [framework for framework in FRAMEWORKS if framework.venv == "legacy"]
+    others = [run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv) for framework in legacy]
+    assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in legacy]
     assert_same_initial_outputs(reference, others)
 
 

@@ -18,7 +18,8 @@ import pytest
 
 from algorithms.data import load_kaggle_csv
 from algorithms.faults import first_loss_problem, stuck_loss_problem
-from algorithms.recorder import CSV_COLUMNS, read_rows
+from algorithms.frameworks import get
+from algorithms.recorder import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -46,17 +47,18 @@ def wait_for_rows(path, count, proc, run_id="", timeout=300):
 
 # --------------------------------------------------------------------------- signals
 
-@pytest.mark.parametrize("script, env, suffix, signum", [
-    ("torch_script.py", {}, "torch", signal.SIGINT),
-    ("tensorflow_script.py", {}, "tensorflow", signal.SIGTERM),
-    ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras_jax", signal.SIGTERM),
-    ("caffe_script.py", {}, "caffe", signal.SIGINT),
+@pytest.mark.parametrize("framework, signum", [
+    (get("torch"), signal.SIGINT),
+    (get("tensorflow"), signal.SIGTERM),
+    (get("keras_jax"), signal.SIGTERM),
+    (get("caffe"), signal.SIGINT),
 ], ids=["torch-SIGINT", "tensorflow-SIGTERM", "keras_jax-SIGTERM", "caffe-SIGINT"])
-def test_a_signal_mid_run_keeps_every_finished_row(script, env, suffix, signum, small_data, tmp_path):
+def test_a_signal_mid_run_keeps_every_finished_row(framework, signum, small_data, tmp_path):
     results = tmp_path / "results"
-    proc = start(script, ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
-                          "--num_epochs", "50", "--results_dir", str(results), "--run_id", "sig", "--quiet"], env)
-    csv_path = str(results / f"{NETWORK}_{suffix}.csv")
+    proc = start(framework.script, ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
+                                    "--num_epochs", "50", "--results_dir", str(results), "--run_id", "sig", "--quiet"],
+                 framework.env)
+    csv_path = str(results / results_csv_name(NETWORK, framework.framework, framework.backend))
     wait_for_rows(csv_path, 3, proc)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
@@ -261,33 +263,33 @@ def test_the_loss_checks_name_causes_only_when_the_loss_says_so():
 # --------------------------------------------------------------------------- checkpoint and resume
 
 RESUMABLE = [
-    ("torch_script.py", {}, "torch", []),
-    ("torch_script.py", {}, "torch", ["--strategy", "data", "--devices", "2"]),
-    ("caffe_script.py", {}, "caffe", []),
-    ("tensorflow_script.py", {}, "tensorflow", ["--strategy", "data", "--devices", "2"]),
-    ("keras_script.py", {"KERAS_BACKEND": "jax"}, "keras_jax", []),
+    (get("torch"), []),
+    (get("torch"), ["--strategy", "data", "--devices", "2"]),
+    (get("caffe"), []),
+    (get("tensorflow"), ["--strategy", "data", "--devices", "2"]),
+    (get("keras_jax"), []),
 ]
 
 
-@pytest.mark.parametrize("script, env, suffix, extra", RESUMABLE,
+@pytest.mark.parametrize("framework, extra", RESUMABLE,
                          ids=["torch", "torch-data-2", "caffe", "tensorflow-data-2", "keras_jax"])
-def test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(script, env, suffix, extra, small_data, tmp_path):
+def test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(framework, extra, small_data, tmp_path):
     """Parity mode (deterministic): SIGTERM after a checkpoint, --resume, and every row
     after the checkpoint equals the uninterrupted run's."""
     results = tmp_path / "results"
     common = ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "32", "--num_epochs", "2",
               "--parity", "--results_dir", str(results), "--quiet"] + extra
-    whole = run_script(script, common + ["--run_id", "whole"], env)
+    whole = run_script(framework.script, common + ["--run_id", "whole"], framework.env)
     assert whole.returncode == 0, whole.stderr[-2000:]
-    proc = start(script, common + ["--run_id", "cut", "--checkpoint_every", "4"], env)
-    csv_path = str(results / f"{NETWORK}_{suffix}.csv")
+    proc = start(framework.script, common + ["--run_id", "cut", "--checkpoint_every", "4"], framework.env)
+    csv_path = str(results / results_csv_name(NETWORK, framework.framework, framework.backend))
     wait_for_rows(csv_path, 6, proc, run_id="cut,")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0 and "interrupted" in (tmp_path / "results.log").read_text(), err[-2000:]
     cut_steps = len([r for r in read_rows(csv_path, "cut") if r["phase"] == "train"])
     assert cut_steps < 30, "the run finished before the signal: nothing was resumed"
-    resumed = run_script(script, common + ["--resume", "cut"], env)
+    resumed = run_script(framework.script, common + ["--resume", "cut"], framework.env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming run cut at step" in resumed.stdout + resumed.stderr
     expected = [(r["phase"], r["step"], r["loss"]) for r in read_rows(csv_path, "whole")]
