@@ -12,10 +12,10 @@ bug), not noise.
 The check measures how far a curve sits from the baselines' mean curve: the mean,
 over the common steps, of |5-step mean loss - the seeds' mean of it|. Each
 baseline seed's own distance from the mean of the other seeds (leave one out)
-sets the band: a run is within it when its distance is at most BAND_FACTOR times
-the largest of theirs, and its validation accuracy at the baselines' last
-validation step lies within their range widened by the range itself (at least
-ACCURACY_MARGIN). Per-step min/max envelopes were tried first and rejected: with
+sets the band: a run is within it when its distance is at most
+BASELINE_BAND_FACTOR times the largest of theirs, and its validation accuracy at
+the baselines' last validation step lies within their range widened by the range
+itself (at least ACCURACY_MARGIN). Per-step min/max envelopes were tried first and rejected: with
 three seeds, every seed fell outside the envelope of the other two.
 """
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Optional
 
 import numpy as np
 
-from .compare import Run, load_run, smooth
 from .paths import BASELINE_DIR
 from .recorder import results_csv_name, run_ids
+from .runs import Run, load_run, smooth
 
-BAND_FACTOR = 1.5         # x the largest leave-one-out distance of a baseline seed
-ACCURACY_MARGIN = 0.01    # the least widening of the baselines' validation-accuracy range
+BASELINE_BAND_FACTOR = 1.5  # x the largest leave-one-out distance of a baseline seed
+ACCURACY_MARGIN = 0.01       # the least widening of the baselines' validation-accuracy range
 
 
 @dataclass
@@ -75,7 +75,7 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     mine = smooth(_at(run, steps))
     curves = np.array([smooth(_at(baseline, steps)) for baseline in baselines])
     distance = float(np.mean(np.abs(mine - curves.mean(axis=0))))
-    band = BAND_FACTOR * max(_leave_one_out_distances(curves)) if len(curves) > 1 else 0.0
+    band = BASELINE_BAND_FACTOR * max(_leave_one_out_distances(curves)) if len(curves) > 1 else 0.0
     accuracy_text, accuracy_ok = _accuracy(run, baselines)
     within = distance <= band and accuracy_ok
     detail = (f"mean |loss - baselines' mean| {distance:.4f} vs band {band:.4f} "

@@ -22,32 +22,19 @@ import io
 import itertools
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from .baseline import check_run, format_checks
 from .errors import EXIT_INPUT_ERROR, InputError
 from .paths import BASELINE_DIR
-from .recorder import read_rows, run_ids
+from .runs import Run, load_run, smooth
 
 SHAPE_CORRELATION = 0.9   # signal 1: Pearson r of the smoothed loss curves at least this
 ACCURACY_MAGNITUDE = 0.02  # signal 2: final validation accuracies within this
-BAND_FACTOR = 5.0          # signal 3: cross-backend mean |dloss| at least this times the run-to-run one
-SMOOTHING_STEPS = 5
-
-
-@dataclass
-class Run:
-    path: str
-    run_id: str
-    label: str
-    backend_key: tuple
-    config_key: tuple  # (network, global batch, strategy, devices): what must match for a fair pair
-    steps: np.ndarray
-    losses: np.ndarray
-    val: list = field(default_factory=list)  # (step, loss, accuracy)
-    test_accuracy: Optional[float] = None
+RUN_TO_RUN_FACTOR = 5.0    # signal 3: cross-backend mean |dloss| at least this times the run-to-run one
 
 
 @dataclass
@@ -66,34 +53,6 @@ class PairDiff:
     @property
     def same_backend(self) -> bool:
         return self.a.backend_key == self.b.backend_key
-
-
-def load_run(spec: str) -> Run:
-    path, _, run_id = spec.partition("@")
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: file not found; give results CSVs written by an entry script")
-    ids = run_ids(path)
-    if not ids:
-        raise InputError(f"{path}: no rows")
-    run_id = run_id or ids[-1]
-    if run_id not in ids:
-        raise InputError(f"{path}: no run {run_id!r}; runs in it: {', '.join(ids[-5:])}")
-    rows = read_rows(path, run_id)
-    train = [r for r in rows if r["phase"] == "train"]
-    first = rows[0]
-    test = [r["accuracy"] for r in rows if r["phase"] == "test"]
-    return Run(path=path, run_id=run_id, label=f"{first['framework']}/{first['backend']} {run_id}",
-               backend_key=(first["framework"], first["backend"], first["network"]),
-               config_key=(first["network"], first["global_batch"], first["strategy"], first["devices"]),
-               steps=np.array([r["step"] for r in train]), losses=np.array([r["loss"] for r in train]),
-               val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
-               test_accuracy=test[-1] if test else None)
-
-
-def smooth(values: np.ndarray, width: int = SMOOTHING_STEPS) -> np.ndarray:
-    if len(values) < width:
-        return values
-    return np.convolve(values, np.ones(width) / width, mode="valid")
 
 
 def diff_pair(a: Run, b: Run) -> PairDiff:
@@ -138,9 +97,9 @@ def verdict(pair: PairDiff, run_to_run: Optional[float]) -> tuple:
         signals.append("(3) not measured: give two runs of one backend to know the run-to-run band")
         beyond_band = None
     else:
-        beyond_band = mean_diff is not None and mean_diff >= BAND_FACTOR * max(run_to_run, 1e-12)
+        beyond_band = mean_diff is not None and mean_diff >= RUN_TO_RUN_FACTOR * max(run_to_run, 1e-12)
         signals.append(f"(3) mean |dloss| {_fmt(mean_diff, '.2e')} is {'well above' if beyond_band else 'within'} "
-                       f"{BAND_FACTOR:g}x the run-to-run {run_to_run:.2e}")
+                       f"{RUN_TO_RUN_FACTOR:g}x the run-to-run {run_to_run:.2e}")
     if shape and magnitude and not beyond_band:
         word = "drift only" if not pair.same_backend else "run-to-run drift"
     elif shape and magnitude:
@@ -200,7 +159,6 @@ def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = No
     run_to_run = max(band_values) if band_values else None
     baseline_checks = []
     if baseline_dir:
-        from .baseline import check_run  # baseline.py reads runs with this module's loader
         baseline_checks = [check_run(run, baseline_dir) for run in runs]
     return {"runs": runs, "pairs": pairs, "run_to_run": run_to_run, "thresholds": thresholds,
             "verdicts": [verdict(p, run_to_run) for p in pairs], "baseline": baseline_checks}
@@ -228,7 +186,6 @@ def format_report(report: dict) -> str:
         lines.append("  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps)))
         lines += [f"  {signal}" for signal in signals]
     if report.get("baseline"):
-        from .baseline import format_checks
         lines.append("\n" + format_checks(report["baseline"]))
     network = report["runs"][0].backend_key[2]
     count, sums = summation_order(network)

@@ -75,7 +75,7 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
     import shutil
 
     from algorithms.baseline import check_run
-    from algorithms.compare import load_run
+    from algorithms.runs import load_run
 
     baseline_dir = tmp_path / "baseline"
     baseline_dir.mkdir()
