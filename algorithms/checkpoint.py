@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Optional
 
 from .errors import InputError
 
@@ -84,10 +83,3 @@ def find_resume_point(root: str, run_id: str, settings: dict) -> tuple:
 def step_folder(root: str, step: int) -> str:
     return os.path.join(root, f"step-{step:07d}")
 
-
-def latest_state(root: str) -> Optional[dict]:
-    found = complete_checkpoints(root)
-    if not found:
-        return None
-    with open(os.path.join(found[-1], STATE_FILE)) as handle:
-        return json.load(handle)

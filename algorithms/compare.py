@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import io
 import itertools
 import os
 import sys

@@ -21,8 +21,6 @@ CSV_COLUMNS = [
     "epoch", "step", "phase", "loss", "accuracy", "learning_rate", "step_time_ms",
     "data_time_ms", "samples_per_sec", "wall_time_s", "comm_time_ms",
 ]
-# a file written before comm_time_ms existed is still read (and compared), not appended to
-READABLE_HEADERS = (CSV_COLUMNS, CSV_COLUMNS[:-1])
 WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
 
 
