@@ -82,7 +82,7 @@ def measure(results_dir: str, results_log: str, network: str, names: list, run_i
             "name": name, "failed": False, "steps": steps, "run_to_run": run_to_run,
             "cross_steps": cross_steps, "cross": cross,
             "identical": bool(np.array_equal(a, b)),
-            "notes": read_log_field(results_log, run_id + "-a", f"{framework}/{backend}", "parity") or "",
+            "notes": read_log_field(results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity") or "",
         })
     return measured
 
