@@ -73,11 +73,11 @@ def check_supported(config, wrapper_module: str, prog: str) -> None:
     if config.strategy not in support.strategies:
         raise InputError(f"--strategy {config.strategy}: " + (support.advice.get(config.strategy) or (
             f"{prog} runs {', '.join(support.strategies)}; "
-            "see README's strategy table for the frameworks that run it")))
+            "`python -m algorithms.capabilities` lists the frameworks that run it")))
     missing = [flag for flag, used in config.uses().items() if used and flag not in support.flags]
     if missing:
         raise InputError(f"{', '.join(missing)}: not available in {prog}; drop the flag "
-                         "or see README's feature table for the frameworks that have it")
+                         "or see `python -m algorithms.capabilities` for the frameworks that have it")
 
 
 def train_session(wrapper, session: RunSession) -> int:
