@@ -1,5 +1,6 @@
 # CNN-parallel: `make compare` runs every framework on the default data and prints
-# the table; `make test` runs the test suite. Both build the main env first.
+# the table; `make test` runs the lint and the whole test suite (what CI runs);
+# `make test-fast` the quick subset for the edit loop. All build the main env first.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,7 +13,7 @@ LEGACY_PY := $(LEGACY_VENV)/bin/python
 LEGACY_REQ_HASH := $(shell sha1sum requirements-legacy.txt | cut -c1-12)
 LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 
-.PHONY: all setup legacy-setup caffe compare test baseline drift benchmark clean-results
+.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift benchmark clean-results
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -50,10 +51,20 @@ caffe: setup
 compare: setup legacy-setup caffe
 	$(PY) run_all.py $(ARGS)
 
+# ruff (pyproject.toml): lint and format check, seconds
+lint: setup
+	$(PY) -m ruff check --no-cache .
+	$(PY) -m ruff format --check --no-cache .
+
 # tests/legacy/ runs in the legacy env (status 5, no test selected by ARGS, is fine there)
-test: setup legacy-setup caffe
+test: lint legacy-setup caffe
 	$(PY) -m pytest -q tests $(ARGS)
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) || [ $$? -eq 5 ]
+
+# The edit loop's subset (under 5 minutes on 2 cores): every test not marked slow, main env
+# only; the slow ones are the multi-process, signal and every-framework runs. CI runs `make test`.
+test-fast: lint
+	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
 
 # The shipped reference runs in results/baseline/ (both networks, 3 epochs at the
 # presets' batch sizes, seeds 0-2, every framework): the main command, run six times.

@@ -1,18 +1,13 @@
-"""The training loop shared by wrappers that step by hand (TensorFlow, PyTorch),
-and the evaluation every wrapper shares: the framework gives logits, the loss and
-accuracy are computed here, once, in float64 numpy. While a step computes, a
-background thread gathers the next step's rows (`Prefetcher`).
+"""The two training loops every wrapper is driven by, and the evaluation they share:
+the framework gives logits, the loss and accuracy are computed here, once, in
+float64 numpy.
 
-A hand-stepping wrapper supplies an object with:
-    to_batch(x, y)      numpy batch -> framework tensors (timed as data time)
-    train_step(batch)   one optimizer step -> (loss, accuracy) as Python floats
-    logits(x)           numpy images (N, 28, 28) -> numpy logits (N, classes), dropout off
-and, when its package declares the matching flags in `supported()`:
-    set_learning_rate(lr)        called before a step whenever the schedule changes the lr
-    accumulate_step(batches)     one optimizer step over K batches (--accumulate K) -> (loss, accuracy)
-    train_step may also return (loss, accuracy, comm_time_ms) where a strategy measures communication
-    save_checkpoint(folder) / load_checkpoint(folder)   --checkpoint_every / --resume: the
-                                 framework's own state files (weights, optimizer, RNG) in `folder`
+    train_by_hand(trainer, session)    a contract.Trainer, one optimizer step at a time
+                                       (TensorFlow, PyTorch, Lasagne, Caffe); while a step
+                                       computes, a background thread gathers the next
+                                       step's rows (`Prefetcher`)
+    train_by_epochs(trainer, session)  a contract.FitTrainer, an epoch at a time (Keras's
+                                       model.fit, which records each step from a callback)
 """
 from __future__ import annotations
 
@@ -21,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .contract import FitTrainer, Trainer
 from .session import RunSession
 
 
@@ -85,35 +81,34 @@ class Prefetcher:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_step(model, session: RunSession, epoch: int, parts: list, learning_rate, prefetcher: Prefetcher,
+def run_step(trainer: Trainer, session: RunSession, epoch: int, parts: list, learning_rate, prefetcher: Prefetcher,
              next_parts=None) -> float:
     """One optimizer step and its CSV row, exactly as the loop runs it (the
     benchmark times this against a native loop); returns the lr now set.
     `next_parts` (the next step's rows) are gathered during this step."""
-    if session.learning_rate != learning_rate and hasattr(model, "set_learning_rate"):
+    if session.learning_rate != learning_rate:
         learning_rate = session.learning_rate
-        model.set_learning_rate(learning_rate)
+        trainer.set_learning_rate(learning_rate)
     start = time.perf_counter()
-    batches = [model.to_batch(images, labels) for images, labels in prefetcher.take(parts, next_parts)]
+    batches = [trainer.to_batch(images, labels) for images, labels in prefetcher.take(parts, next_parts)]
     ready = time.perf_counter()
-    result = model.train_step(batches[0]) if len(batches) == 1 else model.accumulate_step(batches)
+    result = trainer.step(batches)
     done = time.perf_counter()
-    loss, acc, comm_ms = result if len(result) == 3 else (*result, None)
-    session.train_step(epoch, loss, acc, (done - ready) * 1000.0, (ready - start) * 1000.0,
-                       sum(len(indices) for indices in parts), comm_ms)
+    session.train_step(epoch, result.loss, result.accuracy, (done - ready) * 1000.0, (ready - start) * 1000.0,
+                       sum(len(indices) for indices in parts), result.comm_time_ms)
     return learning_rate
 
 
-def train_by_hand(model, session: RunSession) -> dict:
+def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
     config = session.config
 
     def logits_fn(images):
-        return batched_logits(model.logits, images, config.batch_size)
+        return batched_logits(trainer.logits, images, config.batch_size)
 
     start_epoch, start_index = session.resume_position
-    learning_rate = config.optimizer.learning_rate
+    learning_rate = config.optimizer.learning_rate  # what every trainer is built with
     if session.resume_from:
-        model.load_checkpoint(session.resume_from)
+        trainer.load_checkpoint(session.resume_from)
         learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
     prefetcher = Prefetcher(session.dataset)
     try:
@@ -121,9 +116,9 @@ def train_by_hand(model, session: RunSession) -> dict:
             steps = session.optimizer_batches(epoch)
             for index in range(start_index if epoch == start_epoch else 0, len(steps)):
                 next_parts = steps[index + 1] if index + 1 < len(steps) else None
-                learning_rate = run_step(model, session, epoch, steps[index], learning_rate, prefetcher, next_parts)
+                learning_rate = run_step(trainer, session, epoch, steps[index], learning_rate, prefetcher, next_parts)
                 if session.checkpoint_due():
-                    session.save_checkpoint(model, epoch, index + 1)
+                    session.save_checkpoint(trainer, epoch, index + 1)
                 if session.should_stop():
                     break
             validate(session, epoch, logits_fn)
@@ -132,3 +127,21 @@ def train_by_hand(model, session: RunSession) -> dict:
     finally:
         prefetcher.close()
     return finish_with_test(session, logits_fn)
+
+
+def train_by_epochs(trainer: FitTrainer, session: RunSession) -> dict:
+    """The same epochs, resume point, validation and stopping as train_by_hand, for a
+    trainer that takes a whole epoch's optimizer steps per call."""
+    config = session.config
+    start_epoch, start_index = session.resume_position
+    if session.resume_from:
+        trainer.load_checkpoint(session.resume_from)
+    for epoch in range(start_epoch, config.num_epochs):
+        first = start_index if epoch == start_epoch else 0
+        steps = session.optimizer_batches(epoch)[first:]
+        if steps:  # empty when resumed exactly at the end of an epoch: only its validation is left
+            trainer.fit_epoch(session, epoch, steps, first)
+        validate(session, epoch, trainer.logits)
+        if session.should_stop():
+            break
+    return finish_with_test(session, trainer.logits)

@@ -4,24 +4,26 @@ legacy env, never share one). algorithms/benchmark.py starts it as
     python -m algorithms.probe PACKAGE --out result.json [--steps N] [--block B]
         [--gemm N] [--mode full|threads|profile] [any entry-script flag, e.g. --threads 1]
 
-and reads the JSON it writes. PACKAGE's `native.py` supplies:
+and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NATIVE_NAMES):
     apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
     Native(config, dataset, schedule) .run(steps) -> per-step ms   a minimal loop of the
                                      framework itself on pre-loaded tensors of `schedule`
-    Harness(config, session)  .run(steps) -> per-step ms   the wrapper's step as the entry
-                                     script runs it (recorder on); `HandStepHarness` below for
-                                     wrappers driven by algorithms/loop.py
+    Harness(config, session)  .plan(schedule), .run(steps) -> per-step ms, .outside_step_ms
+                                     the wrapper's step as the entry script runs it
+                                     (recorder on); `HandStepHarness` below for wrappers
+                                     driven by algorithms/loop.py's train_by_hand
     gemm(n) -> call                  one n x n fp32 matmul through the framework's BLAS
                                      (operands and any compiled function made once)
-    make_session(config, dataset) -> the harness's RunSession (`scratch_session` below)
-and may supply
     STEPS_PER_CALL                   the fewest steps one run() call should take (Keras: one
                                      model.fit call per block, its setup spread over them)
     compiled_ms(config, dataset, schedule, steps) -> {name: ms/step}   compiled paths
+                                     ({} for a framework without a compiler switch)
     profile_ops(config, dataset, schedule, warmup) -> (profiler, [(op, ms), ...])
                                      the native loop over `schedule` under the framework's
                                      own profiler, the first `warmup` steps not recorded:
                                      each op's (kernel's, layer's) self time, summed
+The harness's RunSession is the entry script's, from PACKAGE.train.describe_runtime(),
+writing to the probe's scratch results folder.
 Imports no framework itself; PACKAGE.native is imported after the thread environment is set.
 """
 from __future__ import annotations
@@ -148,11 +150,12 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
     if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
     native_module = importlib.import_module(f"{package}.native")
+    runtime = importlib.import_module(f"{package}.train").describe_runtime()
     result = {"package": package, "mode": mode, "threads": config.threads, "batch": config.batch_size,
               "thread_settings": environment + "; " + native_module.apply_threads(config),
               "flops_per_sample": config.network.train_flops_per_sample()}
-    session = native_module.make_session(config, dataset)
-    block = max(block, getattr(native_module, "STEPS_PER_CALL", 1))  # a call's setup is spread over its steps
+    session = RunSession(config, dataset, runtime)
+    block = max(block, native_module.STEPS_PER_CALL)  # a call's setup is spread over its steps
     schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
     if mode == "profile":  # where the native loop's time goes, by the framework's own profiler
         result["profiler"], ops = native_module.profile_ops(config, dataset, schedule, block * WARMUP_BLOCKS)
@@ -167,8 +170,7 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         result["native_ms"] = statistics.median(times)
     else:
         harness = native_module.Harness(config, session)
-        if hasattr(harness, "plan"):
-            harness.plan(schedule)
+        harness.plan(schedule)
         gemm = []  # GFLOP/s of single matmuls between the blocks: the machine's speed at the same moments
         matmul = native_module.gemm(gemm_n) if gemm_n else None
 
@@ -177,13 +179,13 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         native_ms, harness_ms = interleaved(native, harness, schedule, block, sample_gemm if gemm_n else None)
         result.update(native_ms=statistics.median(native_ms), harness_ms=statistics.median(harness_ms),
                       steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
-        if getattr(harness, "outside_step_ms", None):
+        if harness.outside_step_ms:  # measured where the harness steps through algorithms/loop.py
             result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
         result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms, block)
         result["block"] = block
         if gemm:
             result["gemm_gflops"], result["gemm_samples"] = statistics.median(gemm), len(gemm)
-        if compiled and hasattr(native_module, "compiled_ms"):
+        if compiled:
             result["compiled"] = native_module.compiled_ms(config, dataset, schedule, block)
     result["peak_rss_mb"] = peak_rss_mb()
     return result
@@ -219,11 +221,6 @@ def shape_text(shapes) -> str:
     scalars (empty shapes) and unknowns (None) left out."""
     return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in shapes or ()
                     if isinstance(shape, (tuple, list)) and shape)
-
-
-def scratch_session(config, dataset, framework: str, backend: str, versions: dict, devices: str) -> RunSession:
-    """The harness's session: the entry script's, writing to the probe's results folder."""
-    return RunSession(config, dataset, framework, backend, versions, devices)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,14 @@
 """What every entry script does: parse the shared flags, load and check the data
 (before any framework is imported, so a bad input fails fast with status 2 and
-writes nothing), then hand the run to one wrapper.
+writes nothing), then hand the run to one wrapper, through the names of
+algorithms/contract.py:
 
-A wrapper module passed to `run_entry_point` provides:
-    describe_runtime() -> (framework, backend, {package: version}, devices text)
-    train(session) -> summary dict     (trains, then calls session.finish)
-and may provide
-    for_this_worker(config) -> config  (multi-process runs: where this process writes;
-                                        workers other than the chief write to scratch)
-and its package's `__init__.py` (which must not import the framework) provides
-    supported() -> {"strategies": (...), "flags": (...)[, "advice": {strategy: text}]}
-naming the strategies and the optional flags (`RunConfig.uses()` keys) it implements,
-so an unsupported request fails before the framework loads ("advice" replaces the
-generic message for a strategy it does not run), and may provide
-    prepare_process(config, dataset)  sets what the framework reads when imported (device
-                                      counts); raises InputError for what it cannot run on this data
-    launch(config, argv)    starts the worker processes (e.g. re-executes under torchrun)
-                            and does not return, or returns None when this process is
-                            already a worker; raises InputError for an impossible request
-and, in its wrapper module,
-    is_chief() -> bool      False in a worker process that leaves the records to rank 0
+    package.supported()                      refuse what it does not run, before it loads
+    package.prepare_process(config, dataset) what the framework reads at import (device counts)
+    package.launch(config, argv)             start worker processes (does not return), or return
+    module.records(config)                   whether this process writes the run's records
+    module.describe_runtime()                the Runtime for the CSV and results.log
+    module.train(session)                    train, then session.finish
 """
 from __future__ import annotations
 
@@ -28,6 +17,7 @@ import sys
 from dataclasses import replace
 from typing import Optional
 
+from .contract import Support
 from .cli import DEFAULT_DATA_DIR, DEFAULT_TRAIN, parse_config
 from .data import default_test_labels, ensure_default_data, load_dataset
 from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError
@@ -55,10 +45,8 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     try:
         check_supported(config, wrapper_module, prog)
         package = importlib.import_module(wrapper_module.split(".")[0])
-        if hasattr(package, "prepare_process"):
-            package.prepare_process(config, dataset)
-        if hasattr(package, "launch"):
-            package.launch(config, sys.argv[1:] if argv is None else list(argv))
+        package.prepare_process(config, dataset)
+        package.launch(config, sys.argv[1:] if argv is None else list(argv))
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
@@ -66,12 +54,8 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
     wrapper = importlib.import_module(wrapper_module)
-    if hasattr(wrapper, "for_this_worker"):
-        config = wrapper.for_this_worker(config)
-    framework, backend, versions, devices = wrapper.describe_runtime()
-    record = getattr(wrapper, "is_chief", lambda: True)()
     try:
-        session = RunSession(config, dataset, framework, backend, versions, devices, parity_notes, record)
+        session = RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
@@ -85,17 +69,15 @@ def enable_parity(wrapper_module: str) -> tuple:
 
 
 def check_supported(config, wrapper_module: str, prog: str) -> None:
-    package = importlib.import_module(wrapper_module.split(".")[0])
-    supported = package.supported()
-    if config.strategy not in supported["strategies"]:
-        advice = supported.get("advice", {}).get(config.strategy)
-        raise InputError(f"--strategy {config.strategy}: " + (advice or (
-            f"{prog} runs {', '.join(supported['strategies'])}; "
-            "see README's strategy table for the frameworks that run it")))
-    missing = [flag for flag, used in config.uses().items() if used and flag not in supported["flags"]]
+    support = support_of(wrapper_module)
+    if config.strategy not in support.strategies:
+        raise InputError(f"--strategy {config.strategy}: " + (support.advice.get(config.strategy) or (
+            f"{prog} runs {', '.join(support.strategies)}; "
+            "`python -m algorithms.capabilities` lists the frameworks that run it")))
+    missing = [flag for flag, used in config.uses().items() if used and flag not in support.flags]
     if missing:
         raise InputError(f"{', '.join(missing)}: not available in {prog}; drop the flag "
-                         "or see README's feature table for the frameworks that have it")
+                         "or see `python -m algorithms.capabilities` for the frameworks that have it")
 
 
 def train_session(wrapper, session: RunSession) -> int:
@@ -115,7 +97,7 @@ def train_session(wrapper, session: RunSession) -> int:
             session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
             raise
         config = session.config
-        advice = out_of_memory_advice(config.batch_size, "--accumulate" in _supported_flags(wrapper))
+        advice = out_of_memory_advice(config.batch_size, "--accumulate" in support_of(wrapper.__name__).flags)
         session.finish(None, None, None, status=f"out of memory at step {session.step + 1}: {advice}")
         print(f"\nerror: out of memory at step {session.step + 1} with --batch_size {config.batch_size} "
               f"({type(error).__name__}); {advice}. The rows of the {session.step} finished steps are in "
@@ -124,6 +106,6 @@ def train_session(wrapper, session: RunSession) -> int:
     return 0
 
 
-def _supported_flags(wrapper) -> tuple:
-    package = importlib.import_module(wrapper.__name__.split(".")[0])
-    return package.supported()["flags"]
+def support_of(module_name: str) -> Support:
+    """The Support of the wrapper package that `module_name` belongs to (no framework loads)."""
+    return importlib.import_module(module_name.split(".")[0]).supported()

@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from .cli import RunConfig
+from .contract import Runtime
 from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settings, step_folder, write_state
 from .data import Dataset, batch_order, steps_per_epoch
 from .faults import first_loss_problem, raise_if_stop_requested, stuck_loss_problem
@@ -45,13 +46,14 @@ class RunSession:
     0): it steps through the same schedule, stopping rules and epochs as the chief,
     but writes no CSV, log or predictions and prints nothing."""
 
-    def __init__(self, config: RunConfig, dataset: Dataset, framework: str, backend: str,
-                 versions: dict, devices: str, parity_notes: Optional[tuple] = None, record: bool = True):
+    def __init__(self, config: RunConfig, dataset: Dataset, runtime: Runtime, parity_notes: Optional[tuple] = None,
+                 record: bool = True):
         self.config, self.dataset = config, dataset
         self.parity_notes = parity_notes  # (what was set, what is not deterministic) in --parity runs
         self.record = record
+        framework, backend = runtime.framework, runtime.backend
         self.framework, self.backend = framework, backend
-        self.versions, self.devices = versions, devices
+        self.versions, self.devices = runtime.versions, runtime.devices
         self.run_id = config.run_id or new_run_id()
         self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
         csv_name = results_csv_name(config.network.name, framework, backend)
@@ -100,13 +102,13 @@ class RunSession:
         every = self.config.checkpoint_every
         return bool(every) and self.step % every == 0
 
-    def save_checkpoint(self, model, epoch: int, next_index: int) -> None:
-        """`model.save_checkpoint(folder)` writes the framework's state (every process
+    def save_checkpoint(self, trainer, epoch: int, next_index: int) -> None:
+        """`trainer.save_checkpoint(folder)` writes the framework's state (every process
         calls it; it returns once all have written), then this records where the run
         stands. Called after the step's row is written."""
         directory = step_folder(self.checkpoint_root, self.step)
         os.makedirs(directory, exist_ok=True)
-        model.save_checkpoint(directory)
+        trainer.save_checkpoint(directory)
         if not self.record:
             return
         write_state(directory, {

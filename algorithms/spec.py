@@ -37,9 +37,7 @@ class Flatten:
 @dataclass(frozen=True)
 class Dense:
     units: int
-    # "softmax" on the last layer is fused into the cross-entropy loss by every
-    # wrapper (log-softmax), so models emit logits; argmax is unchanged.
-    activation: Optional[str] = "relu"
+    activation: Optional[str] = "relu"  # "softmax" on the last layer: see Network.activation
 
 
 @dataclass(frozen=True)
@@ -141,8 +139,12 @@ class Network:
         return {index for index, layer in enumerate(self.layers[:-1])
                 if getattr(layer, "activation", None) == "relu" and isinstance(self.layers[index + 1], MaxPool2D)}
 
-    def final_activation(self) -> Optional[str]:
-        return self.layers[-1].activation
+    def activation(self, index: int) -> Optional[str]:
+        """The activation a model applies after layer `index`: the layer's own, except the
+        last layer's softmax, which every wrapper fuses into the cross-entropy loss
+        (log-softmax), so models emit logits (argmax is unchanged). None: no activation."""
+        activation = getattr(self.layers[index], "activation", None)
+        return None if activation == "softmax" and index == len(self.layers) - 1 else activation
 
 
 def _output_shape(layer: Layer, shape: tuple) -> tuple:

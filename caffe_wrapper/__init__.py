@@ -1,9 +1,19 @@
 """Caffe: the spec as prototxt (a NetParameter for training, one for deployment,
 a SolverParameter), trained by Caffe's own solver over the shared batch order.
 `build_caffe.sh` builds real pycaffe from the PyPI sdist (`make caffe`);
-`prototxt.py` translates the spec; `train.py` runs it through algorithms/loop.py."""
+`model.py` translates the spec; `trainer.py` drives the solver; `train.py` runs it
+through algorithms/loop.py."""
+from algorithms.contract import Support
 
 
-def supported() -> dict:
+def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return {"strategies": ("single",), "flags": ("--checkpoint_every",)}
+    return Support(strategies=("single",), flags=("--checkpoint_every",))
+
+
+def prepare_process(config, dataset) -> None:
+    """Nothing to set before Caffe loads: algorithms/threads.py sets its OpenBLAS threads."""
+
+
+def launch(config, argv: list) -> None:
+    """One process: nothing to start."""

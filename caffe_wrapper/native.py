@@ -8,25 +8,24 @@ import os
 import tempfile
 import time
 
-from caffe_wrapper.train import CaffeTrainer, _feed, describe_runtime  # sets GLOG_minloglevel first
+from caffe_wrapper.trainer import CaffeTrainer, build_trainer, feed  # sets GLOG_minloglevel first
 
 import caffe
 import numpy as np
 
-from algorithms.probe import HandStepHarness, scratch_session, shape_text
+from algorithms.probe import HandStepHarness, shape_text
+
+STEPS_PER_CALL = 1
 
 
 def apply_threads(config) -> str:
     return f"Caffe's OpenBLAS from the environment (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')})"
 
 
-def make_session(config, dataset):
-    return scratch_session(config, dataset, *describe_runtime())
-
-
 def _trainer(config) -> CaffeTrainer:
-    directory = tempfile.mkdtemp(prefix="caffe-probe-")
-    return CaffeTrainer(config.network, config.optimizer, config.seed, config.batch_size, directory)
+    """The solver reads its prototxt when it is built: the folder can go right after."""
+    with tempfile.TemporaryDirectory(prefix="caffe-probe-") as directory:
+        return build_trainer(config, directory)
 
 
 class Native:
@@ -42,7 +41,7 @@ class Native:
         for _, parts in steps:
             images, labels = self.batches[id(parts)]
             start = time.perf_counter()
-            _feed(self.solver.net, images, labels)
+            feed(self.solver.net, images, labels)
             self.solver.step(1)
             times.append((time.perf_counter() - start) * 1000.0)
         return times
@@ -72,6 +71,11 @@ def gemm(n: int):
     return net.forward
 
 
+def compiled_ms(config, dataset, schedule, block: int) -> dict:
+    """Caffe has no compiler: one path."""
+    return {}
+
+
 def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     """Caffe's per-layer timing as `caffe time` does it (each layer's forward, then
     each backward in reverse, on the solver's net), then the step itself
@@ -92,7 +96,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     layers = list(zip(range(len(net.layers)), net._layer_names, net.layers))
     update_ms = 0.0
     for _, parts in schedule[warmup:]:
-        timed("input feed (copy into the data and label blobs)", _feed, net, *native.batches[id(parts)])
+        timed("input feed (copy into the data and label blobs)", feed, net, *native.batches[id(parts)])
         for index, name, layer in layers:
             tops = shape_text([net.blobs[top].data.shape for top in net.top_names[name]])
             timed(f"forward {name} ({layer.type}) top {tops}", net._forward, index, index)

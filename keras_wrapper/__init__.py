@@ -6,6 +6,9 @@ keras.distribution.DataParallel on jax)."""
 import json
 import os
 
+from algorithms.contract import Support
+from algorithms.errors import InputError
+
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
 
@@ -22,23 +25,21 @@ def backend() -> str:
         return "tensorflow"
 
 
-def supported() -> dict:
+def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
     if name in ("tensorflow", "jax"):
-        return {"strategies": ("single", "data"), "flags": KERAS_3_FLAGS}
+        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS)
     if name == "torch":
-        return {"strategies": ("single",), "flags": KERAS_3_FLAGS,
-                "advice": {"data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
-                                   "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"}}
-    return {"strategies": ("single",), "flags": ("--checkpoint_every",)}  # Keras 2 on Theano (legacy env)
+        return Support(strategies=("single",), flags=KERAS_3_FLAGS,
+                       advice={"data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
+                                       "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"})
+    return Support(strategies=("single",), flags=("--checkpoint_every",))  # Keras 2 on Theano (legacy env)
 
 
 def prepare_process(config, dataset) -> None:
     """Before Keras is imported: refuse what Keras cannot run as asked on this data, and
     have jax make N host (CPU) devices, which it does only if asked at import."""
-    from algorithms.errors import InputError
-
     name, rows, accumulate = backend(), len(dataset.train_x), config.accumulate
     if accumulate > 1 and rows % config.effective_batch:
         # Keras steps after every K batches, across epoch ends too; one K x batch step needs K equal batches
@@ -58,3 +59,7 @@ def prepare_process(config, dataset) -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if name == "jax" and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+
+
+def launch(config, argv: list) -> None:
+    """One process: Keras's data parallel runs its replicas inside it."""

@@ -3,7 +3,7 @@ both: Keras 3 (main env; tensorflow, torch, jax) and multi-backend Keras 2.3.1 o
 Theano (legacy env, `keras_theano_backend.py`).
 
 Import this before keras: with KERAS_BACKEND=theano it first sets THEANO_FLAGS and
-bridges theano-pymc to Keras 2.3.1 (lasagne_wrapper/theano_compat.py).
+bridges theano-pymc to Keras 2.3.1 (backends/theano_backend.py).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import random
 
 if os.environ.get("KERAS_BACKEND", "").lower() == "theano":
-    from lasagne_wrapper import theano_compat  # noqa: F401
+    from backends import theano_backend  # noqa: F401
 
 import keras
 import numpy as np
@@ -116,8 +116,8 @@ def describe_backend() -> tuple:
     """(backend version, devices text) for results.log."""
     if BACKEND == "theano":
         import theano
-        from lasagne_wrapper import theano_compat
-        return theano.__version__, theano_compat.describe_theano()
+        from backends import theano_backend
+        return theano.__version__, theano_backend.describe_theano()
     import importlib
     module = importlib.import_module(BACKEND)
     if BACKEND == "tensorflow":  # physical: listing logical devices would fix them before data parallel splits the CPU
@@ -129,16 +129,13 @@ def describe_backend() -> tuple:
     return module.__version__, devices
 
 
-def set_threads(threads: int) -> None:
-    """--threads on the backend's own switches (jax, Theano: the environment that
-    algorithms/threads.py set before import)."""
+def set_threads(threads: int) -> str:
+    """--threads on the backend's own switches, as tensorflow_wrapper and torch_wrapper
+    set them (jax, Theano: the environment that algorithms/threads.py set before import)."""
     if BACKEND == "tensorflow":
-        import tensorflow as tf
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
-        except RuntimeError:  # TensorFlow already ran an op: its pools are fixed
-            pass
+        from backends.tensorflow_backend import set_threads as set_backend_threads
     elif BACKEND == "torch":
-        import torch
-        torch.set_num_threads(threads)
+        from backends.torch_backend import set_threads as set_backend_threads
+    else:
+        return f"keras backend {BACKEND}: threads {threads} from the environment (algorithms/threads.py)"
+    return f"keras backend {BACKEND}: " + set_backend_threads(threads)

@@ -16,19 +16,19 @@ def build_model(network: Network, weights: list) -> keras.Model:
     """A Sequential emitting logits (a final softmax is fused into the loss)."""
     model = keras.Sequential(name=network.name)
     model.add(compat.input_layer(network.input_shape))
-    by_index, last_index = {}, len(network.layers) - 1
+    by_index = {}
     for index, layer in enumerate(network.layers):
         if isinstance(layer, ZeroPad2D):
             keras_layer = layers.ZeroPadding2D(layer.padding)
         elif isinstance(layer, Conv2D):
             keras_layer = layers.Conv2D(layer.filters, layer.kernel_size, padding=layer.padding,
-                                        activation=_activation(layer.activation, index == last_index))
+                                        activation=network.activation(index))
         elif isinstance(layer, MaxPool2D):
             keras_layer = layers.MaxPooling2D(layer.pool_size)
         elif isinstance(layer, Flatten):
             keras_layer = layers.Flatten()
         elif isinstance(layer, Dense):
-            keras_layer = layers.Dense(layer.units, activation=_activation(layer.activation, index == last_index))
+            keras_layer = layers.Dense(layer.units, activation=network.activation(index))
         elif isinstance(layer, Dropout):
             keras_layer = layers.Dropout(layer.rate)
         else:
@@ -39,10 +39,6 @@ def build_model(network: Network, weights: list) -> keras.Model:
         kernel = compat.conv_kernel(w.kernel) if isinstance(network.layers[w.layer_index], Conv2D) else w.kernel
         by_index[w.layer_index].set_weights([kernel, w.bias])
     return model
-
-
-def _activation(name, is_last):
-    return None if name == "softmax" and is_last else name
 
 
 def make_optimizer(spec, accumulate: int = 1):

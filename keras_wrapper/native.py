@@ -10,17 +10,12 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 
 import numpy as np
 
-from algorithms.probe import scratch_session, shape_text
-from keras_wrapper.train import StepRecorder, describe_runtime, make_model
+from algorithms.probe import shape_text
+from keras_wrapper.trainer import StepRecorder, make_model
 
 
 def apply_threads(config) -> str:
-    compat.set_threads(config.threads)
-    return f"keras backend {compat.BACKEND}: threads {config.threads} (compat.set_threads)"
-
-
-def make_session(config, dataset):
-    return scratch_session(config, dataset, *describe_runtime())
+    return compat.set_threads(config.threads)
 
 
 STEPS_PER_CALL = 4  # keras_script.py calls fit once an epoch: a timed block's fit setup is spread over 4 steps
@@ -53,8 +48,12 @@ class Native(_FitBlocks):
 
 class Harness(_FitBlocks):
     def __init__(self, config, session):
+        self.outside_step_ms: list = []  # fit's callback runs inside the timed call: nothing outside it
         self.recorder = StepRecorder(session)
         super().__init__(config, session.dataset, self._recorder)
+
+    def plan(self, schedule: list) -> None:
+        """model.fit takes each block's batches at once: nothing to gather ahead."""
 
     def _recorder(self, epoch, sizes):
         self.recorder.epoch, self.recorder.batch_sizes = epoch, sizes
@@ -80,6 +79,11 @@ def gemm(n: int):
     return matmul
 
 
+def compiled_ms(config, dataset, schedule, block: int) -> dict:
+    """Keras has no compiler switch here: jax always jits, tensorflow runs graph mode."""
+    return {}
+
+
 def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     """The backend's own profiler over Keras's loop (model.fit): each op's self time."""
     if compat.BACKEND == "theano":
@@ -87,7 +91,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
     if compat.BACKEND == "torch":
-        from torch_wrapper.native import profiled_ops
+        from backends.torch_backend import profiled_ops
 
         return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
     import tempfile
@@ -104,7 +108,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
             return "jax.profiler (XSpace, XLA thunk self time)", list(_jax_op_times(logdir).items())
         import tensorflow as tf
 
-        from tensorflow_wrapper.xplane import op_label, tf_op_times
+        from backends.xplane import op_label, tf_op_times
 
         tf.profiler.experimental.start(logdir)
         native.run(schedule[warmup:])
@@ -118,7 +122,7 @@ def _jax_op_times(logdir: str) -> dict:
     on the host plane's threads, read by jax's own XSpace reader."""
     from jax.profiler import ProfileData
 
-    from tensorflow_wrapper.xplane import newest_xspace, self_times  # plain Python: imports no TensorFlow
+    from backends.xplane import newest_xspace, self_times  # plain Python: imports no TensorFlow
 
     lines = []
     for plane in ProfileData.from_file(newest_xspace(logdir)).planes:

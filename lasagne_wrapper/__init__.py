@@ -1,10 +1,19 @@
 """Lasagne on Theano (legacy environment, .venv-legacy): `model.py` translates the
-spec to Lasagne layers (NCHW), `train.py` compiles Theano train and eval functions
-and runs them through the shared loop in algorithms/loop.py. `theano_compat.py`
-sets THEANO_FLAGS and bridges theano-pymc to Lasagne 0.1 and Keras 2.3.1; it is
-imported before either (Keras on Theano uses it too)."""
+spec to Lasagne layers (NCHW), `trainer.py` compiles Theano train and eval
+functions, `train.py` runs them through the shared loop in algorithms/loop.py.
+backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 0.1
+(and Keras 2.3.1); it is imported before lasagne."""
+from algorithms.contract import Support
 
 
-def supported() -> dict:
+def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return {"strategies": ("single",), "flags": ("--checkpoint_every",)}
+    return Support(strategies=("single",), flags=("--checkpoint_every",))
+
+
+def prepare_process(config, dataset) -> None:
+    """Nothing to set before Theano loads: algorithms/threads.py sets its OpenMP/BLAS threads."""
+
+
+def launch(config, argv: list) -> None:
+    """One process: nothing to start."""

@@ -3,7 +3,7 @@ converted to the channels-first layout (OIHW kernels, CHW flatten); Lasagne's de
 kernels are (in, out), so the converted (out, in) ones are transposed back."""
 from __future__ import annotations
 
-from lasagne_wrapper import theano_compat  # noqa: F401  (before lasagne: the bridges)
+from backends import theano_backend  # noqa: F401  (before lasagne: the bridges)
 
 import lasagne
 import numpy as np
@@ -30,9 +30,8 @@ def build_model(network: Network, weights: list, input_var=None):
     height, width, channels = network.input_shape
     net = layers.InputLayer((None, channels, height, width), input_var=input_var)
     loaded = {w.layer_index: w for w in to_channels_first(network, weights)}
-    last_index = len(network.layers) - 1
     for index, layer in enumerate(network.layers):
-        activation = _activation(getattr(layer, "activation", None), index == last_index)
+        activation = ACTIVATIONS[network.activation(index)]
         if isinstance(layer, ZeroPad2D):
             net = layers.PadLayer(net, width=layer.padding)
         elif isinstance(layer, Conv2D):
@@ -55,22 +54,17 @@ def build_model(network: Network, weights: list, input_var=None):
     return net
 
 
-def _activation(name, is_last):
-    if name == "softmax" and is_last:
-        return identity
-    return ACTIVATIONS[name]
-
-
 def _shared(array: np.ndarray):
     return theano.shared(np.ascontiguousarray(array, dtype=theano.config.floatX))
 
 
-def make_updates(spec, loss, params):
+def make_updates(spec, loss, params, learning_rate):
+    """The spec's optimizer as Lasagne updates; `learning_rate` a number or a shared variable."""
     if spec.name == "sgd" and spec.nesterov:
-        return lasagne.updates.nesterov_momentum(loss, params, spec.learning_rate, momentum=spec.momentum)
+        return lasagne.updates.nesterov_momentum(loss, params, learning_rate, momentum=spec.momentum)
     if spec.name == "sgd":
-        return lasagne.updates.momentum(loss, params, spec.learning_rate, momentum=spec.momentum)
+        return lasagne.updates.momentum(loss, params, learning_rate, momentum=spec.momentum)
     if spec.name == "adam":
-        return lasagne.updates.adam(loss, params, spec.learning_rate, beta1=spec.beta_1, beta2=spec.beta_2,
+        return lasagne.updates.adam(loss, params, learning_rate, beta1=spec.beta_1, beta2=spec.beta_2,
                                     epsilon=spec.epsilon)
     raise ValueError(f"unknown optimizer {spec.name!r}")

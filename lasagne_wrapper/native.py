@@ -8,14 +8,16 @@ import os
 import time
 import warnings
 
-from lasagne_wrapper import theano_compat  # noqa: F401  (before lasagne: the bridges)
+from backends import theano_backend  # noqa: F401  (before lasagne: the bridges)
 
 import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.probe import HandStepHarness, scratch_session, shape_text
-from lasagne_wrapper.train import LasagneTrainer, describe_runtime
+from algorithms.probe import HandStepHarness, shape_text
+from lasagne_wrapper.trainer import build_trainer
+
+STEPS_PER_CALL = 1
 
 
 def apply_threads(config) -> str:
@@ -23,13 +25,9 @@ def apply_threads(config) -> str:
            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})"
 
 
-def make_session(config, dataset):
-    return scratch_session(config, dataset, *describe_runtime())
-
-
 class Native:
     def __init__(self, config, dataset, schedule):
-        self.trainer = LasagneTrainer(config.network, config.optimizer, config.seed)
+        self.trainer = build_trainer(config)
         self.batches = {id(parts): self.trainer.to_batch(dataset.train_x[parts[0]], dataset.train_y[parts[0]])
                         for _, parts in schedule}
         self.losses: list = []
@@ -46,7 +44,7 @@ class Native:
 
 class Harness(HandStepHarness):
     def __init__(self, config, session):
-        super().__init__(LasagneTrainer(config.network, config.optimizer, config.seed), session)
+        super().__init__(build_trainer(config), session)
 
 
 def gemm(n: int):
@@ -55,6 +53,11 @@ def gemm(n: int):
     matmul = theano.function([a, b], T.dot(a, b))
     x, y = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
     return lambda: matmul(x, y)
+
+
+def compiled_ms(config, dataset, schedule, block: int) -> dict:
+    """Theano always compiles its functions: there is no second path to compare."""
+    return {}
 
 
 def profile_ops(config, dataset, schedule, warmup: int) -> tuple:

@@ -10,14 +10,10 @@ so nothing here (nor describe_runtime) may run an op before `local_devices`.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import shutil
 import signal
-import tempfile
-from dataclasses import replace
 
 import tensorflow as tf
 
@@ -52,17 +48,6 @@ def is_chief(cluster: dict | None) -> bool:
     if "chief" in cluster.get("cluster", {}):
         return task.get("type") == "chief"
     return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
-
-
-def for_this_worker(config):
-    """Every worker of a multi-worker run trains; only the chief writes the CSV and
-    results.log the user reads, the others write to a scratch directory."""
-    if config.plan.strategy != "data" or is_chief(tf_config()):
-        return config
-    scratch = tempfile.mkdtemp(prefix="cnn-parallel-worker-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    return replace(config, results_dir=os.path.join(scratch, "results"),
-                   results_log=os.path.join(scratch, "results.log"), quiet=True)
 
 
 def data_parallel_strategy(devices: int):

@@ -36,7 +36,6 @@ class SpecModel(tf.Module):
                 self.kernels[w.layer_index] = tf.Variable(w.kernel, name=f"kernel_{w.layer_index}")
                 self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
         self.seed = seed
-        self.last_index = len(network.layers) - 1
         # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool
         self.folded_pads = network.pads_folded_into_convs()
         self.late_relus = network.relus_after_pools()
@@ -66,22 +65,23 @@ class SpecModel(tf.Module):
             p = self.folded_pads.get(index)
             padding = [[0, 0], [p, p], [p, p], [0, 0]] if p else layer.padding.upper()
             x = tf.nn.bias_add(tf.nn.conv2d(x, self.kernels[index], strides=1, padding=padding), self.biases[index])
-            return x if index in self.late_relus else self._activate(x, layer.activation, index)
+            return x if index in self.late_relus else ACTIVATIONS[self.network.activation(index)](x)
         if isinstance(layer, MaxPool2D):
             x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
             return tf.nn.relu(x) if index - 1 in self.late_relus else x
         if isinstance(layer, Flatten):
             return tf.reshape(x, [tf.shape(x)[0], -1])
         if isinstance(layer, Dense):
-            return self._activate(tf.matmul(x, self.kernels[index]) + self.biases[index], layer.activation, index)
+            return ACTIVATIONS[self.network.activation(index)](tf.matmul(x, self.kernels[index]) + self.biases[index])
         if isinstance(layer, Dropout):
             return dropout(x, layer.rate, index, step_seed, row_offset, step_rows) if training else x
         raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
 
-    def _activate(self, x, activation, index):
-        if activation == "softmax" and index == self.last_index:
-            return x  # fused into the cross-entropy
-        return ACTIVATIONS[activation](x)
+
+
+def build_model(network: Network, weights: list, seed: int, layer_devices: list | None = None) -> SpecModel:
+    """The spec's forward pass on the shared weights (see SpecModel)."""
+    return SpecModel(network, weights, seed, layer_devices)
 
 
 def dropout(x, rate: float, layer_index: int, step_seed, row_offset, step_rows):

@@ -1,5 +1,5 @@
 """The benchmark's TensorFlow side (algorithms/probe.py): a minimal native
-tf.function + GradientTape loop on the same SpecModel, weights and batches as
+tf.function + GradientTape loop on the same model, weights and batches as
 tensorflow_script.py, the wrapper's own step as the harness, tf.linalg.matmul for
 the GEMM peak and XLA (jit_compile) beside graph mode."""
 from __future__ import annotations
@@ -10,20 +10,18 @@ from dataclasses import replace
 import tensorflow as tf
 
 from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, compiled_pair_ms, scratch_session
-from tensorflow_wrapper.model import SpecModel, make_optimizer
-from tensorflow_wrapper.train import apply_threads as set_tf_threads
-from tensorflow_wrapper.train import describe_runtime, make_trainer
+from algorithms.probe import HandStepHarness, compiled_pair_ms
+from algorithms.session import RunSession
+from backends.tensorflow_backend import set_threads
+from tensorflow_wrapper.model import build_model, make_optimizer
+from tensorflow_wrapper.train import describe_runtime
+from tensorflow_wrapper.trainer import build_trainer
+
+STEPS_PER_CALL = 1
 
 
 def apply_threads(config) -> str:
-    set_tf_threads(config.threads)
-    return (f"tf.config.threading intra {tf.config.threading.get_intra_op_parallelism_threads()}, "
-            f"inter {tf.config.threading.get_inter_op_parallelism_threads()}")
-
-
-def make_session(config, dataset):
-    return scratch_session(config, dataset, *describe_runtime())
+    return set_threads(config.threads)
 
 
 class Native:
@@ -31,7 +29,7 @@ class Native:
 
     def __init__(self, config, dataset, schedule, jit_compile: bool = False):
         tf.random.set_seed(config.seed)
-        self.model = SpecModel(config.network, initial_weights(config.network, config.seed), config.seed)
+        self.model = build_model(config.network, initial_weights(config.network, config.seed), config.seed)
         self.variables = self.model.weights_in_order
         self.optimizer = make_optimizer(config.optimizer)
         self.optimizer.build(self.variables)
@@ -62,7 +60,7 @@ class Native:
 
 class Harness(HandStepHarness):
     def __init__(self, config, session):
-        super().__init__(make_trainer(config), session)
+        super().__init__(build_trainer(config), session)
 
 
 def gemm(n: int):
@@ -74,7 +72,7 @@ def gemm(n: int):
 def compiled_ms(config, dataset, schedule, block: int) -> dict:
     """XLA beside graph mode: the native loop and tensorflow_script.py --compile."""
     native = Native(config, dataset, schedule, jit_compile=True)
-    harness = Harness(replace(config, compile=True), make_session(config, dataset))
+    harness = Harness(replace(config, compile=True), RunSession(config, dataset, describe_runtime()))
     return compiled_pair_ms(native, harness, schedule, block, "XLA")
 
 
@@ -83,7 +81,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     host's threads, named with its input shapes and layout from the step's graph."""
     import tempfile
 
-    from tensorflow_wrapper.xplane import graph_input_shapes, op_label, tf_op_times
+    from backends.xplane import graph_input_shapes, op_label, tf_op_times
 
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])

@@ -1,14 +1,6 @@
-"""Raw TensorFlow 2 training: tf.function steps with GradientTape, driven by the
-shared loop, so TensorFlow sees the same batches in the same order as every
-other framework, whatever the strategy.
-
-    single, model   one fused step (gradients + apply); model parallel only pins
-                    layers to devices (model.py)
-    data            per replica: gradients of its slice, loss scaled by the global
-                    batch; then one timed all-reduce (the comm_time_ms column);
-                    then the optimizer applies the summed gradients on every replica
-    --accumulate K  gradients of K batches summed, then one apply (one all-reduce)
-"""
+"""Raw TensorFlow 2 training: the trainer for the run's strategy (trainer.py), driven
+by the shared loop in algorithms/loop.py. With TF_CONFIG, one process per worker
+(MultiWorkerMirroredStrategy); the chief records the run."""
 from __future__ import annotations
 
 import os
@@ -16,200 +8,31 @@ import os
 os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras optimizers must run on TensorFlow here
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import time
-
 import numpy as np
 import tensorflow as tf
 
+from algorithms.contract import Runtime
 from algorithms.faults import install_signal_handlers
 from algorithms.init import initial_weights
 from algorithms.loop import train_by_hand
-from algorithms.parallel import split_ranges
-from tensorflow_wrapper.devices import (data_parallel_strategy, describe_devices, for_this_worker, local_devices,
-                                        peers_checked, signal_of_any_worker, tf_config)
-from tensorflow_wrapper.model import SpecModel, make_optimizer
-
-IMAGE_SPEC = tf.TensorSpec([None, 28, 28, 1], tf.float32)
-LABEL_SPEC = tf.TensorSpec([None], tf.int32)
-SEED_SPEC = tf.TensorSpec([2], tf.int64)
-ROWS_SPEC = tf.TensorSpec([], tf.int32)
-
-__all__ = ["describe_runtime", "for_this_worker", "train", "TensorFlowTrainer", "make_trainer"]
+from tensorflow_wrapper.devices import describe_devices, is_chief, signal_of_any_worker, tf_config
+from tensorflow_wrapper.model import build_model
+from tensorflow_wrapper.trainer import build_trainer
 
 
-def describe_runtime():
-    return "tensorflow", "tensorflow", {"tensorflow": tf.__version__, "numpy": np.__version__}, describe_devices()
+def describe_runtime() -> Runtime:
+    return Runtime("tensorflow", "tensorflow", {"tensorflow": tf.__version__, "numpy": np.__version__},
+                   describe_devices())
 
 
-class TensorFlowTrainer:
-    """`strategy`: a tf.distribute strategy for data parallel, None otherwise;
-    `layer_devices`: one device per layer for model parallel, None otherwise."""
-
-    def __init__(self, network, optimizer_spec, seed: int, strategy=None, layer_devices=None, jit_compile=False):
-        tf.random.set_seed(seed)
-        self.seed, self.optimizer_steps = seed, 0
-        self.data_parallel = strategy is not None
-        self.strategy = strategy or tf.distribute.get_strategy()
-        with self.strategy.scope():
-            self.model = SpecModel(network, initial_weights(network, seed), seed, layer_devices)
-            self.variables = self.model.weights_in_order
-            self.optimizer = make_optimizer(optimizer_spec, pre_reduced=self.data_parallel)
-            self.optimizer.build(self.variables)
-        self._fused_step = tf.function(self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC],
-                                       jit_compile=jit_compile)  # --compile: XLA
-        self._part_gradients = tf.function(self._gradients,
-                                           input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC])
-        self._apply = tf.function(self._apply_gradients)
-        self._replica_apply = tf.function(self._apply_on_replicas, reduce_retracing=True)
-        self._replica_gradients = tf.function(self._run_on_replicas, reduce_retracing=True)
-        self._add = tf.function(self._add_on_replicas, reduce_retracing=True)
-        self._all_reduce = tf.function(self._sum_across_replicas, reduce_retracing=True)
-        self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[IMAGE_SPEC])
-
-    # ------------------------------------------------------------------ step pieces
-    def _gradients(self, images, labels, step_seed, row_offset, step_rows):
-        """Gradients of this slice's share of the step's mean loss (sum / step_rows),
-        so summing them over slices gives the gradient of the whole step's mean."""
-        with tf.GradientTape() as tape:
-            logits = self.model(images, True, step_seed, row_offset, step_rows)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=step_rows)
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels),
-                                        tf.float32))
-        return tape.gradient(loss, self.variables), loss, correct
-
-    def _fused(self, images, labels, step_seed):
-        gradients, loss, correct = self._gradients(images, labels, step_seed, 0, tf.shape(images)[0])
-        self.optimizer.apply_gradients(zip(gradients, self.variables))
-        return loss, correct
-
-    def _apply_gradients(self, gradients):
-        self.optimizer.apply_gradients(zip(gradients, self.variables))
-
-    def _apply_on_replicas(self, summed):
-        """Every replica applies the same summed gradients to its copy."""
-        self.strategy.run(self._apply_gradients, args=(summed,))
-
-    def _run_on_replicas(self, images, labels, offsets, step_seed, step_rows):
-        return self.strategy.run(self._gradients, args=(images, labels, step_seed, offsets, step_rows))
-
-    def _add_on_replicas(self, total, part):
-        return self.strategy.run(lambda a, b: tf.nest.map_structure(tf.add, a, b), args=(total, part))
-
-    def _sum_across_replicas(self, per_replica):
-        gradients, loss, correct = per_replica
-        with self.strategy.scope():
-            summed = self.strategy.extended.batch_reduce_to(
-                tf.distribute.ReduceOp.SUM, list(zip(gradients, self.variables)))
-            return (summed, self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
-                    self.strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None))
-
-    def _distribute(self, images, labels, row_offset: int, step_rows: int):
-        """Each replica's contiguous slice of the batch (global replica ids, so the
-        workers of a multi-worker run take disjoint slices of the same batch)."""
-        ranges = split_ranges(len(labels), self.strategy.num_replicas_in_sync)
-
-        def slice_for(context):
-            start, stop = ranges[context.replica_id_in_sync_group]
-            return images[start:stop], labels[start:stop], tf.constant(row_offset + start, tf.int32)
-
-        values = self.strategy.experimental_distribute_values_from_function(slice_for)
-        return values, tf.constant(step_rows, tf.int32)
-
-    # ------------------------------------------------------------------ the shared loop's interface
-    def set_learning_rate(self, learning_rate: float) -> None:
-        with self.strategy.scope():
-            self.optimizer.learning_rate = learning_rate
-
-    def to_batch(self, images, labels):
-        return tf.convert_to_tensor(images[..., None]), tf.convert_to_tensor(labels)
-
-    def _next_seed(self):
-        self.optimizer_steps += 1
-        return tf.constant([self.seed, self.optimizer_steps], tf.int64)
-
-    def train_step(self, batch):
-        return self.accumulate_step([batch])
-
-    def accumulate_step(self, batches):
-        step_seed = self._next_seed()
-        step_rows = sum(int(labels.shape[0]) for _, labels in batches)
-        if self.data_parallel:
-            with peers_checked():
-                return self._data_parallel_step(batches, step_seed, step_rows)
-        if len(batches) == 1:
-            loss, correct = self._fused_step(*batches[0], step_seed)
-            return float(loss), float(correct) / step_rows
-        total, offset = None, 0
-        for images, labels in batches:
-            part = self._part_gradients(images, labels, step_seed, offset, step_rows)
-            total = part if total is None else tf.nest.map_structure(tf.add, total, part)
-            offset += int(labels.shape[0])
-        gradients, loss, correct = total
-        self._apply(gradients)
-        return float(loss), float(correct) / step_rows
-
-    def _data_parallel_step(self, batches, step_seed, step_rows):
-        total, offset = None, 0
-        for images, labels in batches:
-            (replica_images, replica_labels, offsets), rows = self._distribute(images, labels, offset, step_rows)
-            part = self._replica_gradients(replica_images, replica_labels, offsets, step_seed, rows)
-            total = part if total is None else self._add(total, part)
-            offset += int(labels.shape[0])
-        start = time.perf_counter()
-        gradients, loss, correct = self._all_reduce(total)
-        loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
-        self.strategy.experimental_local_results(gradients[-1])[0].numpy()  # ... and the gradients' one
-        comm_ms = (time.perf_counter() - start) * 1000.0
-        self._replica_apply(gradients)
-        return loss, float(correct) / step_rows, comm_ms
-
-    def save_checkpoint(self, folder: str) -> None:
-        """TensorFlow's own checkpoint: weights, optimizer slots and the step counter
-        the dropout seeds derive from."""
-        self._checkpoint().write(os.path.join(folder, "tensorflow"))
-
-    def load_checkpoint(self, folder: str) -> None:
-        checkpoint = self._checkpoint()
-        checkpoint.read(os.path.join(folder, "tensorflow")).assert_existing_objects_matched()
-        self.optimizer_steps = int(checkpoint.optimizer_steps.numpy())
-
-    def _checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(weights=list(self.variables), optimizer=self.optimizer,
-                                   optimizer_steps=tf.Variable(self.optimizer_steps, dtype=tf.int64))
-
-    def logits(self, images):
-        return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
-
-
-def apply_threads(threads: int) -> None:
-    """--threads: TensorFlow's intra- and inter-op pools. They can be set only before
-    TensorFlow's first op; a process that already ran one (the tests build several
-    trainers in one process) keeps the pools it has."""
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:  # "cannot be modified after initialization"
-        pass
-
-
-def make_trainer(config) -> TensorFlowTrainer:
-    """The trainer for the config's plan (devices are set up here, before any op)."""
-    apply_threads(config.threads)
-    plan = config.plan
-    if plan.strategy == "data":
-        strategy = data_parallel_strategy(plan.devices)
-        return TensorFlowTrainer(config.network, config.optimizer, config.seed, strategy=strategy)
-    if plan.strategy == "model":
-        devices = local_devices(plan.devices)
-        layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages)
-                         for _ in range(first, stop)]
-        return TensorFlowTrainer(config.network, config.optimizer, config.seed, layer_devices=layer_devices)
-    return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile)
+def records(config) -> bool:
+    """In a multi-worker data-parallel run (TF_CONFIG) only the chief records; every
+    worker trains."""
+    return config.plan.strategy != "data" or is_chief(tf_config())
 
 
 def train(session):
-    trainer = make_trainer(session.config)
+    trainer = build_trainer(session.config)
     if tf_config():  # workers in separate processes: a signal to any stops all after the same step
         install_signal_handlers()  # again: the strategy's coordination service took SIGTERM (preemption notices)
         session.signal_of_any_process = signal_of_any_worker(trainer.strategy)
@@ -218,7 +41,7 @@ def train(session):
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     """TensorFlow's own cross-entropy and the logits of the shared initial weights, dropout off."""
-    model = SpecModel(network, initial_weights(network, seed), seed)
+    model = build_model(network, initial_weights(network, seed), seed)
     logits = model(tf.convert_to_tensor(images[..., None]), training=False)
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.convert_to_tensor(labels),
                                                                          logits=logits))

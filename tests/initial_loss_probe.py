@@ -45,12 +45,12 @@ def assert_same_initial_outputs(reference: dict, others: list) -> None:
 def main(wrapper_module: str, train_csv: str) -> None:
     images, labels = load_kaggle_csv(train_csv, labelled=True)
     wrapper = importlib.import_module(wrapper_module)
-    framework, backend, _, _ = wrapper.describe_runtime()
+    runtime = wrapper.describe_runtime()
     results = {}
     for name, network in NETWORKS.items():
         loss, logits = wrapper.initial_loss_and_logits(network, images[:BATCH], labels[:BATCH], seed=7)
         results[name] = {"loss": loss, "logits": logits.tolist()}
-    print(json.dumps({"framework": framework, "backend": backend, "networks": results}))
+    print(json.dumps({"framework": runtime.framework, "backend": runtime.backend, "networks": results}))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,10 @@ def small_flags(small_data, tmp_path) -> list:
 def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
     native_module = pytest.importorskip("torch_wrapper.native")
     config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
-    session = native_module.make_session(config, dataset)
+    from algorithms.session import RunSession
+    from torch_wrapper.train import describe_runtime
+
+    session = RunSession(config, dataset, describe_runtime())
     schedule = step_schedule(session, 4)
     native = native_module.Native(config, dataset, schedule)
     native.run(schedule)

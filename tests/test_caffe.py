@@ -11,7 +11,7 @@ from caffe.proto import caffe_pb2
 
 from algorithms.data import load_kaggle_csv
 from algorithms.spec import NETWORKS
-from caffe_wrapper.prototxt import net_parameter, read_prototxt, solver_parameter, write_prototxt
+from caffe_wrapper.model import build_model, read_prototxt, solver_parameter, write_prototxt
 from tests.conftest import run_script
 
 
@@ -19,7 +19,7 @@ from tests.conftest import run_script
 def test_prototxt_round_trips_through_caffe_pb2(name, tmp_path):
     network = NETWORKS[name]
     for deploy in (False, True):
-        message = net_parameter(network, batch_size=8, deploy=deploy)
+        message = build_model(network, batch_size=8, deploy=deploy)
         path = str(tmp_path / f"net_{deploy}.prototxt")
         write_prototxt(message, path)
         assert read_prototxt(path, caffe_pb2.NetParameter) == message
@@ -30,7 +30,7 @@ def test_prototxt_round_trips_through_caffe_pb2(name, tmp_path):
 
 
 def test_three_layer_prototxt_folds_zero_padding_into_the_convolutions():
-    net = net_parameter(NETWORKS["cnn2d_3layer_fullconnected_3layer"], batch_size=4, deploy=False)
+    net = build_model(NETWORKS["cnn2d_3layer_fullconnected_3layer"], batch_size=4, deploy=False)
     types = [layer.type for layer in net.layer]
     assert types == ["Input", "Input", "Convolution", "ReLU", "Convolution", "ReLU", "Pooling", "Convolution", "ReLU",
                      "Pooling", "InnerProduct", "ReLU", "Dropout", "InnerProduct", "ReLU", "Dropout", "InnerProduct",

@@ -44,7 +44,8 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
     from algorithms.run import prepare
     from algorithms.session import RunSession
-    from keras_wrapper.train import StepRecorder, describe_runtime, make_model, train
+    from keras_wrapper.train import describe_runtime, train
+    from keras_wrapper.trainer import StepRecorder, make_model
 
     backend = keras.backend.backend()
     network = probe_network(backend)
@@ -83,7 +84,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     losses["data"] = one_step(models["data"])
     # the warm-up lr (peak / WARMUP at the first step) set by the step callback before the batch
     warm = make_model(network, network.training.optimizer, seed=5, data_parallel_devices=2)
-    session = RunSession(config, dataset, *describe_runtime())
+    session = RunSession(config, dataset, describe_runtime())
     recorder = StepRecorder(session)
     recorder.batch_sizes = [64]
     one_step(warm, [recorder])
@@ -105,7 +106,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     config, dataset = prepare(["--train", train_csv, "--test", "none", "--num_epochs", str(EPOCHS),
                                "--batch_size", str(BATCH), "--strategy", "data", "--devices", "2",
                                "--results_dir", os.path.join(results_dir, "run"), "--quiet"], "keras_script.py", "")
-    train(RunSession(config, dataset, *describe_runtime()))
+    train(RunSession(config, dataset, describe_runtime()))
     return out
 
 

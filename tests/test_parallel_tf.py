@@ -36,7 +36,8 @@ def probe(train_csv: str, results_dir: str) -> dict:
     from algorithms.session import RunSession
     from algorithms.spec import get_network
     from tensorflow_wrapper.devices import local_devices
-    from tensorflow_wrapper.train import TensorFlowTrainer, describe_runtime, train
+    from tensorflow_wrapper.train import describe_runtime, train
+    from tensorflow_wrapper.trainer import TensorFlowTrainer
     import tensorflow as tf
 
     devices = local_devices(2)  # before any op
@@ -52,7 +53,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     def steps(t, batches, learning_rate=None):
         if learning_rate is not None:
             t.set_learning_rate(learning_rate)
-        return [t.train_step(t.to_batch(images[a:b], labels[a:b]))[0] for a, b in batches]
+        return [t.step([t.to_batch(images[a:b], labels[a:b])]).loss for a, b in batches]
 
     def compare(reference, other, reference_losses, other_losses, start):
         return {"losses": [reference_losses, other_losses],
@@ -83,15 +84,15 @@ def probe(train_csv: str, results_dir: str) -> dict:
     # --accumulate 2 of 32 equals one step of 64, one device and two replicas
     for name, placement in (("accumulate", {}), ("accumulate_data", {"strategy": tf.distribute.MirroredStrategy(devices)})):
         whole, parts = trainer(), trainer(**placement)
-        whole_loss = whole.train_step(whole.to_batch(images[:64], labels[:64]))[0]
-        parts_loss = parts.accumulate_step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))])[0]
+        whole_loss = whole.step([whole.to_batch(images[:64], labels[:64])]).loss
+        parts_loss = parts.step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))]).loss
         out[name] = compare(whole, parts, [whole_loss], [parts_loss], start)
     for strategy in ("data", "model"):
         config, dataset = prepare(["--train", train_csv, "--test", "none", "--num_epochs", str(EPOCHS),
                                    "--batch_size", str(BATCH), "--strategy", strategy, "--devices", "2",
                                    "--results_dir", os.path.join(results_dir, strategy, "results"), "--quiet"],
                                   "tensorflow_script.py", "")
-        train(RunSession(config, dataset, *describe_runtime()))
+        train(RunSession(config, dataset, describe_runtime()))
     return out
 
 

@@ -25,7 +25,7 @@ from algorithms.cli import parse_config  # noqa: E402
 from algorithms.data import load_kaggle_csv  # noqa: E402
 from algorithms.spec import Dropout  # noqa: E402
 from torch_wrapper.distributed import join_process_group  # noqa: E402
-from torch_wrapper.train import build_trainer  # noqa: E402
+from torch_wrapper.trainer import build_trainer  # noqa: E402
 
 BATCH = 24  # split 12 + 12 across two replicas or two accumulated batches
 TWO_PROCESS_RUNS = (  # (name, flags, accumulated batches)
@@ -60,7 +60,7 @@ def owned_layers(config, position: int) -> list:
 def step(trainer, images, labels, parts: int = 1):
     """One optimizer step over `parts` accumulated batches; (loss, [(grad, weight), ...])."""
     batches = [trainer.to_batch(x, y) for x, y in zip(np.array_split(images, parts), np.array_split(labels, parts))]
-    loss, _, _ = trainer.accumulate_step(batches)
+    loss = trainer.step(batches).loss
     return loss, [(p.grad.detach().cpu().numpy(), p.detach().cpu().numpy()) for p in trainer._parameters()]
 
 

@@ -198,3 +198,17 @@ def timed_sum_hook(state, bucket):
     future = torch.futures.Future()
     future.set_result(buffer)
     return future
+
+
+def describe_devices() -> str:
+    """The devices line of results.log: torchrun's processes and their devices, or this process's."""
+    threads = f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}"
+    if is_worker_process():
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        gpus = torch.cuda.is_available() and torch.cuda.device_count() >= local
+        return (f"{world} processes under torchrun, " +
+                (f"one GPU each ({torch.cuda.get_device_name(0)}), nccl" if gpus else f"cpu, {threads} each, gloo"))
+    if torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    return f"cpu ({threads})"

@@ -33,7 +33,6 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
     channels = channels or {}
     folded_pads = network.pads_folded_into_convs() if fused else {}
     late_relus = network.relus_after_pools() if fused else set()
-    last_index = len(network.layers) - 1
     layers = []
     for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
         if isinstance(layer, ZeroPad2D):
@@ -56,10 +55,10 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             modules = [nn.Dropout(layer.rate)]
         else:
             raise TypeError(f"torch_wrapper cannot translate {layer!r}")
-        activation = getattr(layer, "activation", None)
+        activation = network.activation(index)
         if index - 1 in late_relus:
             modules.append(ACTIVATIONS["relu"]())
-        if activation and not (activation == "softmax" and index == last_index) and index not in late_relus:
+        if activation and index not in late_relus:
             modules.append(ACTIVATIONS[activation]())
         layers.append(modules)
     return layers

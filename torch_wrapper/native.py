@@ -11,19 +11,18 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, compiled_pair_ms, scratch_session, shape_text
+from algorithms.probe import HandStepHarness, compiled_pair_ms
+from algorithms.session import RunSession
+from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer
-from torch_wrapper.train import apply_threads as set_torch_threads
-from torch_wrapper.train import build_trainer, describe_runtime
+from torch_wrapper.train import describe_runtime
+from torch_wrapper.trainer import build_trainer
+
+STEPS_PER_CALL = 1
 
 
 def apply_threads(config) -> str:
-    set_torch_threads(config.threads)
-    return f"torch.set_num_threads({torch.get_num_threads()}), interop {torch.get_num_interop_threads()}"
-
-
-def make_session(config, dataset):
-    return scratch_session(config, dataset, *describe_runtime())
+    return set_threads(config.threads)
 
 
 class Native:
@@ -32,7 +31,7 @@ class Native:
     def __init__(self, config, dataset, schedule, compile_model: bool = False):
         self.model = build_model(config.network, initial_weights(config.network, config.seed))
         self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
-        torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/train.py)
+        torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
         self.forward = torch.compile(self.model) if compile_model else self.model
         self.batches = {id(parts): (torch.from_numpy(dataset.train_x[parts[0]][:, None]),
                                     torch.from_numpy(dataset.train_y[parts[0]].astype(np.int64)))
@@ -68,7 +67,7 @@ def gemm(n: int):
 def compiled_ms(config, dataset, schedule, block: int) -> dict:
     """torch.compile beside eager: the native loop and torch_script.py --compile."""
     native = Native(config, dataset, schedule, compile_model=True)
-    harness = Harness(replace(config, compile=True), make_session(config, dataset))
+    harness = Harness(replace(config, compile=True), RunSession(config, dataset, describe_runtime()))
     return compiled_pair_ms(native, harness, schedule, block, "torch.compile")
 
 
@@ -79,13 +78,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     native.run(schedule[:warmup])
     return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
 
-
-def profiled_ops(run) -> list:
-    """[(aten op and input shapes, self CPU ms)] of everything `run()` does (keras_wrapper's
-    torch backend is profiled through this too)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
-        run()
-    return [(f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
-            for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]

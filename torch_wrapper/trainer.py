@@ -1,5 +1,5 @@
-"""The objects algorithms/loop.py drives (to_batch, train_step, accumulate_step,
-set_learning_rate, logits), one shape for every strategy.
+"""The trainer for the run's strategy (`build_trainer`): the contract.Trainer that
+algorithms/loop.py drives, one shape for every strategy.
 
 Every strategy scales the loss the same way: the sum of its samples' losses
 divided by the samples in the whole optimizer step (all replicas, all
@@ -15,13 +15,21 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
-from algorithms.parallel import split_ranges
-from torch_wrapper.distributed import CommClock, global_rank, sum_gradients, sum_over
-from torch_wrapper.pipeline import StageSchedule
+from algorithms.contract import StepResult
+from algorithms.init import initial_weights
+from algorithms.parallel import layer_stages, split_ranges
+from backends.torch_backend import set_threads
+from torch_wrapper.distributed import (CommClock, global_rank, is_worker_process, join_process_group, make_layout,
+                                       sum_gradients, sum_over, timed_sum_hook)
+from torch_wrapper.model import Checkpointed, build_blocks, build_stage, make_optimizer
+from torch_wrapper.pipeline import StageSchedule, channels_first
+from torch_wrapper.tensor_parallel import build_tensor_parallel
 
 
-class Trainer:
+class _StrategyTrainer:
     """A subclass supplies `_forward_backward(images, labels, total, last)` ->
     tensor([loss sum, correct]) of its samples, and `logits(images)`."""
 
@@ -42,12 +50,9 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
 
-    def train_step(self, batch):
-        return self.accumulate_step([batch])
-
-    def accumulate_step(self, batches: list):
-        """One optimizer step over K batches: the gradient of the mean loss over
-        all their samples, exactly one K x batch step."""
+    def step(self, batches: list) -> StepResult:
+        """One optimizer step over K batches (K > 1: --accumulate K): the gradient of
+        the mean loss over all their samples, exactly one K x batch step."""
         total = sum(size for _, _, size in batches)
         self.optimizer.zero_grad(set_to_none=True)
         sums = torch.zeros(2, device=self.device)
@@ -56,7 +61,7 @@ class Trainer:
         self._exchange_gradients()
         self.optimizer.step()
         loss_sum, correct = sum_over(sums, self.metrics_group, self.clock).tolist()
-        return loss_sum / total, correct / total, self.clock.take()
+        return StepResult(loss_sum / total, correct / total, self.clock.take())
 
     def save_checkpoint(self, directory: str) -> None:
         """This process's weights, optimizer state and RNG, in torch's format; returns
@@ -81,7 +86,7 @@ class Trainer:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
 
-class ModuleTrainer(Trainer):
+class ModuleTrainer(_StrategyTrainer):
     """A model whose forward gives logits on this rank: one device, a DDP replica
     (`ddp`: DDP sums the gradients itself, during backward), an nn.DataParallel
     model, or a tensor-parallel model (gathers inside its forward)."""
@@ -111,7 +116,7 @@ class ModuleTrainer(Trainer):
         return logits
 
 
-class PipelineTrainer(Trainer):
+class PipelineTrainer(_StrategyTrainer):
     """One stage of a model- or pipeline-parallel replica (torch_wrapper/pipeline.py)."""
 
     def __init__(self, schedule: StageSchedule, classes: int, optimizer, device, clock, replica=0, replicas=1,
@@ -132,3 +137,63 @@ class PipelineTrainer(Trainer):
         logits = self.schedule.logits(torch.from_numpy(images[:, None]).to(self.device), self.classes)
         self.clock.take()  # evaluation traffic is not part of any training step
         return logits.cpu().numpy()
+
+
+def whole_model_blocks(network, checkpointing: bool) -> tuple:
+    """Checkpointing recomputes the conv block and the dense block separately."""
+    return layer_stages(network, 2) if checkpointing else ((0, len(network.layers)),)
+
+
+def build_trainer(config):
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
+    set_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
+    trainer = _build_trainer(config)
+    # dropout masks: seeded after every module is built (building draws from the
+    # RNG, and a shard draws less than the whole layer), so ranks of one replica, a
+    # stage and the one-device model all draw the same masks for the same batch
+    torch.manual_seed(config.seed + trainer.replica)
+    return trainer
+
+
+def _build_trainer(config):
+    network, plan, seed = config.network, config.plan, config.seed
+    weights = initial_weights(network, seed)
+    blocks = whole_model_blocks(network, config.checkpointing)
+    if plan.strategy == "single" or config.dp_impl == "dataparallel":
+        device = torch.device("cuda" if plan.strategy != "single" else "cpu")
+        model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
+        if config.compile:  # --compile: torch.compile (Inductor); the first step compiles
+            model = torch.compile(model)
+        if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
+            model = nn.DataParallel(model, device_ids=list(range(plan.devices)))
+        return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, CommClock(False))
+
+    device = join_process_group()
+    clock = CommClock(measures=device.type == "cpu")  # nccl calls return before the transfer ends
+    layout = make_layout(plan.replicas, plan.group)
+    inner = plan.inner or plan.strategy
+    replica = dict(replica=layout.replica, replicas=layout.replicas, data_group=layout.data_group)
+    if inner == "data":
+        model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                        process_group=layout.data_group)
+        if device.type == "cpu":
+            model.register_comm_hook((clock, layout.data_group), timed_sum_hook)
+        else:  # nccl: sum (not DDP's default mean): the loss is already scaled by 1 / global batch
+            model.register_comm_hook(layout.data_group, _nccl_sum_hook)
+        optimizer = make_optimizer(config.optimizer, model.parameters())
+        return ModuleTrainer(model, optimizer, device, clock, **replica, ddp=True)
+    if inner == "tensor":
+        model = build_tensor_parallel(network, weights, plan.shards, layout, clock, config.checkpointing).to(device)
+        return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, clock, **replica)
+    start, stop = plan.stages[layout.position]
+    stage = build_stage(network, weights, start, stop).to(device)
+    stage = Checkpointed(stage) if config.checkpointing else stage
+    boundaries = [channels_first(network.input_shapes()[first]) for first, _ in plan.stages]
+    schedule = StageSchedule(stage, layout, boundaries, plan.micro_batches, device, clock)
+    optimizer = make_optimizer(config.optimizer, stage.parameters())
+    return PipelineTrainer(schedule, network.num_classes, optimizer, device, clock, **replica)
+
+
+def _nccl_sum_hook(group, bucket):
+    return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])

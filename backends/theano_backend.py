@@ -2,7 +2,7 @@
 between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1.
 
 Import this module before lasagne or keras (lasagne_wrapper and keras_wrapper.compat
-do). Nothing installed is edited: each bridge puts an old name back where the old
+do); `enable_determinism` is both wrappers' parity switch. Nothing installed is edited: each bridge puts an old name back where the old
 package looks for it, and only when it is missing.
 
 1. theano-pymc renamed `MRG_RandomStreams` to `MRG_RandomStream` (Lasagne's dropout
@@ -74,7 +74,7 @@ def bridge_downsample() -> None:
     if name in sys.modules or hasattr(theano.tensor.signal, "downsample"):
         return
     downsample = types.ModuleType(name, "Theano 0.8's downsample module, rebuilt on pool.pool_2d "
-                                        "by lasagne_wrapper.theano_compat")
+                                        "by backends.theano_backend")
     downsample.max_pool_2d = max_pool_2d
     sys.modules[name] = downsample
     theano.tensor.signal.downsample = downsample
@@ -107,6 +107,14 @@ def describe_theano() -> str:
     flags = os.environ.get("THEANO_FLAGS", "")
     return (f"{theano.config.device} (Theano mode {theano.config.mode}, floatX {theano.config.floatX}, "
             f"blas {theano.config.blas__ldflags or 'none'}, C compiler {theano.config.cxx or 'none: Python fallback, slow'}); THEANO_FLAGS={flags} ({THEANO_FLAGS_SOURCE})")
+
+
+def enable_determinism() -> tuple:
+    """Theano's `deterministic=more`, set before any function is compiled."""
+    theano.config.deterministic = "more"
+    applied = ["theano.config.deterministic='more' (picks deterministic GPU ops; CPU ops already are)"]
+    caveats = ["BLAS (OpenBLAS) GEMM: bit-identical only at the same thread count and CPU"]
+    return applied, caveats
 
 
 bridge_mrg_random_streams()

@@ -1,6 +1,7 @@
 """TensorFlow's profiler output read back: the XSpace (`*.xplane.pb`) that
 tf.profiler.experimental.stop() writes, summed into each TF op's self time.
-keras_wrapper reads its tensorflow backend's profile through this too."""
+tensorflow_wrapper and Keras on tensorflow read their profiles through this, Keras on
+jax its XSpace files (`newest_xspace`, `self_times`: plain Python)."""
 from __future__ import annotations
 
 import collections

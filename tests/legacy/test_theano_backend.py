@@ -1,4 +1,4 @@
-"""lasagne_wrapper/theano_compat.py: the project's THEANO_FLAGS (a user's are kept),
+"""backends/theano_backend.py: the project's THEANO_FLAGS (a user's are kept),
 and each of the four bridges, exercised through the Lasagne / Keras code that needs it."""
 import collections
 import collections.abc
@@ -13,7 +13,7 @@ import pytest
 
 os.environ["KERAS_BACKEND"] = "theano"  # before keras_wrapper.compat imports keras
 
-from lasagne_wrapper import theano_compat  # noqa: E402  (before lasagne and keras)
+from backends import theano_backend  # noqa: E402  (before lasagne and keras)
 
 import keras  # noqa: E402
 import lasagne  # noqa: E402
@@ -22,9 +22,9 @@ import theano.tensor as T  # noqa: E402
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 
-PRINT_CONFIG = ("from lasagne_wrapper import theano_compat; import json, theano; c = theano.config; "
+PRINT_CONFIG = ("from backends import theano_backend; import json, theano; c = theano.config; "
                 "print(json.dumps([c.floatX, c.mode, c.device, c.blas__ldflags, c.base_compiledir, "
-                "theano_compat.describe_theano()]))")
+                "theano_backend.describe_theano()]))")
 
 
 def _theano_config(env_changes: dict) -> list:
@@ -39,7 +39,7 @@ def _theano_config(env_changes: dict) -> list:
 def test_project_sets_theano_flags_and_keeps_a_users_own(tmp_path):
     floatx, mode, device, blas, compiledir, described = _theano_config({})
     assert (floatx, mode, device, blas) == ("float32", "FAST_RUN", "cpu", "-lopenblas")
-    assert compiledir == theano_compat.theano_cache_dir() and "results" not in compiledir
+    assert compiledir == theano_backend.theano_cache_dir() and "results" not in compiledir
     assert "set by the project" in described and "THEANO_FLAGS=floatX=float32,mode=FAST_RUN" in described
 
     users = f"floatX=float32,mode=FAST_RUN,device=cpu,blas__ldflags=,base_compiledir={tmp_path}"
@@ -52,7 +52,7 @@ def test_without_the_bridges_lasagne_and_keras_do_not_import():
     """Proves the bridges are needed (and so that the tests below can fail)."""
     for code in ("import theano, lasagne.layers", "import theano, keras"):
         proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                              env={**os.environ, "THEANO_FLAGS": theano_compat.project_theano_flags()},
+                              env={**os.environ, "THEANO_FLAGS": theano_backend.project_theano_flags()},
                               timeout=300)
         assert proc.returncode != 0 and ("ImportError" in proc.stderr or "AttributeError" in proc.stderr), code
 
@@ -70,7 +70,7 @@ def test_bridge_1_mrg_random_streams_drives_lasagne_dropout():
 
 def test_bridge_2_downsample_max_pool_matches_numpy():
     from theano.tensor.signal import downsample
-    assert downsample.max_pool_2d is theano_compat.max_pool_2d
+    assert downsample.max_pool_2d is theano_backend.max_pool_2d
     images = T.tensor4("images")
     pool = lasagne.layers.MaxPool2DLayer(lasagne.layers.InputLayer((None, 3, 6, 8), input_var=images), 2)
     data = np.random.default_rng(0).standard_normal((2, 3, 6, 8)).astype(np.float32)
@@ -79,7 +79,7 @@ def test_bridge_2_downsample_max_pool_matches_numpy():
 
 
 def test_bridge_3_collections_abc_names_let_keras_compile():
-    for name in theano_compat.COLLECTIONS_ABC_NAMES:
+    for name in theano_backend.COLLECTIONS_ABC_NAMES:
         assert getattr(collections, name) is getattr(collections.abc, name)
     model = keras.Sequential([keras.layers.Dense(3, input_shape=(4,))])
     model.compile(optimizer="sgd", loss="mse")  # reaches collections.Mapping in training_utils

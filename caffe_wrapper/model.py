@@ -27,7 +27,7 @@ def layer_names(network: Network) -> dict:
     return names
 
 
-def net_parameter(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.NetParameter:
+def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.NetParameter:
     height, width, channels = network.input_shape
     net = caffe_pb2.NetParameter(name=network.name)
     data = net.layer.add(name="data", type="Input", top=["data"])
@@ -42,7 +42,6 @@ def net_parameter(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.
         counts[kind] = counts.get(kind, 0) + 1
         return f"{kind}{counts[kind]}"
 
-    last_index = len(network.layers) - 1
     for index, layer in enumerate(network.layers):
         if pending_pad and not isinstance(layer, Conv2D):
             raise ValueError(f"caffe_wrapper: zero padding must be followed by a convolution (layer {index})")
@@ -79,14 +78,14 @@ def net_parameter(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.
             continue
         else:
             raise TypeError(f"caffe_wrapper cannot translate {layer!r}")
-        activation = getattr(layer, "activation", None)
+        activation = network.activation(index)
         if activation == "relu":
             net.layer.add(name=fresh("relu"), type="ReLU", bottom=[bottom], top=[bottom])
-        elif activation == "softmax" and index != last_index:
+        elif activation == "softmax":
             name = fresh("softmax")
             net.layer.add(name=name, type="Softmax", bottom=[bottom], top=[name])
             bottom = name
-        elif activation not in (None, "softmax"):
+        elif activation is not None:
             raise ValueError(f"caffe_wrapper: unsupported activation {activation!r}")
     if not deploy:  # the final softmax is fused into the loss, as in every wrapper
         net.layer.add(name="loss", type="SoftmaxWithLoss", bottom=[LOGITS, "label"], top=["loss"])

@@ -1,0 +1,42 @@
+"""PyTorch helpers shared by torch_wrapper and Keras on torch."""
+from __future__ import annotations
+
+import os
+
+from algorithms.probe import shape_text
+
+
+def set_threads(threads: int) -> str:
+    """--threads: intra-op threads, and inter-op where torch still allows setting them."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # only settable before the first parallel op of the process
+        pass
+    return f"torch.set_num_threads({torch.get_num_threads()}), interop {torch.get_num_interop_threads()}"
+
+
+def enable_determinism() -> tuple:
+    """Turns on what torch offers; returns (what was set, what still is not deterministic)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's own requirement, read at CUDA init
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    applied = ["torch.use_deterministic_algorithms(True)", "cudnn.benchmark=False", "cudnn.deterministic=True"]
+    caveats = [f"CPU kernels split work over {torch.get_num_threads()} threads: bit-identical only "
+               "at the same thread count and CPU"]
+    return applied, caveats
+
+
+def profiled_ops(run) -> list:
+    """[(aten op and input shapes, self CPU ms)] of everything `run()` does, by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        run()
+    return [(f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
+            for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]

@@ -1,0 +1,107 @@
+"""Caffe's trainer (contract.Trainer): the spec's prototxt (model.py) trained by
+Caffe's own solver (caffe.get_solver), one `solver.step(1)` per batch of the shared
+batch order."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GLOG_minloglevel", "2")  # Caffe logs every layer setup otherwise
+
+import caffe
+import numpy as np
+from caffe.proto import caffe_pb2
+
+from algorithms.contract import StepResult
+from algorithms.init import initial_weights, to_channels_first
+from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, write_prototxt
+
+
+def write_definitions(network, optimizer, batch_size: int, seed: int, directory: str,
+                      snapshot_prefix: str = "") -> dict:
+    os.makedirs(directory, exist_ok=True)
+    paths = {name: os.path.join(directory, f"{name}.prototxt") for name in ("train", "deploy", "solver")}
+    write_prototxt(build_model(network, batch_size, deploy=False), paths["train"])
+    write_prototxt(build_model(network, batch_size, deploy=True), paths["deploy"])
+    write_prototxt(solver_parameter(optimizer, paths["train"], seed, snapshot_prefix), paths["solver"])
+    return paths
+
+
+def load_weights(net, network, seed: int) -> None:
+    """The shared numpy init, channels-first (OIHW kernels, (out, in) inner products)."""
+    names = layer_names(network)
+    for weights in to_channels_first(network, initial_weights(network, seed)):
+        params = net.params[names[weights.layer_index]]
+        params[0].data[...] = weights.kernel
+        params[1].data[...] = weights.bias
+
+
+def feed(net, images: np.ndarray, labels=None) -> None:
+    """Copy a batch into the net's input blobs (Caffe's data loading), reshaping them for a smaller last batch."""
+    if net.blobs["data"].data.shape[0] != len(images):  # the last, smaller batch
+        net.blobs["data"].reshape(len(images), *net.blobs["data"].data.shape[1:])
+        if labels is not None:
+            net.blobs["label"].reshape(len(images))
+        net.reshape()
+    net.blobs["data"].data[...] = images[:, None]
+    if labels is not None:
+        net.blobs["label"].data[...] = labels
+
+
+class CaffeTrainer:
+    """contract.Trainer on Caffe's own solver: one `solver.step(1)` per batch."""
+
+    def __init__(self, network, optimizer, seed: int, batch_size: int, directory: str, checkpoint_root: str = ""):
+        caffe.set_mode_cpu()
+        caffe.set_random_seed(seed)  # dropout masks
+        self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
+        self.paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
+        self.solver = caffe.get_solver(self.paths["solver"])
+        load_weights(self.solver.net, network, seed)
+        self.deploy = caffe.Net(self.paths["deploy"], caffe.TEST)
+        self.deploy.share_with(self.solver.net)  # same weight blobs, no copy
+        self.base_lr = optimizer.learning_rate
+
+    def to_batch(self, images, labels):
+        """The arrays Caffe's input blobs take: float32 images, float labels."""
+        return np.ascontiguousarray(images, np.float32), labels.astype(np.float32)
+
+    def step(self, batches: list) -> StepResult:
+        (images, labels), = batches  # one batch: Caffe does not declare --accumulate
+        feed(self.solver.net, images, labels)
+        self.solver.step(1)
+        blobs = self.solver.net.blobs
+        return StepResult(float(blobs["loss"].data), float(blobs["accuracy"].data))
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Caffe's solver reads its base_lr from the solver prototxt and pycaffe cannot
+        change it, which is why caffe_wrapper declares no lr-schedule flag: only the
+        solver's own lr can be set (as after a --resume)."""
+        if learning_rate != self.base_lr:
+            raise ValueError(f"Caffe's solver runs at its fixed base_lr {self.base_lr:g}, not {learning_rate:g}")
+
+    def save_checkpoint(self, folder: str) -> None:
+        """Caffe's own snapshot (.caffemodel weights + .solverstate optimizer history),
+        moved into `folder`; the solverstate is pointed at the moved weights."""
+        self.solver.snapshot()
+        written = f"{self.snapshot_prefix}_iter_{self.solver.iter}"
+        weights = os.path.join(folder, "snapshot.caffemodel")
+        os.replace(written + ".caffemodel", weights)
+        state = caffe_pb2.SolverState()
+        with open(written + ".solverstate", "rb") as handle:
+            state.ParseFromString(handle.read())
+        os.remove(written + ".solverstate")
+        state.learned_net = weights
+        with open(os.path.join(folder, "snapshot.solverstate"), "wb") as handle:
+            handle.write(state.SerializeToString())
+
+    def load_checkpoint(self, folder: str) -> None:
+        self.solver.restore(os.path.join(folder, "snapshot.solverstate"))  # weights, history, iteration
+
+    def logits(self, images):
+        feed(self.deploy, images)
+        return self.deploy.forward()[LOGITS].copy()
+
+
+def build_trainer(config, directory: str, checkpoint_root: str = "") -> CaffeTrainer:
+    """The solver for the config, its prototxt written to `directory`."""
+    return CaffeTrainer(config.network, config.optimizer, config.seed, config.batch_size, directory, checkpoint_root)

@@ -1,0 +1,68 @@
+"""Lasagne's trainer (contract.Trainer): compiled Theano functions, one train step
+with the preset's updates and one deterministic forward pass."""
+from __future__ import annotations
+
+import os
+
+from backends import theano_backend  # noqa: F401  (before lasagne: the bridges)
+
+import lasagne
+import numpy as np
+import theano
+import theano.tensor as T
+
+from algorithms.contract import StepResult
+from algorithms.init import initial_weights
+from lasagne_wrapper.model import build_model, make_updates
+
+
+def cross_entropy(logits, labels):
+    # softmax then log, which Theano's optimizer fuses into one stable op
+    return lasagne.objectives.categorical_crossentropy(T.nnet.softmax(logits), labels).mean()
+
+
+class LasagneTrainer:
+    def __init__(self, network, optimizer_spec, seed: int):
+        lasagne.random.set_rng(np.random.RandomState(seed))  # seeds the dropout streams
+        images, labels = T.tensor4("images"), T.ivector("labels")
+        self.output = build_model(network, initial_weights(network, seed), input_var=images)
+        train_logits = lasagne.layers.get_output(self.output)
+        loss = cross_entropy(train_logits, labels)
+        accuracy = T.mean(T.eq(T.argmax(train_logits, axis=1), labels), dtype=theano.config.floatX)
+        params = lasagne.layers.get_all_params(self.output, trainable=True)
+        # Theano compiles here, once per graph (about a minute cold; the compile dir
+        # in theano_backend.theano_cache_dir() makes later runs fast)
+        # the lr a shared variable, so set_learning_rate changes it without a recompile
+        self.learning_rate = theano.shared(np.float32(optimizer_spec.learning_rate), name="learning_rate")
+        updates = make_updates(optimizer_spec, loss, params, self.learning_rate)
+        self.state_variables = list(updates.keys())  # weights and optimizer slots, in a fixed order
+        self._train = theano.function([images, labels], [loss, accuracy], updates=updates)
+        self._logits = theano.function([images], lasagne.layers.get_output(self.output, deterministic=True))
+
+    def to_batch(self, images, labels):
+        return np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32)
+
+    def step(self, batches: list) -> StepResult:
+        (images, labels), = batches  # one batch: Lasagne does not declare --accumulate
+        loss, accuracy = self._train(images, labels)
+        return StepResult(float(loss), float(accuracy))
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        self.learning_rate.set_value(np.float32(learning_rate))
+
+    def save_checkpoint(self, folder):
+        """Lasagne's way: the shared variables' values in an .npz (every weight and
+        every optimizer slot the updates write)."""
+        np.savez(os.path.join(folder, "lasagne_state.npz"), *[v.get_value() for v in self.state_variables])
+
+    def load_checkpoint(self, folder):
+        with np.load(os.path.join(folder, "lasagne_state.npz")) as saved:
+            for index, variable in enumerate(self.state_variables):
+                variable.set_value(saved[f"arr_{index}"])
+
+    def logits(self, images):
+        return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))
+
+
+def build_trainer(config) -> LasagneTrainer:
+    return LasagneTrainer(config.network, config.optimizer, config.seed)
