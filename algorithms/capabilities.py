@@ -33,8 +33,8 @@ def environment(values: dict):
 
 def _support_of(package: str) -> tuple:
     """(strategies, flags) from the package's supported(): the one place that reads it."""
-    supported = importlib.import_module(package).supported()
-    return supported["strategies"], supported["flags"]
+    support = importlib.import_module(package).supported()
+    return support.strategies, support.flags
 
 
 def capabilities() -> list:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .errors import InputError
-from .paths import DEFAULT_DATA_DIR, DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR  # noqa: F401  (run.py reads DEFAULT_DATA_DIR here)
+from .paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
 from .parallel import INNER_STRATEGIES, STRATEGIES, LearningRateSchedule, ParallelPlan, linear_scale, make_plan
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from .threads import MALLOC_POLICIES

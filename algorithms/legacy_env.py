@@ -27,7 +27,7 @@ def ensure_legacy_env() -> None:
         if os.path.exists(LEGACY_PYTHON):
             return
         raise RuntimeError("the legacy environment .venv-legacy is missing and `make` is not installed "
-                           "to build it; see README.md, 'The legacy environment'")
+                           "to build it; see docs/legacy.md")
     up_to_date = subprocess.run(["make", "--no-print-directory", "-C", REPO_ROOT, "-q", "legacy-setup"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
     if up_to_date:

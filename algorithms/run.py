@@ -17,11 +17,12 @@ import sys
 from dataclasses import replace
 from typing import Optional
 
+from .cli import parse_config
 from .contract import Support
-from .cli import DEFAULT_DATA_DIR, DEFAULT_TRAIN, parse_config
 from .data import default_test_labels, ensure_default_data, load_dataset
 from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError
 from .faults import exit_status, install_signal_handlers, interruption_name, is_out_of_memory, out_of_memory_advice
+from .paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from .session import RunSession
 from .threads import set_malloc, set_thread_environment
 

@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from algorithms.legacy_env import LEGACY_PYTHON
-from tests.conftest import REPO_ROOT
+from algorithms.paths import LEGACY_PYTHON, REPO_ROOT
 
 README_MAX_LINES = 200
 COMMAND_DOCS = ["README.md", *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md")))]
