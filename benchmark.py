@@ -4,6 +4,7 @@ compiled paths, peak RSS and the data path, for every framework, in one run
 
     python benchmark.py [--only torch,tensorflow] [--steps 20]
 """
+
 import sys
 
 from algorithms.benchmark import main

@@ -5,6 +5,7 @@ solver) and Caffe's own solver steps over the shared batch order.
 
 Caffe is built from the PyPI sdist by `make caffe` (caffe_wrapper/build_caffe.sh).
 """
+
 import sys
 
 from algorithms.run import run_entry_point
@@ -13,8 +14,14 @@ if __name__ == "__main__":
     try:
         import caffe  # noqa: F401  (checked before any work: the build is a separate step)
     except ImportError as error:
-        print(f"error: pycaffe is not installed in this environment ({error}); build it with 'make caffe' "
-              "(about 11 minutes the first time, then cached)", file=sys.stderr)
+        print(
+            f"error: pycaffe is not installed in this environment ({error}); build it with 'make caffe' "
+            "(about 11 minutes the first time, then cached)",
+            file=sys.stderr,
+        )
         sys.exit(2)
-    sys.exit(run_entry_point("caffe_wrapper.train", "caffe_script.py",
-                             "Train a spec network with Caffe (prototxt + Caffe's own solver)."))
+    sys.exit(
+        run_entry_point(
+            "caffe_wrapper.train", "caffe_script.py", "Train a spec network with Caffe (prototxt + Caffe's own solver)."
+        )
+    )

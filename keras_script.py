@@ -4,6 +4,7 @@ runs keras_theano_backend.py instead (Keras 2 in the legacy environment).
 
     KERAS_BACKEND=jax python keras_script.py --num_epochs 3
 """
+
 import os
 import sys
 
@@ -15,5 +16,10 @@ if __name__ == "__main__":
         theano_script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keras_theano_backend.py")
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, theano_script, *sys.argv[1:]])
-    sys.exit(run_entry_point("keras_wrapper.train", "keras_script.py",
-                             "Train a spec network with Keras 3 on the backend named by KERAS_BACKEND."))
+    sys.exit(
+        run_entry_point(
+            "keras_wrapper.train",
+            "keras_script.py",
+            "Train a spec network with Keras 3 on the backend named by KERAS_BACKEND.",
+        )
+    )

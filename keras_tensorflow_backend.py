@@ -4,6 +4,7 @@
 
     python keras_tensorflow_backend.py --num_epochs 10
 """
+
 import json
 import os
 import sys
@@ -30,12 +31,20 @@ def requested_backends() -> list:
 if __name__ == "__main__":
     for where, backend in requested_backends():
         if backend != "tensorflow":
-            print(f"warning: {where} names another backend, but keras_tensorflow_backend.py runs Keras on "
-                  f"tensorflow; for {backend} run: KERAS_BACKEND={backend} python keras_script.py", file=sys.stderr)
+            print(
+                f"warning: {where} names another backend, but keras_tensorflow_backend.py runs Keras on "
+                f"tensorflow; for {backend} run: KERAS_BACKEND={backend} python keras_script.py",
+                file=sys.stderr,
+            )
     os.environ["KERAS_BACKEND"] = "tensorflow"
     import keras  # noqa: E402  (after the backend is fixed)
 
     if keras.backend.backend() != "tensorflow":
         print(f"warning: Keras loaded the {keras.backend.backend()} backend, not tensorflow", file=sys.stderr)
-    sys.exit(run_entry_point("keras_wrapper.train", "keras_tensorflow_backend.py",
-                             "Train a spec network with Keras on the TensorFlow backend."))
+    sys.exit(
+        run_entry_point(
+            "keras_wrapper.train",
+            "keras_tensorflow_backend.py",
+            "Train a spec network with Keras on the TensorFlow backend.",
+        )
+    )

@@ -8,6 +8,7 @@ other Python, this script re-executes itself there, building it first when neede
 
     python keras_theano_backend.py --num_epochs 10
 """
+
 import os
 import sys
 
@@ -17,13 +18,19 @@ from algorithms.run import run_entry_point
 if __name__ == "__main__":
     reexec_in_legacy_env(__file__)
     if os.environ.get("KERAS_BACKEND", "theano").lower() != "theano":
-        print(f"warning: KERAS_BACKEND={os.environ['KERAS_BACKEND']} names another backend, but "
-              "keras_theano_backend.py runs Keras on theano", file=sys.stderr)
+        print(
+            f"warning: KERAS_BACKEND={os.environ['KERAS_BACKEND']} names another backend, but "
+            "keras_theano_backend.py runs Keras on theano",
+            file=sys.stderr,
+        )
     os.environ["KERAS_BACKEND"] = "theano"
     from keras_wrapper import compat  # noqa: E402  (THEANO_FLAGS and the bridges, then keras)
 
     if compat.BACKEND != "theano":
         print(f"error: Keras loaded the {compat.BACKEND} backend, not theano", file=sys.stderr)
         sys.exit(1)
-    sys.exit(run_entry_point("keras_wrapper.train", "keras_theano_backend.py",
-                             "Train a spec network with Keras 2 on the Theano backend."))
+    sys.exit(
+        run_entry_point(
+            "keras_wrapper.train", "keras_theano_backend.py", "Train a spec network with Keras 2 on the Theano backend."
+        )
+    )

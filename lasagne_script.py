@@ -5,6 +5,7 @@ this script re-executes itself there, building it first when needed.
 
     python lasagne_script.py --num_epochs 3 --batch_size 128
 """
+
 import sys
 
 from algorithms.legacy_env import reexec_in_legacy_env
@@ -12,5 +13,6 @@ from algorithms.run import run_entry_point
 
 if __name__ == "__main__":
     reexec_in_legacy_env(__file__)
-    sys.exit(run_entry_point("lasagne_wrapper.train", "lasagne_script.py",
-                             "Train a spec network with Lasagne on Theano."))
+    sys.exit(
+        run_entry_point("lasagne_wrapper.train", "lasagne_script.py", "Train a spec network with Lasagne on Theano.")
+    )

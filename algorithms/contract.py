@@ -17,6 +17,7 @@ A wrapper is a package `<name>_wrapper/` with the same files in every framework:
 every framework of the registry (the legacy ones in .venv-legacy). Nothing here is
 discovered with `hasattr`: every name is required.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -74,8 +75,7 @@ class Trainer(Protocol):
     def save_checkpoint(self, folder: str) -> None:
         """The framework's own state files (weights, optimizer, RNG) into `folder`."""
 
-    def load_checkpoint(self, folder: str) -> None:
-        ...
+    def load_checkpoint(self, folder: str) -> None: ...
 
 
 @runtime_checkable
@@ -86,17 +86,13 @@ class FitTrainer(Protocol):
         """Train `steps` (lists of index arrays, one per optimizer step) of `epoch`,
         recording each step in the session; `first_index` counts steps done before."""
 
-    def set_learning_rate(self, learning_rate: float) -> None:
-        ...
+    def set_learning_rate(self, learning_rate: float) -> None: ...
 
-    def logits(self, images):
-        ...
+    def logits(self, images): ...
 
-    def save_checkpoint(self, folder: str) -> None:
-        ...
+    def save_checkpoint(self, folder: str) -> None: ...
 
-    def load_checkpoint(self, folder: str) -> None:
-        ...
+    def load_checkpoint(self, folder: str) -> None: ...
 
 
 PACKAGE_NAMES = ("supported", "prepare_process", "launch")
@@ -105,8 +101,14 @@ TRAINER_NAMES = ("build_trainer",)
 MODEL_NAMES = ("build_model",)
 DETERMINISM_NAMES = ("enable",)
 NATIVE_NAMES = ("apply_threads", "Native", "Harness", "gemm", "compiled_ms", "profile_ops", "STEPS_PER_CALL")
-FILES = {"": PACKAGE_NAMES, "model": MODEL_NAMES, "trainer": TRAINER_NAMES, "train": TRAIN_NAMES,
-         "native": NATIVE_NAMES, "determinism": DETERMINISM_NAMES}
+FILES = {
+    "": PACKAGE_NAMES,
+    "model": MODEL_NAMES,
+    "trainer": TRAINER_NAMES,
+    "train": TRAIN_NAMES,
+    "native": NATIVE_NAMES,
+    "determinism": DETERMINISM_NAMES,
+}
 
 
 def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str]) -> list:
@@ -126,8 +128,9 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
         if not isinstance(support, Support):
             problems.append(f"{package}.supported() returned {type(support).__name__}, not Support")
         else:
-            problems += [f"{package}.supported(): unknown strategy {s!r}" for s in support.strategies
-                         if s not in strategies]
+            problems += [
+                f"{package}.supported(): unknown strategy {s!r}" for s in support.strategies if s not in strategies
+            ]
             problems += [f"{package}.supported(): unknown flag {f!r}" for f in support.flags if f not in flags]
     if "train" in modules and hasattr(modules["train"], "describe_runtime"):
         runtime = modules["train"].describe_runtime()
@@ -174,8 +177,9 @@ def main(argv=None) -> int:
     if not packages:
         print("usage: python -m algorithms.contract PACKAGE [PACKAGE ...]   (e.g. torch_wrapper)", file=sys.stderr)
         return 2
-    problems = [problem for package in packages
-                for problem in contract.check_wrapper(package, STRATEGIES, known_flags())]
+    problems = [
+        problem for package in packages for problem in contract.check_wrapper(package, STRATEGIES, known_flags())
+    ]
     for problem in problems:
         print(problem)
     if not problems:

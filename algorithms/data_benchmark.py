@@ -1,6 +1,7 @@
 """The benchmark's data path: a Kaggle-size train.csv (generated: random digits'
 pixels, 785 columns) loaded by CSV parse and by the binary cache algorithms/data.py
 keeps beside it. Imports no framework."""
+
 from __future__ import annotations
 
 import io
@@ -17,9 +18,13 @@ DISTINCT_ROWS = 1000  # the file repeats these; parsing costs the same as for di
 
 def write_kaggle_csv(path: str, rows: int, seed: int = 0) -> None:
     generator = np.random.default_rng(seed)
-    table = np.concatenate([generator.integers(0, 10, (DISTINCT_ROWS, 1)),
-                            generator.integers(0, 256, (DISTINCT_ROWS, 784)) * (generator.random((DISTINCT_ROWS, 784)) < 0.2)],
-                           axis=1)
+    table = np.concatenate(
+        [
+            generator.integers(0, 10, (DISTINCT_ROWS, 1)),
+            generator.integers(0, 256, (DISTINCT_ROWS, 784)) * (generator.random((DISTINCT_ROWS, 784)) < 0.2),
+        ],
+        axis=1,
+    )
     text = io.StringIO()
     np.savetxt(text, table, fmt="%d", delimiter=",")
     block = text.getvalue()
@@ -28,7 +33,7 @@ def write_kaggle_csv(path: str, rows: int, seed: int = 0) -> None:
         handle.write(",".join(TRAIN_HEADER) + "\n")
         for _ in range(rows // lines):
             handle.write(block)
-        handle.write("".join(block.splitlines(keepends=True)[:rows % lines]))
+        handle.write("".join(block.splitlines(keepends=True)[: rows % lines]))
 
 
 def csv_vs_cache(rows: int) -> dict:

@@ -17,6 +17,7 @@ Written under --results_dir (default results/drift/): the rows of every run, and
 <run id>.csv (the table), <run id>_steps.csv (every step's differences) and
 <run id>.png (both differences on a log scale).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,12 +79,21 @@ def measure(results_dir: str, results_log: str, network: str, names: list, run_i
         run_to_run = relative_difference(a, b)
         cross_steps, ref, mine = aligned(reference, first)
         cross = relative_difference(ref, mine)
-        measured.append({
-            "name": name, "failed": False, "steps": steps, "run_to_run": run_to_run,
-            "cross_steps": cross_steps, "cross": cross,
-            "identical": bool(np.array_equal(a, b)),
-            "notes": read_log_field(results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity") or "",
-        })
+        measured.append(
+            {
+                "name": name,
+                "failed": False,
+                "steps": steps,
+                "run_to_run": run_to_run,
+                "cross_steps": cross_steps,
+                "cross": cross,
+                "identical": bool(np.array_equal(a, b)),
+                "notes": read_log_field(
+                    results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity"
+                )
+                or "",
+            }
+        )
     return measured
 
 
@@ -94,30 +104,55 @@ def table_rows(measured: list) -> list:
         if item["failed"]:
             rows.append({"framework": item["name"], "steps": 0, "bit_identical": "failed"})
             continue
-        row = {"framework": item["name"], "steps": int(item["steps"].size),
-               "bit_identical": "yes" if item["identical"] else "no",
-               "run_to_run_max": float(item["run_to_run"].max()),
-               "cross_step1": float(item["cross"][0]) if item["cross"].size else None,
-               "cross_max": float(item["cross"].max()) if item["cross"].size else None}
+        row = {
+            "framework": item["name"],
+            "steps": int(item["steps"].size),
+            "bit_identical": "yes" if item["identical"] else "no",
+            "run_to_run_max": float(item["run_to_run"].max()),
+            "cross_step1": float(item["cross"][0]) if item["cross"].size else None,
+            "cross_max": float(item["cross"].max()) if item["cross"].size else None,
+        }
         for threshold in THRESHOLDS:
-            row[f"run_to_run_first_above_{threshold:g}"] = first_step_beyond(item["steps"], item["run_to_run"], threshold)
+            row[f"run_to_run_first_above_{threshold:g}"] = first_step_beyond(
+                item["steps"], item["run_to_run"], threshold
+            )
             row[f"cross_first_above_{threshold:g}"] = first_step_beyond(item["cross_steps"], item["cross"], threshold)
         rows.append(row)
     return rows
 
 
 def format_drift(rows: list, measured: list, reference: str) -> str:
-    header = ["framework", "steps", "bit-identical", "run-to-run max", "first >1e-6/1e-4/1e-2",
-              f"vs {reference} step 1", "max", "first >1e-6/1e-4/1e-2"]
+    header = [
+        "framework",
+        "steps",
+        "bit-identical",
+        "run-to-run max",
+        "first >1e-6/1e-4/1e-2",
+        f"vs {reference} step 1",
+        "max",
+        "first >1e-6/1e-4/1e-2",
+    ]
     body = []
     for row in rows:
         if row["bit_identical"] == "failed":
             body.append([row["framework"], "0", "run failed", "", "", "", "", ""])
             continue
-        firsts = ["/".join(_step(row[f"{kind}_first_above_{t:g}"]) for t in THRESHOLDS) for kind in ("run_to_run", "cross")]
-        body.append([row["framework"], str(row["steps"]), row["bit_identical"], f"{row['run_to_run_max']:.2e}",
-                     firsts[0], _sci(row["cross_step1"]), _sci(row["cross_max"]), firsts[1]])
-    lines = [f"relative loss difference |dloss|/loss per step, parity mode ('-': never crossed):"]
+        firsts = [
+            "/".join(_step(row[f"{kind}_first_above_{t:g}"]) for t in THRESHOLDS) for kind in ("run_to_run", "cross")
+        ]
+        body.append(
+            [
+                row["framework"],
+                str(row["steps"]),
+                row["bit_identical"],
+                f"{row['run_to_run_max']:.2e}",
+                firsts[0],
+                _sci(row["cross_step1"]),
+                _sci(row["cross_max"]),
+                firsts[1],
+            ]
+        )
+    lines = ["relative loss difference |dloss|/loss per step, parity mode ('-': never crossed):"]
     lines += text_table(header, body)
     lines.append("\nwhat each parity run could not make deterministic:")
     lines += [f"  {item['name']}: {item['notes'] or 'not recorded'}" for item in measured if not item["failed"]]
@@ -151,6 +186,7 @@ def write_csvs(rows: list, measured: list, prefix: str) -> None:
 
 def plot_drift(measured: list, reference: str, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -159,14 +195,26 @@ def plot_drift(measured: list, reference: str, path: str) -> None:
     for item in measured:
         if item["failed"]:
             continue
-        line, = axis.plot(item["cross_steps"], np.maximum(item["cross"], floor), label=f"{item['name']} vs {reference}")
+        (line,) = axis.plot(
+            item["cross_steps"], np.maximum(item["cross"], floor), label=f"{item['name']} vs {reference}"
+        )
         same = "bit-identical" if item["identical"] else "run-to-run"
-        axis.plot(item["steps"], np.maximum(item["run_to_run"], floor), linestyle="--", color=line.get_color(),
-                  label=f"{item['name']} {same}")
+        axis.plot(
+            item["steps"],
+            np.maximum(item["run_to_run"], floor),
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{item['name']} {same}",
+        )
     for threshold in THRESHOLDS:
         axis.axhline(threshold, color="grey", linewidth=0.6, linestyle=":")
-    axis.set(yscale="log", ylim=(floor / 2, 1), xlabel="step", ylabel="|dloss| / loss",
-             title=f"parity mode: cross-framework (solid) vs run-to-run (dashed); zero drawn at {floor:g}")
+    axis.set(
+        yscale="log",
+        ylim=(floor / 2, 1),
+        xlabel="step",
+        ylabel="|dloss| / loss",
+        title=f"parity mode: cross-framework (solid) vs run-to-run (dashed); zero drawn at {floor:g}",
+    )
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
@@ -188,10 +236,17 @@ def without_flag(flags: list, name: str) -> list:
 
 
 def parse_args(argv: list) -> tuple:
-    parser = OneLineErrorParser(prog="python -m algorithms.drift", description=__doc__, add_help=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(NAMES),
-                        help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)})")
+    parser = OneLineErrorParser(
+        prog="python -m algorithms.drift",
+        description=__doc__,
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(NAMES),
+        help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)})",
+    )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimizer steps per run")
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
@@ -220,12 +275,16 @@ def main(argv=None) -> int:
         forwarded += ["--num_epochs", str(max(config.num_epochs, -(-steps // per_epoch)))]
     run_id = config.run_id or new_run_id()
     forwarded = without_flag(forwarded, "--run_id")
-    print(f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
-          f"each of {', '.join(names)} twice in parity mode\n", flush=True)
+    print(
+        f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
+        f"each of {', '.join(names)} twice in parity mode\n",
+        flush=True,
+    )
     for index, name in enumerate(names, start=1):
         for copy in ("a", "b"):
-            run_framework(name, forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"],
-                          f"[{index}/{len(names)} run {copy}] ")
+            run_framework(
+                name, forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"], f"[{index}/{len(names)} run {copy}] "
+            )
     measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id)
     rows = table_rows(measured)
     # the reference is the first framework whose two runs finished

@@ -2,6 +2,7 @@
 `kill`), running out of memory; and the loss sanity checks that name likely
 causes. Framework-free: out-of-memory is recognised by the exception's type name
 and message, which is all the frameworks have in common."""
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,11 @@ def install_signal_handlers() -> None:
         if _requested_signal is not None:
             raise _interruption(signum)
         _requested_signal = signum
-        print(f"\n{_name(signum)}: stopping after the step in progress (send it again to stop at once)",
-              file=sys.stderr, flush=True)
+        print(
+            f"\n{_name(signum)}: stopping after the step in progress (send it again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -74,8 +78,16 @@ def exit_status(error: KeyboardInterrupt) -> int:
 
 
 OUT_OF_MEMORY_TYPES = {"MemoryError", "OutOfMemoryError", "ResourceExhaustedError", "XlaRuntimeError"}
-OUT_OF_MEMORY_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "resource exhausted",
-                      "oom when allocating", "std::bad_alloc", "failed to allocate", "resource_exhausted")
+OUT_OF_MEMORY_TEXT = (
+    "out of memory",
+    "can't allocate memory",
+    "cannot allocate memory",
+    "resource exhausted",
+    "oom when allocating",
+    "std::bad_alloc",
+    "failed to allocate",
+    "resource_exhausted",
+)
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -89,34 +101,40 @@ def out_of_memory_advice(batch_size: int, accumulate_supported: bool) -> str:
     smaller = max(1, batch_size // 4)
     advice = f"use a smaller --batch_size (e.g. {smaller})"
     if accumulate_supported:
-        advice += (f", or keep the effective batch with --batch_size {smaller} --accumulate "
-                   f"{max(1, batch_size // smaller)} (gradient accumulation)")
+        advice += (
+            f", or keep the effective batch with --batch_size {smaller} --accumulate "
+            f"{max(1, batch_size // smaller)} (gradient accumulation)"
+        )
     return advice
 
 
 # --------------------------------------------------------------------------- loss sanity
 
-FIRST_LOSS_TOLERANCE = 0.5   # a Glorot-initialised net starts within a few hundredths of ln(classes)
+FIRST_LOSS_TOLERANCE = 0.5  # a Glorot-initialised net starts within a few hundredths of ln(classes)
 # "learned nothing" is judged once, at the first epoch end with this many updates and samples behind it:
 # every preset, healthy, is then well above chance on the validation rows (the 3-layer net at batch 1000,
 # 20 updates: 0.25-0.56 over seeds 0-2; after its first 4 it can still be at 0.14)
 STUCK_MIN_UPDATES = 20
 STUCK_MIN_SAMPLES = 2_000
-CHANCE_MARGIN_SE = 3.0       # validation accuracy within 3 standard errors of the commonest class's share
-STUCK_LOSS_MARGIN = 0.1      # and a validation loss no further than this below ln(classes)
-DIVERGED_FACTOR = 2.0        # an epoch's mean loss above 2 x ln(classes), or not finite: diverged
+CHANCE_MARGIN_SE = 3.0  # validation accuracy within 3 standard errors of the commonest class's share
+STUCK_LOSS_MARGIN = 0.1  # and a validation loss no further than this below ln(classes)
+DIVERGED_FACTOR = 2.0  # an epoch's mean loss above 2 x ln(classes), or not finite: diverged
 
 
 def first_loss_problem(loss: float, num_classes: int) -> Optional[str]:
     chance = math.log(num_classes)
     if not math.isfinite(loss):
-        return (f"the first step's loss is {loss}: likely causes: input not normalised to [0, 1] "
-                "(pixels 0-255 fed as they are), or labels outside 0..classes-1")
+        return (
+            f"the first step's loss is {loss}: likely causes: input not normalised to [0, 1] "
+            "(pixels 0-255 fed as they are), or labels outside 0..classes-1"
+        )
     if abs(loss - chance) > FIRST_LOSS_TOLERANCE:
-        return (f"the first step's loss is {loss:.4f}, far from ln({num_classes}) = {chance:.4f}, the loss of an "
-                "untrained net that guesses uniformly: likely causes: input not normalised to [0, 1], "
-                "labels that do not match the loss (one-hot vs integer, wrong number of classes), "
-                "or weights not initialised as the spec says")
+        return (
+            f"the first step's loss is {loss:.4f}, far from ln({num_classes}) = {chance:.4f}, the loss of an "
+            "untrained net that guesses uniformly: likely causes: input not normalised to [0, 1], "
+            "labels that do not match the loss (one-hot vs integer, wrong number of classes), "
+            "or weights not initialised as the spec says"
+        )
     return None
 
 
@@ -124,12 +142,13 @@ def first_loss_problem(loss: float, num_classes: int) -> Optional[str]:
 class EpochEvidence:
     """What the loss checks see at the end of an epoch: the run's progress so far
     and at the end of the epoch before, and this epoch's losses."""
-    epoch: int                          # 0-based
-    updates: int                        # optimizer steps so far in the run
-    samples: int                        # training samples seen so far
-    updates_before: int                 # the same at the end of the previous epoch
+
+    epoch: int  # 0-based
+    updates: int  # optimizer steps so far in the run
+    samples: int  # training samples seen so far
+    updates_before: int  # the same at the end of the previous epoch
     samples_before: int
-    train_loss: float                   # mean of this epoch's step losses
+    train_loss: float  # mean of this epoch's step losses
     val_loss: float
     val_accuracy: float
     val_labels: np.ndarray
@@ -162,8 +181,10 @@ def stuck_loss_problem(evidence: EpochEvidence, num_classes: int, learning_rate:
             return None  # named at the epoch it happened
         loss = evidence.train_loss if diverged((evidence.train_loss,)) else evidence.val_loss
         when = "the first epoch" if evidence.epoch == 0 else f"epoch {evidence.epoch + 1}"
-        return (f"the loss became {loss:.4g} during {when}: the learning rate ({learning_rate:g}) "
-                "is likely too high; try a tenth of it (or the input is not normalised to [0, 1])")
+        return (
+            f"the loss became {loss:.4g} during {when}: the learning rate ({learning_rate:g}) "
+            "is likely too high; try a tenth of it (or the input is not normalised to [0, 1])"
+        )
     enough = evidence.updates >= STUCK_MIN_UPDATES and evidence.samples >= STUCK_MIN_SAMPLES
     enough_before = evidence.updates_before >= STUCK_MIN_UPDATES and evidence.samples_before >= STUCK_MIN_SAMPLES
     count = len(evidence.val_labels)
@@ -172,10 +193,12 @@ def stuck_loss_problem(evidence: EpochEvidence, num_classes: int, learning_rate:
     guess = np.bincount(evidence.val_labels).max() / count
     at_chance = evidence.val_accuracy <= guess + CHANCE_MARGIN_SE * math.sqrt(guess * (1 - guess) / count)
     if at_chance and evidence.val_loss >= chance - STUCK_LOSS_MARGIN:
-        return (f"after {evidence.updates} updates ({evidence.samples:,} samples) the validation accuracy is "
-                f"{evidence.val_accuracy:.3f}, no better than always guessing the commonest class ({guess:.3f}), "
-                f"and the validation loss is {evidence.val_loss:.4f} (ln({num_classes}) = {chance:.4f} for a "
-                f"uniform guess): the net learned nothing. Likely causes: learning rate too high "
-                f"({learning_rate:g}: the ReLUs died) or far too low, labels shuffled apart from their images, "
-                "or input not normalised")
+        return (
+            f"after {evidence.updates} updates ({evidence.samples:,} samples) the validation accuracy is "
+            f"{evidence.val_accuracy:.3f}, no better than always guessing the commonest class ({guess:.3f}), "
+            f"and the validation loss is {evidence.val_loss:.4f} (ln({num_classes}) = {chance:.4f} for a "
+            f"uniform guess): the net learned nothing. Likely causes: learning rate too high "
+            f"({learning_rate:g}: the ReLUs died) or far too low, labels shuffled apart from their images, "
+            "or input not normalised"
+        )
     return None

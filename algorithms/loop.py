@@ -9,6 +9,7 @@ float64 numpy.
     train_by_epochs(trainer, session)  a contract.FitTrainer, an epoch at a time (Keras's
                                        model.fit, which records each step from a callback)
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,9 @@ def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
 
 
 def batched_logits(logits_fn, images: np.ndarray, batch_size: int) -> np.ndarray:
-    return np.concatenate([logits_fn(images[start:start + batch_size])
-                           for start in range(0, len(images), batch_size)])
+    return np.concatenate(
+        [logits_fn(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
+    )
 
 
 def validate(session: RunSession, epoch: int, logits_fn) -> None:
@@ -81,8 +83,15 @@ class Prefetcher:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_step(trainer: Trainer, session: RunSession, epoch: int, parts: list, learning_rate, prefetcher: Prefetcher,
-             next_parts=None) -> float:
+def run_step(
+    trainer: Trainer,
+    session: RunSession,
+    epoch: int,
+    parts: list,
+    learning_rate,
+    prefetcher: Prefetcher,
+    next_parts=None,
+) -> float:
     """One optimizer step and its CSV row, exactly as the loop runs it (the
     benchmark times this against a native loop); returns the lr now set.
     `next_parts` (the next step's rows) are gathered during this step."""
@@ -94,8 +103,15 @@ def run_step(trainer: Trainer, session: RunSession, epoch: int, parts: list, lea
     ready = time.perf_counter()
     result = trainer.step(batches)
     done = time.perf_counter()
-    session.train_step(epoch, result.loss, result.accuracy, (done - ready) * 1000.0, (ready - start) * 1000.0,
-                       sum(len(indices) for indices in parts), result.comm_time_ms)
+    session.train_step(
+        epoch,
+        result.loss,
+        result.accuracy,
+        (done - ready) * 1000.0,
+        (ready - start) * 1000.0,
+        sum(len(indices) for indices in parts),
+        result.comm_time_ms,
+    )
     return learning_rate
 
 

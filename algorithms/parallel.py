@@ -17,6 +17,7 @@ Also here, because every wrapper must agree on them: the learning-rate schedule
 (linear scaling with the global batch, warm-up, reduce-on-plateau) and the ring
 all-reduce communication volume the scaling report predicts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,11 +35,11 @@ FLOAT32_BYTES = 4
 class ParallelPlan:
     strategy: str
     devices: int
-    global_batch: int            # samples per forward/backward pass over all replicas (--batch_size)
-    replicas: int = 1            # data-parallel copies of the model
-    group: int = 1               # devices inside one replica (model/tensor/pipeline width)
+    global_batch: int  # samples per forward/backward pass over all replicas (--batch_size)
+    replicas: int = 1  # data-parallel copies of the model
+    group: int = 1  # devices inside one replica (model/tensor/pipeline width)
     inner: Optional[str] = None  # model | tensor | pipeline inside each replica, or None
-    stages: tuple = ()           # ((first layer index, stop index), ...) per stage
+    stages: tuple = ()  # ((first layer index, stop index), ...) per stage
     shards: dict = field(default_factory=dict)  # layer index -> ((start, stop) output channels per rank)
     micro_batches: int = 1
 
@@ -111,7 +112,7 @@ def _layer_flops(network: Network) -> list:
     costs = []
     for layer, in_shape, out_shape in zip(network.layers, network.input_shapes(), network.output_shapes()):
         if isinstance(layer, Conv2D):
-            costs.append(2 * layer.kernel_size ** 2 * in_shape[-1] * out_shape[0] * out_shape[1] * out_shape[2])
+            costs.append(2 * layer.kernel_size**2 * in_shape[-1] * out_shape[0] * out_shape[1] * out_shape[2])
         elif isinstance(layer, Dense):
             costs.append(2 * in_shape[0] * layer.units)
         else:
@@ -127,14 +128,23 @@ def tensor_shards(network: Network, ranks: int) -> dict:
         if isinstance(layer, (Conv2D, Dense)):
             width = layer.filters if isinstance(layer, Conv2D) else layer.units
             if width < ranks:
-                raise InputError(f"--devices {ranks}: layer {index} of {network.name} has only {width} "
-                                 f"output channels to split; use --devices {width} or fewer")
+                raise InputError(
+                    f"--devices {ranks}: layer {index} of {network.name} has only {width} "
+                    f"output channels to split; use --devices {width} or fewer"
+                )
             shards[index] = split_ranges(width, ranks)
     return shards
 
 
-def make_plan(network: Network, strategy: str, devices: int, global_batch: int,
-              micro_batches: int = 0, group: int = 2, inner: str = "model") -> ParallelPlan:
+def make_plan(
+    network: Network,
+    strategy: str,
+    devices: int,
+    global_batch: int,
+    micro_batches: int = 0,
+    group: int = 2,
+    inner: str = "model",
+) -> ParallelPlan:
     """Checks the combination and builds the plan; a bad one is an InputError naming the fix."""
     if strategy not in STRATEGIES:
         raise InputError(f"--strategy {strategy}: unknown; choose from {', '.join(STRATEGIES)}")
@@ -142,8 +152,10 @@ def make_plan(network: Network, strategy: str, devices: int, global_batch: int,
         raise InputError(f"--devices {devices}: must be 1 or more")
     if strategy == "single":
         if devices != 1:
-            raise InputError(f"--devices {devices}: strategy 'single' runs on one device; use --devices 1 "
-                             "or pick a parallel --strategy")
+            raise InputError(
+                f"--devices {devices}: strategy 'single' runs on one device; use --devices 1 "
+                "or pick a parallel --strategy"
+            )
         return ParallelPlan("single", 1, global_batch)
     if devices < 2:
         raise InputError(f"--strategy {strategy} needs --devices 2 or more")
@@ -154,14 +166,24 @@ def make_plan(network: Network, strategy: str, devices: int, global_batch: int,
         if inner not in INNER_STRATEGIES:
             raise InputError(f"--inner {inner}: choose from {', '.join(INNER_STRATEGIES)}")
         if group < 2 or devices % group or devices // group < 2:
-            raise InputError(f"--strategy hybrid --devices {devices} --group {group}: devices must be "
-                             "(2 or more replicas) x (group of 2 or more), e.g. --devices 4 --group 2")
+            raise InputError(
+                f"--strategy hybrid --devices {devices} --group {group}: devices must be "
+                "(2 or more replicas) x (group of 2 or more), e.g. --devices 4 --group 2"
+            )
         replicas = devices // group
         _check_divisible(global_batch, replicas, f"the {replicas} data-parallel replicas")
         inner_plan = make_plan(network, inner, group, global_batch // replicas, micro_batches)
-        return ParallelPlan("hybrid", devices, global_batch, replicas=replicas, group=group, inner=inner,
-                            stages=inner_plan.stages, shards=inner_plan.shards,
-                            micro_batches=inner_plan.micro_batches)
+        return ParallelPlan(
+            "hybrid",
+            devices,
+            global_batch,
+            replicas=replicas,
+            group=group,
+            inner=inner,
+            stages=inner_plan.stages,
+            shards=inner_plan.shards,
+            micro_batches=inner_plan.micro_batches,
+        )
     if strategy == "model":
         return ParallelPlan("model", devices, global_batch, group=devices, stages=layer_stages(network, devices))
     if strategy == "tensor":
@@ -169,18 +191,22 @@ def make_plan(network: Network, strategy: str, devices: int, global_batch: int,
     micro = micro_batches or 2 * devices  # enough micro-batches to keep every stage busy most of the time
     if micro > global_batch:
         raise InputError(f"--micro_batches {micro}: more than the batch of {global_batch}")
-    return ParallelPlan("pipeline", devices, global_batch, group=devices,
-                        stages=layer_stages(network, devices), micro_batches=micro)
+    return ParallelPlan(
+        "pipeline", devices, global_batch, group=devices, stages=layer_stages(network, devices), micro_batches=micro
+    )
 
 
 def _check_divisible(batch: int, parts: int, what: str) -> None:
     if batch % parts:
         lower, upper = batch - batch % parts, batch + parts - batch % parts
-        raise InputError(f"--batch_size {batch} does not divide evenly across {what} ({parts}); "
-                         f"use --batch_size {lower or upper} or {upper}")
+        raise InputError(
+            f"--batch_size {batch} does not divide evenly across {what} ({parts}); "
+            f"use --batch_size {lower or upper} or {upper}"
+        )
 
 
 # --------------------------------------------------------------------------- schedule
+
 
 @dataclass
 class LearningRateSchedule:
@@ -188,6 +214,7 @@ class LearningRateSchedule:
     batch (Goyal et al. 2017) when asked, ramped up linearly over the warm-up steps,
     and multiplied by `plateau_factor` each time validation loss stops improving
     for `plateau_patience` epochs."""
+
     base: float
     scale: float = 1.0
     warmup_steps: int = 0
@@ -224,6 +251,7 @@ def linear_scale(global_batch: int, reference_batch: int) -> float:
 
 
 # --------------------------------------------------------------------------- communication
+
 
 def ring_allreduce_bytes(param_count: int, replicas: int, bytes_per_value: int = FLOAT32_BYTES) -> float:
     """Bytes each replica sends per step when gradients are averaged with a ring

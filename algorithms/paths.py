@@ -1,5 +1,6 @@
 """Where things live in the checkout, built from this file's place once; every other
 module imports its paths from here."""
+
 from __future__ import annotations
 
 import os

@@ -26,6 +26,7 @@ The harness's RunSession is the entry script's, from PACKAGE.train.describe_runt
 writing to the probe's scratch results folder.
 Imports no framework itself; PACKAGE.native is imported after the thread environment is set.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ class HandStepHarness:
         for epoch, parts in steps:
             next_parts = self.following.get(id(parts))
             start = time.perf_counter()
-            self.learning_rate = run_step(self.trainer, self.session, epoch, parts, self.learning_rate,
-                                          self.prefetcher, next_parts)
+            self.learning_rate = run_step(
+                self.trainer, self.session, epoch, parts, self.learning_rate, self.prefetcher, next_parts
+            )
             self.session.checkpoint_due()
             self.session.should_stop()
             times.append((time.perf_counter() - start) * 1000.0)
@@ -92,7 +94,7 @@ def interleaved(native, harness, schedule: list, block: int, between=None) -> tu
     Returns (native ms list, harness ms list)."""
     native_ms, harness_ms = [], []
     for index, start in enumerate(range(0, len(schedule), block)):
-        steps = schedule[start:start + block]
+        steps = schedule[start : start + block]
         native_times, harness_times = native.run(steps), harness.run(steps)
         if index >= WARMUP_BLOCKS:
             native_ms += native_times
@@ -106,8 +108,10 @@ def paired_ratio(native_ms: list, harness_ms: list, block: int = 1) -> tuple:
     """harness/native as the median of the per-block ratios (each pair ran the same
     batches moments apart, so a slow spell of the shared machine hits both), and its
     95% bootstrap interval: how far the machine's noise alone moves that median."""
+
     def sums(times):
-        return [sum(times[start:start + block]) for start in range(0, len(times), block)]
+        return [sum(times[start : start + block]) for start in range(0, len(times), block)]
+
     ratios = [harness / native for native, harness in zip(sums(native_ms), sums(harness_ms))]
     draws = random.Random(0)
     medians = sorted(statistics.median(draws.choices(ratios, k=len(ratios))) for _ in range(2000))
@@ -130,8 +134,8 @@ def compiled_pair_ms(native, harness, schedule: list, block: int, label: str) ->
     harness.run(schedule[:block])
     native_ms, harness_ms = [], []
     for start in range(block, min(len(schedule), 2 * block), block):
-        native_ms += native.run(schedule[start:start + block])
-        harness_ms += harness.run(schedule[start:start + block])
+        native_ms += native.run(schedule[start : start + block])
+        harness_ms += harness.run(schedule[start : start + block])
     return {f"{label} native": statistics.median(native_ms), f"{label} harness": statistics.median(harness_ms)}
 
 
@@ -143,17 +147,25 @@ def data_share(session: RunSession, skip: int) -> float:
     return statistics.median(data) / statistics.median(steps) if data and steps else float("nan")
 
 
-def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True,
-            xla_dump: str = "") -> dict:
+def measure(
+    package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, xla_dump: str = ""
+) -> dict:
     config, dataset = prepare(argv, "algorithms.probe", "")
     environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
     if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
+        os.environ["XLA_FLAGS"] = (
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
+        )
     native_module = importlib.import_module(f"{package}.native")
     runtime = importlib.import_module(f"{package}.train").describe_runtime()
-    result = {"package": package, "mode": mode, "threads": config.threads, "batch": config.batch_size,
-              "thread_settings": environment + "; " + native_module.apply_threads(config),
-              "flops_per_sample": config.network.train_flops_per_sample()}
+    result = {
+        "package": package,
+        "mode": mode,
+        "threads": config.threads,
+        "batch": config.batch_size,
+        "thread_settings": environment + "; " + native_module.apply_threads(config),
+        "flops_per_sample": config.network.train_flops_per_sample(),
+    }
     session = RunSession(config, dataset, runtime)
     block = max(block, native_module.STEPS_PER_CALL)  # a call's setup is spread over its steps
     schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
@@ -165,8 +177,9 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         return result
     native = native_module.Native(config, dataset, schedule)
     if mode == "threads":  # 1 vs all cores: the native loop alone
-        times = [t for start in range(0, len(schedule), block)
-                 for t in native.run(schedule[start:start + block])][block * WARMUP_BLOCKS:]
+        times = [t for start in range(0, len(schedule), block) for t in native.run(schedule[start : start + block])][
+            block * WARMUP_BLOCKS :
+        ]
         result["native_ms"] = statistics.median(times)
     else:
         harness = native_module.Harness(config, session)
@@ -175,12 +188,17 @@ def measure(package: str, mode: str, steps: int, block: int, gemm_n: int, argv: 
         matmul = native_module.gemm(gemm_n) if gemm_n else None
 
         def sample_gemm():
-            gemm.append(2.0 * gemm_n ** 3 / seconds_per_call(matmul, 1) / 1e9)
+            gemm.append(2.0 * gemm_n**3 / seconds_per_call(matmul, 1) / 1e9)
+
         native_ms, harness_ms = interleaved(native, harness, schedule, block, sample_gemm if gemm_n else None)
-        result.update(native_ms=statistics.median(native_ms), harness_ms=statistics.median(harness_ms),
-                      steps_timed=len(native_ms), data_share=data_share(session, block * WARMUP_BLOCKS))
+        result.update(
+            native_ms=statistics.median(native_ms),
+            harness_ms=statistics.median(harness_ms),
+            steps_timed=len(native_ms),
+            data_share=data_share(session, block * WARMUP_BLOCKS),
+        )
         if harness.outside_step_ms:  # measured where the harness steps through algorithms/loop.py
-            result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS:])
+            result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS :])
         result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms, block)
         result["block"] = block
         if gemm:
@@ -208,9 +226,16 @@ def main(argv=None) -> int:
     parser.add_argument("--skip_compiled", action="store_true", help="leave out the compiled paths")
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="probe-") as scratch:
-        result = measure(args.package, args.mode, args.steps, args.block, args.gemm,
-                         probe_config_args(rest, os.path.join(scratch, "results")), not args.skip_compiled,
-                         os.path.join(scratch, "xla"))
+        result = measure(
+            args.package,
+            args.mode,
+            args.steps,
+            args.block,
+            args.gemm,
+            probe_config_args(rest, os.path.join(scratch, "results")),
+            not args.skip_compiled,
+            os.path.join(scratch, "xla"),
+        )
     with open(args.out, "w") as handle:
         json.dump(result, handle)
     return 0
@@ -219,8 +244,9 @@ def main(argv=None) -> int:
 def shape_text(shapes) -> str:
     """Array shapes as the profiles name them, e.g. [128,32,28,28] [48,32,3,3];
     scalars (empty shapes) and unknowns (None) left out."""
-    return " ".join("[" + ",".join(map(str, shape)) + "]" for shape in shapes or ()
-                    if isinstance(shape, (tuple, list)) and shape)
+    return " ".join(
+        "[" + ",".join(map(str, shape)) + "]" for shape in shapes or () if isinstance(shape, (tuple, list)) and shape
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ and reading the rows back (for summaries and the comparison table).
 Rows are appended one whole line per `os.write` on an O_APPEND descriptor, so a
 crash keeps every finished row and concurrent runs never interleave half rows.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,9 +18,24 @@ import numpy as np
 from .errors import InputError
 
 CSV_COLUMNS = [
-    "run_id", "framework", "backend", "network", "strategy", "devices", "global_batch",
-    "epoch", "step", "phase", "loss", "accuracy", "learning_rate", "step_time_ms",
-    "data_time_ms", "samples_per_sec", "wall_time_s", "comm_time_ms",
+    "run_id",
+    "framework",
+    "backend",
+    "network",
+    "strategy",
+    "devices",
+    "global_batch",
+    "epoch",
+    "step",
+    "phase",
+    "loss",
+    "accuracy",
+    "learning_rate",
+    "step_time_ms",
+    "data_time_ms",
+    "samples_per_sec",
+    "wall_time_s",
+    "comm_time_ms",
 ]
 WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
 
@@ -49,8 +65,10 @@ class ResultsCsv:
                 header = handle.readline().strip()
             if header != ",".join(CSV_COLUMNS):
                 os.close(self._fd)
-                raise InputError(f"{path}:1: this results file has other columns ({header[:60]}...); "
-                                 "move it away or pass another --results_dir")
+                raise InputError(
+                    f"{path}:1: this results file has other columns ({header[:60]}...); "
+                    "move it away or pass another --results_dir"
+                )
 
     def write(self, **values) -> None:
         row = {**self.identity, **values}
@@ -98,11 +116,20 @@ def append_log_block(path: str, title: str, fields: list) -> None:
 
 # --------------------------------------------------------------------------- reading back
 
+
 def read_rows(path: str, run_id: Optional[str] = None) -> list:
     """Rows of a results CSV as dicts with numbers converted; one run's rows if run_id is given."""
     numeric = {"devices", "global_batch", "epoch", "step"}
-    floats = {"loss", "accuracy", "learning_rate", "step_time_ms", "data_time_ms", "samples_per_sec", "wall_time_s",
-              "comm_time_ms"}
+    floats = {
+        "loss",
+        "accuracy",
+        "learning_rate",
+        "step_time_ms",
+        "data_time_ms",
+        "samples_per_sec",
+        "wall_time_s",
+        "comm_time_ms",
+    }
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
@@ -190,5 +217,5 @@ def read_log_field(path: str, run_id: str, title_part: str, key: str) -> Optiona
             if line.startswith("=== "):
                 in_block = line[4:].startswith(run_id + " ") and f" {title_part} " in line
             elif in_block and line.startswith(key + ":"):
-                value = line[len(key) + 1:].strip()
+                value = line[len(key) + 1 :].strip()
     return value

@@ -10,6 +10,7 @@ algorithms/contract.py:
     module.describe_runtime()                the Runtime for the CSV and results.log
     module.train(session)                    train, then session.finish
 """
+
 from __future__ import annotations
 
 import importlib
@@ -72,13 +73,22 @@ def enable_parity(wrapper_module: str) -> tuple:
 def check_supported(config, wrapper_module: str, prog: str) -> None:
     support = support_of(wrapper_module)
     if config.strategy not in support.strategies:
-        raise InputError(f"--strategy {config.strategy}: " + (support.advice.get(config.strategy) or (
-            f"{prog} runs {', '.join(support.strategies)}; "
-            "`python -m algorithms.capabilities` lists the frameworks that run it")))
+        raise InputError(
+            f"--strategy {config.strategy}: "
+            + (
+                support.advice.get(config.strategy)
+                or (
+                    f"{prog} runs {', '.join(support.strategies)}; "
+                    "`python -m algorithms.capabilities` lists the frameworks that run it"
+                )
+            )
+        )
     missing = [flag for flag, used in config.uses().items() if used and flag not in support.flags]
     if missing:
-        raise InputError(f"{', '.join(missing)}: not available in {prog}; drop the flag "
-                         "or see `python -m algorithms.capabilities` for the frameworks that have it")
+        raise InputError(
+            f"{', '.join(missing)}: not available in {prog}; drop the flag "
+            "or see `python -m algorithms.capabilities` for the frameworks that have it"
+        )
 
 
 def train_session(wrapper, session: RunSession) -> int:
@@ -90,8 +100,11 @@ def train_session(wrapper, session: RunSession) -> int:
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (faults.Terminated)
         name = interruption_name(interruption)
         session.finish(None, None, None, status=f"interrupted by {name}")
-        print(f"\ninterrupted by {name} after {session.step} steps: the rows of every finished step are in "
-              f"{session.csv_path}", file=sys.stderr)
+        print(
+            f"\ninterrupted by {name} after {session.step} steps: the rows of every finished step are in "
+            f"{session.csv_path}",
+            file=sys.stderr,
+        )
         return exit_status(interruption)
     except BaseException as error:
         if not is_out_of_memory(error):
@@ -100,9 +113,12 @@ def train_session(wrapper, session: RunSession) -> int:
         config = session.config
         advice = out_of_memory_advice(config.batch_size, "--accumulate" in support_of(wrapper.__name__).flags)
         session.finish(None, None, None, status=f"out of memory at step {session.step + 1}: {advice}")
-        print(f"\nerror: out of memory at step {session.step + 1} with --batch_size {config.batch_size} "
-              f"({type(error).__name__}); {advice}. The rows of the {session.step} finished steps are in "
-              f"{session.csv_path}", file=sys.stderr)
+        print(
+            f"\nerror: out of memory at step {session.step + 1} with --batch_size {config.batch_size} "
+            f"({type(error).__name__}); {advice}. The rows of the {session.step} finished steps are in "
+            f"{session.csv_path}",
+            file=sys.stderr,
+        )
         return EXIT_RESOURCE_ERROR
     return 0
 

@@ -2,6 +2,7 @@
 run): its train losses by step, validation and test accuracy, and what must match
 for two runs to be compared; and the moving mean that smooths a loss curve. Read by
 compare.py and baseline.py."""
+
 from __future__ import annotations
 
 import os
@@ -43,12 +44,17 @@ def load_run(spec: str) -> Run:
     train = [r for r in rows if r["phase"] == "train"]
     first = rows[0]
     test = [r["accuracy"] for r in rows if r["phase"] == "test"]
-    return Run(path=path, run_id=run_id, label=f"{first['framework']}/{first['backend']} {run_id}",
-               backend_key=(first["framework"], first["backend"], first["network"]),
-               config_key=(first["network"], first["global_batch"], first["strategy"], first["devices"]),
-               steps=np.array([r["step"] for r in train]), losses=np.array([r["loss"] for r in train]),
-               val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
-               test_accuracy=test[-1] if test else None)
+    return Run(
+        path=path,
+        run_id=run_id,
+        label=f"{first['framework']}/{first['backend']} {run_id}",
+        backend_key=(first["framework"], first["backend"], first["network"]),
+        config_key=(first["network"], first["global_batch"], first["strategy"], first["devices"]),
+        steps=np.array([r["step"] for r in train]),
+        losses=np.array([r["loss"] for r in train]),
+        val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
+        test_accuracy=test[-1] if test else None,
+    )
 
 
 def smooth(values: np.ndarray, width: int = SMOOTHING_STEPS) -> np.ndarray:

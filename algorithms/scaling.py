@@ -10,6 +10,7 @@ the seeds' rule: under 1.5x at 2 devices, adding devices does not pay.
 Works with any framework of the registry (algorithms/frameworks.py) whose entry script accepts
 `--strategy STRATEGY --devices N`; a framework that refuses is reported, not fatal.
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,7 +47,7 @@ class ScalingRow:
     samples_per_sec: Optional[float] = None
     speedup: Optional[float] = None
     efficiency: Optional[float] = None
-    comm_ms: Optional[float] = None             # median measured communication per step
+    comm_ms: Optional[float] = None  # median measured communication per step
     predicted_allreduce_mb: Optional[float] = None  # ring all-reduce volume each replica sends per step
     effective_mb_per_s: Optional[float] = None  # predicted volume / measured communication time
 
@@ -57,18 +58,28 @@ def replicas_of(strategy: str, devices: int, group: int) -> int:
 
 
 def parse_args(argv: list):
-    parser = OneLineErrorParser(prog="scaling_report.py", add_help=False,
-                                description="Run a strategy at 1, 2, ... devices per framework; print the "
-                                            "scaling table. Every other flag goes to each entry script.")
+    parser = OneLineErrorParser(
+        prog="scaling_report.py",
+        add_help=False,
+        description="Run a strategy at 1, 2, ... devices per framework; print the "
+        "scaling table. Every other flag goes to each entry script.",
+    )
     parser.add_argument("--frameworks", default="torch", help=f"comma-separated: {', '.join(NAMES)}")
     parser.add_argument("--strategy", default="data", choices=[s for s in STRATEGIES if s != "single"])
     parser.add_argument("--devices", default="1,2", help="comma-separated device counts; 1 runs --strategy single")
     parser.add_argument("--max_steps", default=str(DEFAULT_MAX_STEPS), help="steps per run")
-    parser.add_argument("--threads_per_device", type=int, default=None,
-                        help="OMP_NUM_THREADS of every process: on a CPU machine one 'device' is this many "
-                             "cores, so N devices use N x as many (default: cores / the largest device count)")
-    parser.add_argument("--results_dir", default=RESULTS_DIR,
-                        help="the report goes to RESULTS_DIR/scaling/<id>.{csv,png}, its runs under <id>/")
+    parser.add_argument(
+        "--threads_per_device",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS of every process: on a CPU machine one 'device' is this many "
+        "cores, so N devices use N x as many (default: cores / the largest device count)",
+    )
+    parser.add_argument(
+        "--results_dir",
+        default=RESULTS_DIR,
+        help="the report goes to RESULTS_DIR/scaling/<id>.{csv,png}, its runs under <id>/",
+    )
     parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
@@ -88,20 +99,35 @@ def parse_args(argv: list):
     return frameworks, args, devices, forwarded
 
 
-def run_one(name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str,
-            threads: int, network: str):
+def run_one(
+    name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str, threads: int, network: str
+):
     """One entry-script process; returns (exit status, its train rows)."""
     framework = get(name)
     results_dir = os.path.join(directory, f"{name}_x{devices}")
     run_id = f"{report_id}-{name}-x{devices}"
-    flags = [*forwarded, "--strategy", "single" if devices == 1 else strategy, "--devices", str(devices),
-             "--results_dir", results_dir, "--results_log", os.path.join(directory, "results.log"),
-             "--run_id", run_id, "--quiet"]
+    flags = [
+        *forwarded,
+        "--strategy",
+        "single" if devices == 1 else strategy,
+        "--devices",
+        str(devices),
+        "--results_dir",
+        results_dir,
+        "--results_log",
+        os.path.join(directory, "results.log"),
+        "--run_id",
+        run_id,
+        "--quiet",
+    ]
     print(f"  {name} x{devices}: python {framework.script} {' '.join(flags)}", flush=True)
     threads_env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads * devices)}
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **threads_env, **framework.env},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **threads_env, **framework.env},
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         last_line = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         print(f"    failed (exit {proc.returncode}): {last_line[:200]}", flush=True)
@@ -124,8 +150,9 @@ def without_own_flags(forwarded: list) -> list:
     return kept
 
 
-def summarize(name: str, strategy: str, devices: int, code: int, train: list, param_count: int,
-              group: int) -> ScalingRow:
+def summarize(
+    name: str, strategy: str, devices: int, code: int, train: list, param_count: int, group: int
+) -> ScalingRow:
     if code != 0 or not train:
         return ScalingRow(name, devices, "single" if devices == 1 else strategy, f"failed (exit {code})")
     ms = steady_state_ms([row["step_time_ms"] for row in train])
@@ -133,9 +160,17 @@ def summarize(name: str, strategy: str, devices: int, code: int, train: list, pa
     replicas = replicas_of(strategy, devices, group) if devices > 1 else 1
     predicted = ring_allreduce_bytes(param_count, replicas) / 1e6 if replicas > 1 else None
     comm_ms = statistics.median(comm) if comm else None
-    return ScalingRow(name, devices, train[0]["strategy"], "ok", ms, train[0]["global_batch"] * 1000.0 / ms,
-                      comm_ms=comm_ms, predicted_allreduce_mb=predicted,
-                      effective_mb_per_s=predicted / comm_ms * 1000.0 if predicted and comm_ms else None)
+    return ScalingRow(
+        name,
+        devices,
+        train[0]["strategy"],
+        "ok",
+        ms,
+        train[0]["global_batch"] * 1000.0 / ms,
+        comm_ms=comm_ms,
+        predicted_allreduce_mb=predicted,
+        effective_mb_per_s=predicted / comm_ms * 1000.0 if predicted and comm_ms else None,
+    )
 
 
 def add_speedups(rows: list) -> None:
@@ -154,29 +189,56 @@ def verdicts(rows: list) -> list:
         if two is None:
             lines.append(f"{name}: no 1- and 2-device pair to judge")
         elif two.speedup < WORTH_IT_AT_TWO:
-            lines.append(f"{name}: {two.speedup:.2f}x at 2 devices (< {WORTH_IT_AT_TWO}x): don't add more devices "
-                         "for this network and batch; a bigger batch or model may change that")
+            lines.append(
+                f"{name}: {two.speedup:.2f}x at 2 devices (< {WORTH_IT_AT_TWO}x): don't add more devices "
+                "for this network and batch; a bigger batch or model may change that"
+            )
         else:
             widest = max((r for r in rows if r.framework == name and r.speedup), key=lambda r: r.devices)
-            lines.append(f"{name}: {two.speedup:.2f}x at 2 devices (>= {WORTH_IT_AT_TWO}x): scaling pays; "
-                         f"{widest.efficiency:.0%} efficiency at {widest.devices} devices")
+            lines.append(
+                f"{name}: {two.speedup:.2f}x at 2 devices (>= {WORTH_IT_AT_TWO}x): scaling pays; "
+                f"{widest.efficiency:.0%} efficiency at {widest.devices} devices"
+            )
     return lines
 
 
 def format_table(rows: list) -> str:
-    header = ("framework", "devices", "strategy", "ms/step", "samples/s", "speedup", "efficiency",
-              "comm ms", "ring all-reduce MB", "effective MB/s")
+    header = (
+        "framework",
+        "devices",
+        "strategy",
+        "ms/step",
+        "samples/s",
+        "speedup",
+        "efficiency",
+        "comm ms",
+        "ring all-reduce MB",
+        "effective MB/s",
+    )
 
     def cell(value, spec):
         return "-" if value is None else format(value, spec)
 
-    lines = [(r.framework, str(r.devices), r.strategy if r.status == "ok" else r.status, cell(r.ms_per_step, ".1f"),
-              cell(r.samples_per_sec, ".0f"), cell(r.speedup, ".2f"), cell(r.efficiency, ".0%"),
-              cell(r.comm_ms, ".1f"), cell(r.predicted_allreduce_mb, ".2f"), cell(r.effective_mb_per_s, ".0f"))
-             for r in rows]
+    lines = [
+        (
+            r.framework,
+            str(r.devices),
+            r.strategy if r.status == "ok" else r.status,
+            cell(r.ms_per_step, ".1f"),
+            cell(r.samples_per_sec, ".0f"),
+            cell(r.speedup, ".2f"),
+            cell(r.efficiency, ".0%"),
+            cell(r.comm_ms, ".1f"),
+            cell(r.predicted_allreduce_mb, ".2f"),
+            cell(r.effective_mb_per_s, ".0f"),
+        )
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-                     for row in [header, tuple("-" * w for w in widths)] + lines)
+    return "\n".join(
+        "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in [header, tuple("-" * w for w in widths)] + lines
+    )
 
 
 def write_csv(rows: list, path: str) -> None:
@@ -188,6 +250,7 @@ def write_csv(rows: list, path: str) -> None:
 
 def plot_png(rows: list, path: str, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -199,12 +262,22 @@ def plot_png(rows: list, path: str, title: str) -> None:
         positions = [r.devices + (offset - (len(names) - 1) / 2) * width for r in mine]
         comm = [r.comm_ms or 0.0 for r in mine]
         bars = time_axis.bar(positions, [r.ms_per_step - c for r, c in zip(mine, comm)], width, label=f"{name} compute")
-        time_axis.bar(positions, comm, width, bottom=[r.ms_per_step - c for r, c in zip(mine, comm)],
-                      color=bars.patches[0].get_facecolor(), alpha=0.45, hatch="//", label=f"{name} communication")
+        time_axis.bar(
+            positions,
+            comm,
+            width,
+            bottom=[r.ms_per_step - c for r, c in zip(mine, comm)],
+            color=bars.patches[0].get_facecolor(),
+            alpha=0.45,
+            hatch="//",
+            label=f"{name} communication",
+        )
         speed_axis.plot([r.devices for r in mine], [r.speedup for r in mine], marker="o", label=name)
     counts = sorted({r.devices for r in rows})
     speed_axis.plot(counts, counts, linestyle=":", color="grey", label="ideal")
-    speed_axis.scatter([2], [WORTH_IT_AT_TWO], marker="_", s=400, color="red", label=f"{WORTH_IT_AT_TWO}x at 2: the bar")
+    speed_axis.scatter(
+        [2], [WORTH_IT_AT_TWO], marker="_", s=400, color="red", label=f"{WORTH_IT_AT_TWO}x at 2: the bar"
+    )
     time_axis.set(title="ms per step (median, warm-up excluded)", xlabel="devices", ylabel="ms", xticks=counts)
     speed_axis.set(title="speedup against 1 device", xlabel="devices", ylabel="speedup", xticks=counts)
     for axis in (time_axis, speed_axis):
@@ -229,21 +302,29 @@ def main(argv=None) -> int:
     report_id = args.run_id or new_run_id()
     directory = os.path.join(config.results_dir, "scaling", report_id)
     os.makedirs(directory, exist_ok=True)
-    print(f"scaling report {report_id}: {config.network.name}, --strategy {strategy} at {devices} devices, "
-          f"global batch {config.batch_size}, {max_steps} steps per run, {args.threads_per_device} thread(s) "
-          f"per device, {dataset.describe()}", flush=True)
+    print(
+        f"scaling report {report_id}: {config.network.name}, --strategy {strategy} at {devices} devices, "
+        f"global batch {config.batch_size}, {max_steps} steps per run, {args.threads_per_device} thread(s) "
+        f"per device, {dataset.describe()}",
+        flush=True,
+    )
     rows = []
     for name in frameworks:
         for count in devices:
-            code, train = run_one(name, strategy, count, forwarded, directory, report_id,
-                                  args.threads_per_device, config.network.name)
+            code, train = run_one(
+                name, strategy, count, forwarded, directory, report_id, args.threads_per_device, config.network.name
+            )
             rows.append(summarize(name, strategy, count, code, train, config.network.param_count(), config.plan.group))
     add_speedups(rows)
-    title = (f"{config.network.name} · {strategy} · global batch {config.batch_size} · "
-             f"{config.network.param_count():,} parameters")
+    title = (
+        f"{config.network.name} · {strategy} · global batch {config.batch_size} · "
+        f"{config.network.param_count():,} parameters"
+    )
     print(f"\n{title}\n{format_table(rows)}\n")
-    print("communication: 'comm ms' is measured inside the framework's collectives (blank where it does not "
-          "expose it); 'ring all-reduce MB' is 2 (K - 1) / K x the float32 gradient each replica sends per step")
+    print(
+        "communication: 'comm ms' is measured inside the framework's collectives (blank where it does not "
+        "expose it); 'ring all-reduce MB' is 2 (K - 1) / K x the float32 gradient each replica sends per step"
+    )
     for line in verdicts(rows):
         print("verdict: " + line)
     csv_path, png_path = directory + ".csv", directory + ".png"

@@ -1,6 +1,7 @@
 """One training run's bookkeeping, the same for every framework: the CSV rows,
 the Keras-like progress lines, `--max_steps`, the test row, the predictions file,
 the results.log block and the final summary table."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,7 @@ from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settin
 from .data import Dataset, batch_order, steps_per_epoch
 from .faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
 from .threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
-from .recorder import (WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms,
-                       write_predictions)
+from .recorder import WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms, write_predictions
 
 NON_TTY_PROGRESS_EVERY_S = 15.0
 
@@ -46,8 +46,14 @@ class RunSession:
     0): it steps through the same schedule, stopping rules and epochs as the chief,
     but writes no CSV, log or predictions and prints nothing."""
 
-    def __init__(self, config: RunConfig, dataset: Dataset, runtime: Runtime, parity_notes: Optional[tuple] = None,
-                 record: bool = True):
+    def __init__(
+        self,
+        config: RunConfig,
+        dataset: Dataset,
+        runtime: Runtime,
+        parity_notes: Optional[tuple] = None,
+        record: bool = True,
+    ):
         self.config, self.dataset = config, dataset
         self.parity_notes = parity_notes  # (what was set, what is not deterministic) in --parity runs
         self.record = record
@@ -62,13 +68,25 @@ class RunSession:
         self.resume_from: Optional[str] = None  # the checkpoint folder a --resume run starts from
         resume_state = None
         if config.resume:  # before the CSV is opened: a bad --resume writes nothing
-            self.resume_from, resume_state = find_resume_point(self.checkpoint_root, self.run_id,
-                                                               shared_settings(config))
-        self.csv = ResultsCsv(self.csv_path, {
-            "run_id": self.run_id, "framework": framework, "backend": backend,
-            "network": config.network.name, "strategy": config.strategy,
-            "devices": config.devices, "global_batch": config.effective_batch,
-        }) if record else _NoCsv()
+            self.resume_from, resume_state = find_resume_point(
+                self.checkpoint_root, self.run_id, shared_settings(config)
+            )
+        self.csv = (
+            ResultsCsv(
+                self.csv_path,
+                {
+                    "run_id": self.run_id,
+                    "framework": framework,
+                    "backend": backend,
+                    "network": config.network.name,
+                    "strategy": config.strategy,
+                    "devices": config.devices,
+                    "global_batch": config.effective_batch,
+                },
+            )
+            if record
+            else _NoCsv()
+        )
         self.schedule = config.learning_rate_schedule()
         self._best_val_loss = float("inf")
         self._epochs_without_gain = 0
@@ -94,8 +112,11 @@ class RunSession:
         if resume_state is not None:
             self._restore(resume_state)
         if not config.quiet:
-            self._say(f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
-                  f"batch {config.batch_size} · {config.num_epochs} epochs · run {self.run_id}", flush=True)
+            self._say(
+                f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
+                f"batch {config.batch_size} · {config.num_epochs} epochs · run {self.run_id}",
+                flush=True,
+            )
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_due(self) -> bool:
@@ -111,14 +132,24 @@ class RunSession:
         trainer.save_checkpoint(directory)
         if not self.record:
             return
-        write_state(directory, {
-            "step": self.step, "epoch": epoch, "next_index": next_index,
-            "schedule": {"multiplier": self.schedule._plateau_multiplier, "best_val": self.schedule._best_val,
-                         "epochs_without_gain": self.schedule._epochs_without_gain},
-            "best_val_loss": self._best_val_loss, "epochs_without_gain": self._epochs_without_gain,
-            "last_val": self.last_val, "last_train": self.last_train,
-            "settings": shared_settings(self.config),
-        })
+        write_state(
+            directory,
+            {
+                "step": self.step,
+                "epoch": epoch,
+                "next_index": next_index,
+                "schedule": {
+                    "multiplier": self.schedule._plateau_multiplier,
+                    "best_val": self.schedule._best_val,
+                    "epochs_without_gain": self.schedule._epochs_without_gain,
+                },
+                "best_val_loss": self._best_val_loss,
+                "epochs_without_gain": self._epochs_without_gain,
+                "last_val": self.last_val,
+                "last_train": self.last_train,
+                "settings": shared_settings(self.config),
+            },
+        )
         prune(self.checkpoint_root)
 
     def _restore(self, state: dict) -> None:
@@ -131,8 +162,10 @@ class RunSession:
         self._best_val_loss, self._epochs_without_gain = state["best_val_loss"], state["epochs_without_gain"]
         self.last_val = tuple(state["last_val"]) if state["last_val"] else None
         self.last_train = tuple(state["last_train"]) if state["last_train"] else None
-        self._say(f"resuming run {self.run_id} at step {self.step + 1} (epoch {state['epoch'] + 1}) "
-                  f"from {self.resume_from}", flush=True)
+        self._say(
+            f"resuming run {self.run_id} at step {self.step + 1} (epoch {state['epoch'] + 1}) from {self.resume_from}",
+            flush=True,
+        )
 
     # ------------------------------------------------------------------ per step
     def wall(self) -> float:
@@ -150,11 +183,21 @@ class RunSession:
         accumulating K batches sees exactly the samples of one K x batch step."""
         config = self.config
         steps = batch_order(len(self.dataset.train_x), config.effective_batch, epoch, config.seed)
-        return [[indices[start:start + config.batch_size] for start in range(0, len(indices), config.batch_size)]
-                for indices in steps]
+        return [
+            [indices[start : start + config.batch_size] for start in range(0, len(indices), config.batch_size)]
+            for indices in steps
+        ]
 
-    def train_step(self, epoch: int, loss: float, accuracy: float, step_time_ms: float,
-                   data_time_ms: float, batch_size: int, comm_time_ms: Optional[float] = None) -> None:
+    def train_step(
+        self,
+        epoch: int,
+        loss: float,
+        accuracy: float,
+        step_time_ms: float,
+        data_time_ms: float,
+        batch_size: int,
+        comm_time_ms: Optional[float] = None,
+    ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
         the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
         where the strategy can measure it."""
@@ -163,10 +206,19 @@ class RunSession:
         self.step_times_ms.append(step_time_ms)
         self._epoch_losses.append(loss)
         self._epoch_accs.append(accuracy)
-        self.csv.write(epoch=epoch + 1, step=self.step, phase="train", loss=loss, accuracy=accuracy,
-                       learning_rate=learning_rate, step_time_ms=step_time_ms,
-                       data_time_ms=data_time_ms, samples_per_sec=batch_size * 1000.0 / step_time_ms,
-                       wall_time_s=self.wall(), comm_time_ms=comm_time_ms)
+        self.csv.write(
+            epoch=epoch + 1,
+            step=self.step,
+            phase="train",
+            loss=loss,
+            accuracy=accuracy,
+            learning_rate=learning_rate,
+            step_time_ms=step_time_ms,
+            data_time_ms=data_time_ms,
+            samples_per_sec=batch_size * 1000.0 / step_time_ms,
+            wall_time_s=self.wall(),
+            comm_time_ms=comm_time_ms,
+        )
         if self.step == 1:
             self._diagnose(first_loss_problem(loss, self.config.network.num_classes))
         self._progress(epoch)
@@ -180,8 +232,10 @@ class RunSession:
             return
         now = time.perf_counter()
         in_epoch = len(self._epoch_losses)
-        text = (f"  {in_epoch}/{self.steps_per_epoch} - loss: {statistics.fmean(self._epoch_losses):.4f} - "
-                f"acc: {statistics.fmean(self._epoch_accs):.4f} - {self.step_times_ms[-1]:.0f} ms/step")
+        text = (
+            f"  {in_epoch}/{self.steps_per_epoch} - loss: {statistics.fmean(self._epoch_losses):.4f} - "
+            f"acc: {statistics.fmean(self._epoch_accs):.4f} - {self.step_times_ms[-1]:.0f} ms/step"
+        )
         if self._tty:
             self._say("\r" + text, end="", flush=True)
         elif now - self._last_progress >= NON_TTY_PROGRESS_EVERY_S:
@@ -191,30 +245,52 @@ class RunSession:
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
         count = len(self.dataset.val_x)
         previous_losses = (self.last_train[0], self.last_val[0]) if self.last_train and self.last_val else None
-        self.csv.write(epoch=epoch + 1, step=self.step, phase="val", loss=val_loss, accuracy=val_accuracy,
-                       learning_rate=self.learning_rate, step_time_ms=val_time_ms,
-                       samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
-                       wall_time_s=self.wall())
+        self.csv.write(
+            epoch=epoch + 1,
+            step=self.step,
+            phase="val",
+            loss=val_loss,
+            accuracy=val_accuracy,
+            learning_rate=self.learning_rate,
+            step_time_ms=val_time_ms,
+            samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
+            wall_time_s=self.wall(),
+        )
         self.last_val = (val_loss, val_accuracy)
         if self._epoch_losses:
             self.last_train = (statistics.fmean(self._epoch_losses), statistics.fmean(self._epoch_accs))
         now = time.perf_counter()
         epoch_steps = len(self._epoch_losses)
         ms_step = statistics.median(self.step_times_ms[-epoch_steps:]) if epoch_steps else float("nan")
-        line = (f"Epoch {epoch + 1}/{self.config.num_epochs} - {epoch_steps}/{self.steps_per_epoch} steps - "
-                f"{now - self._epoch_start:.1f}s - loss: {self.last_train[0]:.4f} - acc: {self.last_train[1]:.4f} - "
-                f"val_loss: {val_loss:.4f} - val_acc: {val_accuracy:.4f} - {ms_step:.1f} ms/step")
+        line = (
+            f"Epoch {epoch + 1}/{self.config.num_epochs} - {epoch_steps}/{self.steps_per_epoch} steps - "
+            f"{now - self._epoch_start:.1f}s - loss: {self.last_train[0]:.4f} - acc: {self.last_train[1]:.4f} - "
+            f"val_loss: {val_loss:.4f} - val_acc: {val_accuracy:.4f} - {ms_step:.1f} ms/step"
+        )
         self._say(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
         if epoch_steps:
             updates_before, train_count = epoch * self.steps_per_epoch, len(self.dataset.train_x)
-            self._diagnose(stuck_loss_problem(EpochEvidence(
-                epoch=epoch, updates=self.step, updates_before=updates_before,
-                samples=epoch * train_count + min(train_count, (self.step - updates_before) * self.config.effective_batch),
-                samples_before=epoch * train_count, train_loss=self.last_train[0], val_loss=val_loss,
-                val_accuracy=val_accuracy, val_labels=self.dataset.val_y, previous_losses=previous_losses),
-                self.config.network.num_classes, self.learning_rate))
+            self._diagnose(
+                stuck_loss_problem(
+                    EpochEvidence(
+                        epoch=epoch,
+                        updates=self.step,
+                        updates_before=updates_before,
+                        samples=epoch * train_count
+                        + min(train_count, (self.step - updates_before) * self.config.effective_batch),
+                        samples_before=epoch * train_count,
+                        train_loss=self.last_train[0],
+                        val_loss=val_loss,
+                        val_accuracy=val_accuracy,
+                        val_labels=self.dataset.val_y,
+                        previous_losses=previous_losses,
+                    ),
+                    self.config.network.num_classes,
+                    self.learning_rate,
+                )
+            )
         self._after_validation(epoch, val_loss)
 
     def _diagnose(self, problem: Optional[str]) -> None:
@@ -226,8 +302,11 @@ class RunSession:
     def _after_validation(self, epoch: int, val_loss: float) -> None:
         """Reduce-on-plateau and early stopping, both keyed on the validation loss."""
         if self.schedule.end_epoch(val_loss):
-            self._say(f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
-                  f"lr now {self.learning_rate:g}", flush=True)
+            self._say(
+                f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
+                f"lr now {self.learning_rate:g}",
+                flush=True,
+            )
         if val_loss < self._best_val_loss:
             self._best_val_loss, self._epochs_without_gain = val_loss, 0
             return
@@ -235,30 +314,52 @@ class RunSession:
         patience = self.config.early_stopping
         if patience and self._epochs_without_gain >= patience and epoch + 1 < self.config.num_epochs:
             self.stopped_early = True
-            self._say(f"  early stopping: validation loss has not improved for {patience} epoch(s) "
-                  f"(best {self._best_val_loss:.4f})", flush=True)
+            self._say(
+                f"  early stopping: validation loss has not improved for {patience} epoch(s) "
+                f"(best {self._best_val_loss:.4f})",
+                flush=True,
+            )
 
     # ------------------------------------------------------------------ end of run
-    def finish(self, test_loss: Optional[float], test_accuracy: Optional[float],
-               test_predictions: Optional[np.ndarray], status: str = "completed") -> Optional[dict]:
+    def finish(
+        self,
+        test_loss: Optional[float],
+        test_accuracy: Optional[float],
+        test_predictions: Optional[np.ndarray],
+        status: str = "completed",
+    ) -> Optional[dict]:
         if self.finished:  # a failure inside finish() must not write a second block
             return None
         self.finished = True
         if test_loss is not None:
-            self.csv.write(epoch=None, step=self.step, phase="test", loss=test_loss, accuracy=test_accuracy,
-                           learning_rate=None, wall_time_s=self.wall())
+            self.csv.write(
+                epoch=None,
+                step=self.step,
+                phase="test",
+                loss=test_loss,
+                accuracy=test_accuracy,
+                learning_rate=None,
+                wall_time_s=self.wall(),
+            )
         self.csv.close()
         predictions_path = None
         if test_predictions is not None and self.record:
-            predictions_path = os.path.join(self.config.results_dir, "predictions",
-                                            f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv")
+            predictions_path = os.path.join(
+                self.config.results_dir,
+                "predictions",
+                f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv",
+            )
             write_predictions(predictions_path, test_predictions)
         median_ms = steady_state_ms(self.step_times_ms)
         summary = {
-            "framework": self.framework, "backend": self.backend, "steps": self.step,
-            "train": self.last_train, "val": self.last_val,
+            "framework": self.framework,
+            "backend": self.backend,
+            "steps": self.step,
+            "train": self.last_train,
+            "val": self.last_val,
             "test": None if test_loss is None else (test_loss, test_accuracy),
-            "test_predictions": predictions_path, "median_ms": median_ms,
+            "test_predictions": predictions_path,
+            "median_ms": median_ms,
             "samples_per_sec": self.config.effective_batch * 1000.0 / median_ms if median_ms else None,
         }
         if self.record:
@@ -274,38 +375,61 @@ class RunSession:
 
         median = summary["median_ms"]
         warm = f"steps {WARMUP_STEPS + 1}-{self.step}" if self.step > WARMUP_STEPS else f"all {self.step} steps"
-        test_set = "none" if data.test_x is None else (
-            f"{config.test} ({len(data.test_x)} images, {'scored with ' + str(config.test_labels) if data.test_y is not None else 'no labels: predictions only'})")
-        append_log_block(config.results_log, f"{self.run_id} · {config.network.name} · {self.framework}/{self.backend} · {status}", [
-            ("status", status),
-            ("start", self.start_time.strftime("%Y-%m-%d %H:%M:%S UTC")),
-            ("end", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
-            ("command", config.command_line),
-            ("host", f"{socket.gethostname()} ({platform.platform()}, {os.cpu_count()} CPUs)"),
-            ("python", platform.python_version()),
-            ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
-            ("devices", self.devices),
-            ("config", config.describe()),
-            ("parity", "off (dropout on, framework-default kernels)" if self.parity_notes is None else
-             "dropout off; set: " + "; ".join(self.parity_notes[0])
-             + "; not deterministic: " + ("; ".join(self.parity_notes[1]) or "nothing known")),
-            ("network", f"{config.network.param_count():,} parameters, "
-                        f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward"),
-            ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
-            ("test data", test_set),
-            ("steps", f"{self.step}" + (f" (resumed from {self.resume_from})" if self.resume_from else "")),
-            ("diagnostics", " | ".join(self.diagnostics) or "none"),
-            ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
-            ("final val", pair(summary["val"])),
-            ("final test", pair(summary["test"])),
-            ("median step", "n/a" if median is None else
-             f"{median:.2f} ms/step ({warm}), {summary['samples_per_sec']:.0f} samples/s"),
-            ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
-            ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
-            ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
-            ("csv", self.csv_path),
-            ("predictions", summary["test_predictions"] or "none"),
-        ])
+        test_set = (
+            "none"
+            if data.test_x is None
+            else (
+                f"{config.test} ({len(data.test_x)} images, "
+                + (f"scored with {config.test_labels})" if data.test_y is not None else "no labels: predictions only)")
+            )
+        )
+        append_log_block(
+            config.results_log,
+            f"{self.run_id} · {config.network.name} · {self.framework}/{self.backend} · {status}",
+            [
+                ("status", status),
+                ("start", self.start_time.strftime("%Y-%m-%d %H:%M:%S UTC")),
+                ("end", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
+                ("command", config.command_line),
+                ("host", f"{socket.gethostname()} ({platform.platform()}, {os.cpu_count()} CPUs)"),
+                ("python", platform.python_version()),
+                ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
+                ("devices", self.devices),
+                ("config", config.describe()),
+                (
+                    "parity",
+                    "off (dropout on, framework-default kernels)"
+                    if self.parity_notes is None
+                    else "dropout off; set: "
+                    + "; ".join(self.parity_notes[0])
+                    + "; not deterministic: "
+                    + ("; ".join(self.parity_notes[1]) or "nothing known"),
+                ),
+                (
+                    "network",
+                    f"{config.network.param_count():,} parameters, "
+                    f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward",
+                ),
+                ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
+                ("test data", test_set),
+                ("steps", f"{self.step}" + (f" (resumed from {self.resume_from})" if self.resume_from else "")),
+                ("diagnostics", " | ".join(self.diagnostics) or "none"),
+                ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
+                ("final val", pair(summary["val"])),
+                ("final test", pair(summary["test"])),
+                (
+                    "median step",
+                    "n/a"
+                    if median is None
+                    else f"{median:.2f} ms/step ({warm}), {summary['samples_per_sec']:.0f} samples/s",
+                ),
+                ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
+                ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
+                ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
+                ("csv", self.csv_path),
+                ("predictions", summary["test_predictions"] or "none"),
+            ],
+        )
 
     def _print_summary(self, summary: dict) -> None:
         def fmt(values, index):
@@ -316,5 +440,7 @@ class RunSession:
         for name, values in rows:
             self._say(f"{name:8}{fmt(values, 0):>10}{fmt(values, 1):>10}")
         if summary["median_ms"] is not None:
-            self._say(f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
-                  f"over {self.step} steps · rows in {self.csv_path} · run {self.run_id}")
+            self._say(
+                f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
+                f"over {self.step} steps · rows in {self.csv_path} · run {self.run_id}"
+            )

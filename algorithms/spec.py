@@ -4,6 +4,7 @@ A wrapper reads a `Network` and translates each layer; it never hard-codes one.
 Shapes are (height, width, channels) throughout the spec; a wrapper that works
 channels-first converts where it builds its model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -114,7 +115,7 @@ class Network:
         for layer, in_shape, out_shape in zip(self.layers, self.input_shapes(), self.output_shapes()):
             if isinstance(layer, Conv2D):
                 out_h, out_w, out_c = out_shape
-                flops += 2 * layer.kernel_size ** 2 * in_shape[-1] * out_c * out_h * out_w
+                flops += 2 * layer.kernel_size**2 * in_shape[-1] * out_c * out_h * out_w
             elif isinstance(layer, Dense):
                 flops += 2 * prod(in_shape) * layer.units
         return flops
@@ -128,16 +129,23 @@ class Network:
         """{conv layer index: padding} for each ZeroPad2D directly before a 'valid'
         Conv2D. The pair is one convolution with that zero padding: a wrapper may
         build it so, and skip the padded copy of the activation."""
-        return {index + 1: layer.padding for index, layer in enumerate(self.layers[:-1])
-                if isinstance(layer, ZeroPad2D) and isinstance(self.layers[index + 1], Conv2D)
-                and self.layers[index + 1].padding == "valid"}
+        return {
+            index + 1: layer.padding
+            for index, layer in enumerate(self.layers[:-1])
+            if isinstance(layer, ZeroPad2D)
+            and isinstance(self.layers[index + 1], Conv2D)
+            and self.layers[index + 1].padding == "valid"
+        }
 
     def relus_after_pools(self) -> set:
         """Indexes of layers whose ReLU a wrapper may apply after the MaxPool2D that
         follows them instead: the max of ReLUs is the ReLU of the max, and the
         gradient reaches the same element (or none), on a quarter of the elements."""
-        return {index for index, layer in enumerate(self.layers[:-1])
-                if getattr(layer, "activation", None) == "relu" and isinstance(self.layers[index + 1], MaxPool2D)}
+        return {
+            index
+            for index, layer in enumerate(self.layers[:-1])
+            if getattr(layer, "activation", None) == "relu" and isinstance(self.layers[index + 1], MaxPool2D)
+        }
 
     def activation(self, index: int) -> Optional[str]:
         """The activation a model applies after layer `index`: the layer's own, except the
@@ -182,14 +190,19 @@ CNN2D_3LAYER = Network(
     name="cnn2d_3layer_fullconnected_3layer",
     description="the original Keras net: 3 conv (32, 48, 32; 3x3), 2 max-pools, 3 dense",
     layers=(
-        ZeroPad2D(1), Conv2D(32, 3),
-        ZeroPad2D(1), Conv2D(48, 3),
+        ZeroPad2D(1),
+        Conv2D(32, 3),
+        ZeroPad2D(1),
+        Conv2D(48, 3),
         MaxPool2D(2),
-        ZeroPad2D(1), Conv2D(32, 3),
+        ZeroPad2D(1),
+        Conv2D(32, 3),
         MaxPool2D(2),
         Flatten(),
-        Dense(128), Dropout(0.25),
-        Dense(128), Dropout(0.25),
+        Dense(128),
+        Dropout(0.25),
+        Dense(128),
+        Dropout(0.25),
         Dense(10, activation="softmax"),
     ),
     training=TrainingDefaults(
@@ -203,10 +216,13 @@ CNN2D_2LAYER = Network(
     name="cnn2d_2layer_full_connected_2layer",
     description="the original TensorFlow net: 2 conv (32, 64; 5x5 SAME), 2 max-pools, 2 dense",
     layers=(
-        Conv2D(32, 5, padding="same"), MaxPool2D(2),
-        Conv2D(64, 5, padding="same"), MaxPool2D(2),
+        Conv2D(32, 5, padding="same"),
+        MaxPool2D(2),
+        Conv2D(64, 5, padding="same"),
+        MaxPool2D(2),
         Flatten(),
-        Dense(1024), Dropout(0.5),
+        Dense(1024),
+        Dropout(0.5),
         Dense(10, activation="softmax"),
     ),
     training=TrainingDefaults(

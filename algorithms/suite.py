@@ -4,6 +4,7 @@ comparison table read back from the CSVs they wrote.
 
     python run_all.py [--only tensorflow,torch] [any flag of the entry scripts]
 """
+
 from __future__ import annotations
 
 import os
@@ -21,13 +22,17 @@ from .recorder import read_rows, results_csv_name, summarize_rows
 from .run import prepare
 from .session import new_run_id
 
+
 def parse_suite_args(argv):
     parser = OneLineErrorParser(
-        prog="run_all.py", add_help=False,
+        prog="run_all.py",
+        add_help=False,
         description="Train one network with every framework and print a comparison table. "
-                    "Every other flag is passed to each entry script (see python torch_script.py --help).")
-    parser.add_argument("--only", default=",".join(NAMES),
-                        help=f"comma-separated subset of: {', '.join(NAMES)} (default: all)")
+        "Every other flag is passed to each entry script (see python torch_script.py --help).",
+    )
+    parser.add_argument(
+        "--only", default=",".join(NAMES), help=f"comma-separated subset of: {', '.join(NAMES)} (default: all)"
+    )
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
@@ -72,8 +77,10 @@ def main(argv=None) -> int:
         png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
         print("\n" + format_against_first(report))
         print("\n" + format_checks(report["baseline"]))
-        print(f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
-              f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]")
+        print(
+            f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
+            f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
+        )
     return 0 if all(code == 0 for code, _ in outcomes.values()) else 1
 
 
@@ -83,8 +90,10 @@ def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
     framework = get(name)
     print(f"{prefix}{name}: python {framework.script} {' '.join(flags)}", flush=True)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env})
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
+    )
     print(flush=True)
     return proc.returncode, time.perf_counter() - started
 
@@ -103,14 +112,30 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
             continue
         finished.append(path)
         s = summarize_rows(rows)
-        lines.append((framework, backend, _fmt(s["val_accuracy"]), _fmt(s["test_accuracy"]), _fmt(s["train_loss"]),
-                      _fmt(s["median_ms"], ".1f"), _fmt(s["samples_per_sec"], ".0f"), f"{wall:.0f}"))
+        lines.append(
+            (
+                framework,
+                backend,
+                _fmt(s["val_accuracy"]),
+                _fmt(s["test_accuracy"]),
+                _fmt(s["train_loss"]),
+                _fmt(s["median_ms"], ".1f"),
+                _fmt(s["samples_per_sec"], ".0f"),
+                f"{wall:.0f}",
+            )
+        )
     widths = [max(len(str(row[i])) for row in [header] + lines) for i in range(len(header))]
     print(f"{config.network.name} · run {run_id} · batch {config.batch_size} · {config.num_epochs} epochs")
     for row in [header, tuple("-" * w for w in widths)] + lines:
-        print("  ".join(str(cell).ljust(w) if i < 2 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-    print(f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
-          f"summaries: {config.results_log}")
+        print(
+            "  ".join(
+                str(cell).ljust(w) if i < 2 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+            )
+        )
+    print(
+        f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
+        f"summaries: {config.results_log}"
+    )
     return finished
 
 

@@ -7,6 +7,7 @@ torch.set_num_threads) when it builds its trainer.
 
 Memory (--malloc): whether glibc's malloc keeps freed blocks for reuse or hands
 them back to the kernel. Imports no framework."""
+
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +17,7 @@ import resource
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 MALLOC_POLICIES = ("reuse", "release")  # --malloc's choices, the default first (see set_malloc)
 # glibc reads these when a process starts; mallopt() sets the same two in a running one
-MALLOC_VARIABLES = {"MALLOC_MMAP_MAX_": 0, "MALLOC_TRIM_THRESHOLD_": 2 ** 31 - 1}
+MALLOC_VARIABLES = {"MALLOC_MMAP_MAX_": 0, "MALLOC_TRIM_THRESHOLD_": 2**31 - 1}
 MALLOPT_CODES = {"MALLOC_MMAP_MAX_": -4, "MALLOC_TRIM_THRESHOLD_": -1}  # M_MMAP_MAX, M_TRIM_THRESHOLD (malloc.h)
 GLIBC_DEFAULTS = {"MALLOC_MMAP_MAX_": 65536, "MALLOC_TRIM_THRESHOLD_": 128 * 1024}
 
@@ -28,7 +29,9 @@ def set_thread_environment(threads: int) -> str:
     if threads == 1:  # XLA's CPU backend (jax) reads its thread pool size from XLA_FLAGS
         flags = os.environ.get("XLA_FLAGS", "")
         if "intra_op_parallelism_threads" not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1".strip()
+            os.environ["XLA_FLAGS"] = (
+                f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1".strip()
+            )
     return " ".join(f"{name}={threads}" for name in THREAD_VARIABLES)
 
 

@@ -1,4 +1,5 @@
 """TensorFlow helpers shared by tensorflow_wrapper and Keras on tensorflow."""
+
 from __future__ import annotations
 
 
@@ -13,8 +14,10 @@ def set_threads(threads: int) -> str:
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:  # "cannot be modified after initialization"
         pass
-    return (f"tf.config.threading intra {tf.config.threading.get_intra_op_parallelism_threads()}, "
-            f"inter {tf.config.threading.get_inter_op_parallelism_threads()}")
+    return (
+        f"tf.config.threading intra {tf.config.threading.get_intra_op_parallelism_threads()}, "
+        f"inter {tf.config.threading.get_inter_op_parallelism_threads()}"
+    )
 
 
 def enable_determinism() -> tuple:
@@ -23,6 +26,8 @@ def enable_determinism() -> tuple:
 
     tf.config.experimental.enable_op_determinism()
     applied = ["tf.config.experimental.enable_op_determinism()"]
-    caveats = [f"Eigen/oneDNN kernels split work over {tf.config.threading.get_intra_op_parallelism_threads() or 'all'} "
-               "intra-op threads: bit-identical only at the same thread count and CPU"]
+    caveats = [
+        f"Eigen/oneDNN kernels split work over {tf.config.threading.get_intra_op_parallelism_threads() or 'all'} "
+        "intra-op threads: bit-identical only at the same thread count and CPU"
+    ]
     return applied, caveats

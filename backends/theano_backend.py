@@ -2,8 +2,9 @@
 between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1.
 
 Import this module before lasagne or keras (lasagne_wrapper and keras_wrapper.compat
-do); `enable_determinism` is both wrappers' parity switch. Nothing installed is edited: each bridge puts an old name back where the old
-package looks for it, and only when it is missing.
+do); `enable_determinism` is both wrappers' parity switch. Nothing installed is edited:
+each bridge puts an old name back where the old package looks for it, and only when it is
+missing.
 
 1. theano-pymc renamed `MRG_RandomStreams` to `MRG_RandomStream` (Lasagne's dropout
    and Keras's Theano backend import the old name).
@@ -12,6 +13,7 @@ package looks for it, and only when it is missing.
 3. Python 3.10 moved `Iterable`, `Mapping`, ... out of `collections` (Keras 2.3.1).
 4. Python 3.11 removed `inspect.getargspec` and `inspect.ArgSpec` (Keras 2.3.1).
 """
+
 from __future__ import annotations
 
 import collections
@@ -34,8 +36,7 @@ def theano_cache_dir() -> str:
 def project_theano_flags() -> str:
     # blas__ldflags must be set: unset, `import theano` reads numpy's BLAS config,
     # which numpy 1.23 no longer has, and crashes
-    return ("floatX=float32,mode=FAST_RUN,device=cpu,blas__ldflags=-lopenblas,"
-            f"base_compiledir={theano_cache_dir()}")
+    return f"floatX=float32,mode=FAST_RUN,device=cpu,blas__ldflags=-lopenblas,base_compiledir={theano_cache_dir()}"
 
 
 def configure_theano_flags(environ=os.environ) -> str:
@@ -73,8 +74,9 @@ def bridge_downsample() -> None:
     name = "theano.tensor.signal.downsample"
     if name in sys.modules or hasattr(theano.tensor.signal, "downsample"):
         return
-    downsample = types.ModuleType(name, "Theano 0.8's downsample module, rebuilt on pool.pool_2d "
-                                        "by backends.theano_backend")
+    downsample = types.ModuleType(
+        name, "Theano 0.8's downsample module, rebuilt on pool.pool_2d by backends.theano_backend"
+    )
     downsample.max_pool_2d = max_pool_2d
     sys.modules[name] = downsample
     theano.tensor.signal.downsample = downsample
@@ -105,8 +107,12 @@ def bridge_getargspec() -> None:
 def describe_theano() -> str:
     """The devices line of results.log: where Theano runs and with which flags."""
     flags = os.environ.get("THEANO_FLAGS", "")
-    return (f"{theano.config.device} (Theano mode {theano.config.mode}, floatX {theano.config.floatX}, "
-            f"blas {theano.config.blas__ldflags or 'none'}, C compiler {theano.config.cxx or 'none: Python fallback, slow'}); THEANO_FLAGS={flags} ({THEANO_FLAGS_SOURCE})")
+    return (
+        f"{theano.config.device} (Theano mode {theano.config.mode}, floatX {theano.config.floatX}, "
+        f"blas {theano.config.blas__ldflags or 'none'}, "
+        f"C compiler {theano.config.cxx or 'none: Python fallback, slow'}); "
+        f"THEANO_FLAGS={flags} ({THEANO_FLAGS_SOURCE})"
+    )
 
 
 def enable_determinism() -> tuple:

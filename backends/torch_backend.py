@@ -1,4 +1,5 @@
 """PyTorch helpers shared by torch_wrapper and Keras on torch."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,10 @@ def enable_determinism() -> tuple:
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     applied = ["torch.use_deterministic_algorithms(True)", "cudnn.benchmark=False", "cudnn.deterministic=True"]
-    caveats = [f"CPU kernels split work over {torch.get_num_threads()} threads: bit-identical only "
-               "at the same thread count and CPU"]
+    caveats = [
+        f"CPU kernels split work over {torch.get_num_threads()} threads: bit-identical only "
+        "at the same thread count and CPU"
+    ]
     return applied, caveats
 
 
@@ -38,5 +41,8 @@ def profiled_ops(run) -> list:
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
         run()
-    return [(f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
-            for event in profiler.key_averages(group_by_input_shape=True) if event.self_cpu_time_total > 0]
+    return [
+        (f"{event.key} {shape_text(event.input_shapes)}", event.self_cpu_time_total / 1000.0)
+        for event in profiler.key_averages(group_by_input_shape=True)
+        if event.self_cpu_time_total > 0
+    ]

@@ -2,6 +2,7 @@
 tf.profiler.experimental.stop() writes, summed into each TF op's self time.
 tensorflow_wrapper and Keras on tensorflow read their profiles through this, Keras on
 jax its XSpace files (`newest_xspace`, `self_times`: plain Python)."""
+
 from __future__ import annotations
 
 import collections
@@ -59,8 +60,13 @@ def tf_op_times(logdir: str) -> dict:
     for plane in space.planes:
         if plane.name.startswith("/host:"):
             names = {key: meta.name for key, meta in plane.event_metadata.items()}
-            lines += [[(names[event.metadata_id], line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps)
-                       for event in line.events] for line in plane.lines]
+            lines += [
+                [
+                    (names[event.metadata_id], line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps)
+                    for event in line.events
+                ]
+                for line in plane.lines
+            ]
     return self_times(lines, TF_OP_EVENT.match)
 
 

@@ -3,6 +3,7 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 `build_caffe.sh` builds real pycaffe from the PyPI sdist (`make caffe`);
 `model.py` translates the spec; `trainer.py` drives the solver; `train.py` runs it
 through algorithms/loop.py."""
+
 from algorithms.contract import Support
 
 

@@ -1,5 +1,6 @@
 """Parity mode for Caffe (CPU build): Caffe has no determinism switch; its CPU
 layers accumulate in a fixed order, so there is nothing to turn on."""
+
 from __future__ import annotations
 
 

@@ -6,6 +6,7 @@ Caffe's tools.
 Caffe has no zero-padding layer: a ZeroPad2D followed by a convolution becomes
 that convolution's `pad`. Only fields of BVLC Caffe 1.0 are emitted.
 """
+
 from __future__ import annotations
 
 from caffe.proto import caffe_pb2
@@ -96,9 +97,16 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
 def solver_parameter(optimizer, train_net_path: str, seed: int, snapshot_prefix: str = "") -> caffe_pb2.SolverParameter:
     """`snapshot_prefix`: where `solver.snapshot()` writes (the run saves when it
     decides to, never on Caffe's own `snapshot` interval)."""
-    solver = caffe_pb2.SolverParameter(train_net=train_net_path, base_lr=optimizer.learning_rate,
-                                       lr_policy="fixed", max_iter=10 ** 9, display=0, snapshot=0,
-                                       random_seed=seed, solver_mode=caffe_pb2.SolverParameter.CPU)
+    solver = caffe_pb2.SolverParameter(
+        train_net=train_net_path,
+        base_lr=optimizer.learning_rate,
+        lr_policy="fixed",
+        max_iter=10**9,
+        display=0,
+        snapshot=0,
+        random_seed=seed,
+        solver_mode=caffe_pb2.SolverParameter.CPU,
+    )
     if snapshot_prefix:
         solver.snapshot_prefix = snapshot_prefix
     if optimizer.name == "sgd":

@@ -2,6 +2,7 @@
 batch into the input blobs, solver.step(1)) against the wrapper's step through
 algorithms/loop.py, on the same prototxt, weights and batches; an InnerProduct
 layer's forward (Caffe's own sgemm) for the GEMM peak."""
+
 from __future__ import annotations
 
 import os
@@ -31,9 +32,13 @@ def _trainer(config) -> CaffeTrainer:
 class Native:
     def __init__(self, config, dataset, schedule):
         self.solver = _trainer(config).solver
-        self.batches = {id(parts): (np.ascontiguousarray(dataset.train_x[parts[0]], np.float32),
-                                    dataset.train_y[parts[0]].astype(np.float32))
-                        for _, parts in schedule}
+        self.batches = {
+            id(parts): (
+                np.ascontiguousarray(dataset.train_x[parts[0]], np.float32),
+                dataset.train_y[parts[0]].astype(np.float32),
+            )
+            for _, parts in schedule
+        }
         self.losses: list = []
 
     def run(self, steps: list) -> list:

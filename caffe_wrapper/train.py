@@ -4,6 +4,7 @@ algorithms/loop.py.
 The run's train/deploy/solver prototxt and the trained .caffemodel are written to
 `<results_dir>/caffe/<run_id>/`, so they can be read and run with Caffe's tools.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,9 @@ def records(config) -> bool:
 def train(session):
     config = session.config
     directory = os.path.join(config.results_dir, "caffe", session.run_id)
-    trainer = build_trainer(config, directory, session.checkpoint_root if config.checkpoint_every or config.resume else "")
+    trainer = build_trainer(
+        config, directory, session.checkpoint_root if config.checkpoint_every or config.resume else ""
+    )
     summary = train_by_hand(trainer, session)
     trainer.solver.net.save(os.path.join(directory, "trained.caffemodel"))
     return summary

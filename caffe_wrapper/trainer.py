@@ -1,6 +1,7 @@
 """Caffe's trainer (contract.Trainer): the spec's prototxt (model.py) trained by
 Caffe's own solver (caffe.get_solver), one `solver.step(1)` per batch of the shared
 batch order."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ from algorithms.init import initial_weights, to_channels_first
 from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, write_prototxt
 
 
-def write_definitions(network, optimizer, batch_size: int, seed: int, directory: str,
-                      snapshot_prefix: str = "") -> dict:
+def write_definitions(
+    network, optimizer, batch_size: int, seed: int, directory: str, snapshot_prefix: str = ""
+) -> dict:
     os.makedirs(directory, exist_ok=True)
     paths = {name: os.path.join(directory, f"{name}.prototxt") for name in ("train", "deploy", "solver")}
     write_prototxt(build_model(network, batch_size, deploy=False), paths["train"])
@@ -66,7 +68,7 @@ class CaffeTrainer:
         return np.ascontiguousarray(images, np.float32), labels.astype(np.float32)
 
     def step(self, batches: list) -> StepResult:
-        (images, labels), = batches  # one batch: Caffe does not declare --accumulate
+        ((images, labels),) = batches  # one batch: Caffe does not declare --accumulate
         feed(self.solver.net, images, labels)
         self.solver.step(1)
         blobs = self.solver.net.blobs

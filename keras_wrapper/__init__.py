@@ -3,6 +3,7 @@ chosen by KERAS_BACKEND). `model.py` translates the spec, `train.py` trains it
 with model.fit over the shared batch order, recording each step from a callback,
 `distribute.py` holds the data-parallel setups (MirroredStrategy on tensorflow,
 keras.distribution.DataParallel on jax)."""
+
 import json
 import os
 
@@ -31,9 +32,14 @@ def supported() -> Support:
     if name in ("tensorflow", "jax"):
         return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS)
     if name == "torch":
-        return Support(strategies=("single",), flags=KERAS_3_FLAGS,
-                       advice={"data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
-                                       "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"})
+        return Support(
+            strategies=("single",),
+            flags=KERAS_3_FLAGS,
+            advice={
+                "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
+                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"
+            },
+        )
     return Support(strategies=("single",), flags=("--checkpoint_every",))  # Keras 2 on Theano (legacy env)
 
 
@@ -43,19 +49,25 @@ def prepare_process(config, dataset) -> None:
     name, rows, accumulate = backend(), len(dataset.train_x), config.accumulate
     if accumulate > 1 and rows % config.effective_batch:
         # Keras steps after every K batches, across epoch ends too; one K x batch step needs K equal batches
-        raise InputError(f"--accumulate {accumulate}: Keras steps once per {accumulate} equal batches, but the "
-                         f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
-                         f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)")
+        raise InputError(
+            f"--accumulate {accumulate}: Keras steps once per {accumulate} equal batches, but the "
+            f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
+            f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)"
+        )
     if config.plan.strategy != "data":
         return
     if accumulate > 1 and name == "tensorflow":
-        raise InputError("--accumulate with --strategy data: Keras's gradient accumulation does not run under "
-                         "MirroredStrategy; use tensorflow_script.py or KERAS_BACKEND=jax")
+        raise InputError(
+            "--accumulate with --strategy data: Keras's gradient accumulation does not run under "
+            "MirroredStrategy; use tensorflow_script.py or KERAS_BACKEND=jax"
+        )
     devices = config.devices
     if name == "jax" and rows % devices:
-        raise InputError(f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
-                         f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
-                         f"rows; change --validation_split so that the training rows divide by {devices}")
+        raise InputError(
+            f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
+            f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
+            f"rows; change --validation_split so that the training rows divide by {devices}"
+        )
     flags = os.environ.get("XLA_FLAGS", "")
     if name == "jax" and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()

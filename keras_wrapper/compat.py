@@ -5,6 +5,7 @@ Theano (legacy env, `keras_theano_backend.py`).
 Import this before keras: with KERAS_BACKEND=theano it first sets THEANO_FLAGS and
 bridges theano-pymc to Keras 2.3.1 (backends/theano_backend.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -42,6 +43,7 @@ def set_random_seed(seed: int) -> None:
 
 
 if KERAS_2:
+
     class LastBatch(keras.metrics.Metric):
         """The value of `fn` on the latest batch alone (Keras's own metric logs are
         running means over the epoch; the CSV wants each step's value). Keras 2 on
@@ -59,6 +61,7 @@ if KERAS_2:
         def result(self):
             return self.value
 else:
+
     class LastBatch(keras.metrics.Metric):
         """The value of `fn` on the latest batch alone (Keras's own metric logs are
         running means over the epoch; the CSV wants each step's value)."""
@@ -117,8 +120,10 @@ def describe_backend() -> tuple:
     if BACKEND == "theano":
         import theano
         from backends import theano_backend
+
         return theano.__version__, theano_backend.describe_theano()
     import importlib
+
     module = importlib.import_module(BACKEND)
     if BACKEND == "tensorflow":  # physical: listing logical devices would fix them before data parallel splits the CPU
         return module.__version__, ", ".join(device.name for device in module.config.list_physical_devices())

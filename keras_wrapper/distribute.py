@@ -8,6 +8,7 @@ compiled inside `data_parallel(devices)`, then model.fit runs unchanged.
                 by XLA_FLAGS, see keras_wrapper.prepare_process); the batch is one
                 array sharded along its first axis, so every op sees the global batch
 """
+
 from __future__ import annotations
 
 import contextlib

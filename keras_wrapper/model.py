@@ -2,6 +2,7 @@
 
 Only layer classes and calls that Keras 2 and Keras 3 share are used, so the same
 builder serves every backend; the few differences live in compat.py."""
+
 from __future__ import annotations
 
 from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
@@ -21,8 +22,9 @@ def build_model(network: Network, weights: list) -> keras.Model:
         if isinstance(layer, ZeroPad2D):
             keras_layer = layers.ZeroPadding2D(layer.padding)
         elif isinstance(layer, Conv2D):
-            keras_layer = layers.Conv2D(layer.filters, layer.kernel_size, padding=layer.padding,
-                                        activation=network.activation(index))
+            keras_layer = layers.Conv2D(
+                layer.filters, layer.kernel_size, padding=layer.padding, activation=network.activation(index)
+            )
         elif isinstance(layer, MaxPool2D):
             keras_layer = layers.MaxPooling2D(layer.pool_size)
         elif isinstance(layer, Flatten):
@@ -48,8 +50,9 @@ def make_optimizer(spec, accumulate: int = 1):
     if spec.name == "sgd":
         return keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum, nesterov=spec.nesterov, **extra)
     if spec.name == "adam":
-        return keras.optimizers.Adam(spec.learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon,
-                                     **extra)
+        return keras.optimizers.Adam(
+            spec.learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon, **extra
+        )
     raise ValueError(f"unknown optimizer {spec.name!r}")
 
 
@@ -60,7 +63,9 @@ def compile_model(model: keras.Model, optimizer_spec, accumulate: int = 1) -> ke
     model.compile(
         optimizer=make_optimizer(optimizer_spec, accumulate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[compat.LastBatch(batch_loss, "batch_loss"),
-                 compat.LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy")],
+        metrics=[
+            compat.LastBatch(batch_loss, "batch_loss"),
+            compat.LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy"),
+        ],
     )
     return model

@@ -2,6 +2,7 @@
 loaded: Keras's own loop (model.fit, no callback) against keras_script.py's fit
 with its per-step StepRecorder, on the same compiled model, weights and batches;
 the backend's matmul for the GEMM peak."""
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,9 @@ class _FitBlocks:
         images, labels = self.dataset.train_x[order][..., None], self.dataset.train_y[order]
         callbacks = self.callbacks_for(steps[0][0], [len(b) for b in batches])
         start = time.perf_counter()
-        self.model.fit(images, labels, batch_size=self.config.batch_size, epochs=1, shuffle=False, verbose=0,
-                       callbacks=callbacks)
+        self.model.fit(
+            images, labels, batch_size=self.config.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks
+        )
         return [(time.perf_counter() - start) * 1000.0 / len(steps)] * len(steps)
 
 
@@ -65,17 +67,22 @@ def gemm(n: int):
     """One n x n fp32 matmul through the backend's own BLAS, as a call that returns
     once it is done."""
     import keras
+
     a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
     if compat.KERAS_2:
         backend = keras.backend
         x, y = backend.placeholder((None, None)), backend.placeholder((None, None))
         function = backend.function([x, y], [backend.dot(x, y)])
         return lambda: function([a, b])
-    a, b = keras.ops.convert_to_tensor(a), keras.ops.convert_to_tensor(b)  # device-resident: time the product, not the copy
+    a, b = (
+        keras.ops.convert_to_tensor(a),
+        keras.ops.convert_to_tensor(b),
+    )  # device-resident: time the product, not the copy
 
     def matmul():
         product = keras.ops.matmul(a, b)
         return product.block_until_ready() if hasattr(product, "block_until_ready") else keras.ops.sum(product[0, :1])
+
     return matmul
 
 
@@ -114,7 +121,8 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         native.run(schedule[warmup:])
         tf.profiler.experimental.stop()
         return "tf.profiler (XSpace, host op self time)", [
-            (op_label(name, {}), ms) for name, ms in tf_op_times(logdir).items()]
+            (op_label(name, {}), ms) for name, ms in tf_op_times(logdir).items()
+        ]
 
 
 def _jax_op_times(logdir: str) -> dict:
@@ -132,12 +140,19 @@ def _jax_op_times(logdir: str) -> dict:
                 for event in line.events:
                     stats = dict(event.stats)
                     if "hlo_op" in stats:
-                        events.append((f"{stats.get('hlo_module', '')} {stats['hlo_op']}",
-                                       int(event.start_ns * 1000), int(event.duration_ns * 1000)))
+                        events.append(
+                            (
+                                f"{stats.get('hlo_module', '')} {stats['hlo_op']}",
+                                int(event.start_ns * 1000),
+                                int(event.duration_ns * 1000),
+                            )
+                        )
                 lines.append(events)
     hlo = _optimized_hlo()
-    return {f"{name} {hlo.get(tuple(name.split(' ', 1)), '')}".rstrip(): ms
-            for name, ms in self_times(lines, lambda name: True).items()}
+    return {
+        f"{name} {hlo.get(tuple(name.split(' ', 1)), '')}".rstrip(): ms
+        for name, ms in self_times(lines, lambda name: True).items()
+    }
 
 
 def _optimized_hlo() -> dict:

@@ -1,5 +1,6 @@
 """Keras training: the KerasTrainer (trainer.py) driven an epoch at a time by
 algorithms/loop.py's train_by_epochs."""
+
 from __future__ import annotations
 
 from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
@@ -15,8 +16,9 @@ from keras_wrapper.trainer import build_trainer, make_model
 def describe_runtime() -> Runtime:
     backend = keras.backend.backend()
     backend_version, devices = compat.describe_backend()
-    return Runtime("keras", backend, {"keras": keras.__version__, backend: backend_version, "numpy": np.__version__},
-                   devices)
+    return Runtime(
+        "keras", backend, {"keras": keras.__version__, backend: backend_version, "numpy": np.__version__}, devices
+    )
 
 
 def records(config) -> bool:

@@ -1,6 +1,7 @@
 """Keras's side of the contract: `KerasTrainer` (a contract.FitTrainer) trains with
 model.fit, one call per epoch over the shared batch order, and `StepRecorder`, a
 Keras callback, writes each optimizer step's row."""
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,14 @@ class StepRecorder(keras.callbacks.Callback):
             return
         gap_ms = 0.0 if self._previous_end is None else (self._step_begin - self._previous_end) * 1000.0
         losses, accuracies, rows = zip(*self._parts)  # equal batches (checked up front): the means are the step's
-        self.session.train_step(self.epoch, float(np.mean(losses)), float(np.mean(accuracies)),
-                                (end - self._step_begin) * 1000.0, gap_ms, sum(rows))
+        self.session.train_step(
+            self.epoch,
+            float(np.mean(losses)),
+            float(np.mean(accuracies)),
+            (end - self._step_begin) * 1000.0,
+            gap_ms,
+            sum(rows),
+        )
         self._parts = []
         self.step_index += 1
         if self.session.checkpoint_due():
@@ -81,8 +88,13 @@ class KerasTrainer:
 
     def __init__(self, config):
         self.config = config
-        self.model = make_model(config.network, config.optimizer, config.seed,
-                                config.devices if config.plan.strategy == "data" else 0, config.accumulate)
+        self.model = make_model(
+            config.network,
+            config.optimizer,
+            config.seed,
+            config.devices if config.plan.strategy == "data" else 0,
+            config.accumulate,
+        )
         self.recorder = None  # made for the session at the first fit_epoch
 
     def fit_epoch(self, session, epoch: int, steps: list, first_index: int) -> None:
@@ -95,8 +107,16 @@ class KerasTrainer:
         recorder = self.recorder
         recorder.epoch, recorder.batch_sizes, recorder.step_index = epoch, [len(b) for b in batches], first_index
         data = session.dataset
-        self.model.fit(data.train_x[order][..., None], data.train_y[order], batch_size=self.config.batch_size,
-                       epochs=epoch + 1, initial_epoch=epoch, shuffle=False, verbose=0, callbacks=[recorder])
+        self.model.fit(
+            data.train_x[order][..., None],
+            data.train_y[order],
+            batch_size=self.config.batch_size,
+            epochs=epoch + 1,
+            initial_epoch=epoch,
+            shuffle=False,
+            verbose=0,
+            callbacks=[recorder],
+        )
 
     def set_learning_rate(self, learning_rate: float) -> None:
         set_learning_rate(self.model, learning_rate)

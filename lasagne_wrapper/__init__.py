@@ -3,6 +3,7 @@ spec to Lasagne layers (NCHW), `trainer.py` compiles Theano train and eval
 functions, `train.py` runs them through the shared loop in algorithms/loop.py.
 backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 0.1
 (and Keras 2.3.1); it is imported before lasagne."""
+
 from algorithms.contract import Support
 
 

@@ -1,5 +1,6 @@
 """Parity mode for Lasagne: Theano's `deterministic=more` (backends/theano_backend.py),
 set before any function is compiled."""
+
 from __future__ import annotations
 
 

@@ -1,6 +1,7 @@
 """The spec translated to Lasagne layers (NCHW). Weights come from algorithms/init.py,
 converted to the channels-first layout (OIHW kernels, CHW flatten); Lasagne's dense
 kernels are (in, out), so the converted (out, in) ones are transposed back."""
+
 from __future__ import annotations
 
 from backends import theano_backend  # noqa: F401  (before lasagne: the bridges)
@@ -36,17 +37,23 @@ def build_model(network: Network, weights: list, input_var=None):
             net = layers.PadLayer(net, width=layer.padding)
         elif isinstance(layer, Conv2D):
             w = loaded[index]
-            net = layers.Conv2DLayer(net, layer.filters, layer.kernel_size, pad=layer.padding,
-                                     W=_shared(w.kernel), b=_shared(w.bias), nonlinearity=activation,
-                                     convolution=cross_correlation)
+            net = layers.Conv2DLayer(
+                net,
+                layer.filters,
+                layer.kernel_size,
+                pad=layer.padding,
+                W=_shared(w.kernel),
+                b=_shared(w.bias),
+                nonlinearity=activation,
+                convolution=cross_correlation,
+            )
         elif isinstance(layer, MaxPool2D):
             net = layers.MaxPool2DLayer(net, layer.pool_size)
         elif isinstance(layer, Flatten):
             net = layers.FlattenLayer(net)
         elif isinstance(layer, Dense):
             w = loaded[index]
-            net = layers.DenseLayer(net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias),
-                                    nonlinearity=activation)
+            net = layers.DenseLayer(net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias), nonlinearity=activation)
         elif isinstance(layer, Dropout):
             net = layers.DropoutLayer(net, p=layer.rate)
         else:
@@ -65,6 +72,7 @@ def make_updates(spec, loss, params, learning_rate):
     if spec.name == "sgd":
         return lasagne.updates.momentum(loss, params, learning_rate, momentum=spec.momentum)
     if spec.name == "adam":
-        return lasagne.updates.adam(loss, params, learning_rate, beta1=spec.beta_1, beta2=spec.beta_2,
-                                    epsilon=spec.epsilon)
+        return lasagne.updates.adam(
+            loss, params, learning_rate, beta1=spec.beta_1, beta2=spec.beta_2, epsilon=spec.epsilon
+        )
     raise ValueError(f"unknown optimizer {spec.name!r}")

@@ -2,6 +2,7 @@
 Theano train function called directly on pre-converted arrays (Lasagne's native
 loop) against the wrapper's step through algorithms/loop.py, on the same weights
 and batches; a compiled T.dot for the GEMM peak."""
+
 from __future__ import annotations
 
 import os
@@ -21,15 +22,19 @@ STEPS_PER_CALL = 1
 
 
 def apply_threads(config) -> str:
-    return f"Theano OpenMP/OpenBLAS from the environment (openmp={theano.config.openmp}, " \
-           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})"
+    return (
+        f"Theano OpenMP/OpenBLAS from the environment (openmp={theano.config.openmp}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})"
+    )
 
 
 class Native:
     def __init__(self, config, dataset, schedule):
         self.trainer = build_trainer(config)
-        self.batches = {id(parts): self.trainer.to_batch(dataset.train_x[parts[0]], dataset.train_y[parts[0]])
-                        for _, parts in schedule}
+        self.batches = {
+            id(parts): self.trainer.to_batch(dataset.train_x[parts[0]], dataset.train_y[parts[0]])
+            for _, parts in schedule
+        }
         self.losses: list = []
 
     def run(self, steps: list) -> list:
@@ -74,11 +79,17 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         stats.reset()
         native.run(schedule[warmup:])
         shapes = stats.variable_shape  # as profile_memory recorded them
-        ops = [(f"{node.op} {shape_text(map(shapes.get, node.inputs))} -> {shape_text(map(shapes.get, node.outputs))}",
-                seconds * 1000.0)
-               for (_, node), seconds in stats.apply_time.items() if seconds > 0]
+        ops = [
+            (
+                f"{node.op} {shape_text(map(shapes.get, node.inputs))} -> {shape_text(map(shapes.get, node.outputs))}",
+                seconds * 1000.0,
+            )
+            for (_, node), seconds in stats.apply_time.items()
+            if seconds > 0
+        ]
         outside = stats.fct_call_time - sum(stats.apply_time.values())  # the VM's loop, argument checks
-        return "Theano ProfileStats (thunk time per Apply node)", ops + [("(Theano VM, outside the thunks)",
-                                                                          outside * 1000.0)]
+        return "Theano ProfileStats (thunk time per Apply node)", ops + [
+            ("(Theano VM, outside the thunks)", outside * 1000.0)
+        ]
     finally:
         theano.config.profile, theano.config.profile_memory = False, False  # no summary printed at exit

@@ -1,5 +1,6 @@
 """Lasagne training: the LasagneTrainer (trainer.py) driven by the shared loop in
 algorithms/loop.py."""
+
 from __future__ import annotations
 
 from backends import theano_backend  # noqa: F401  (before lasagne: the bridges)

@@ -1,5 +1,6 @@
 """Lasagne's trainer (contract.Trainer): compiled Theano functions, one train step
 with the preset's updates and one deterministic forward pass."""
+
 from __future__ import annotations
 
 import os
@@ -43,7 +44,7 @@ class LasagneTrainer:
         return np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32)
 
     def step(self, batches: list) -> StepResult:
-        (images, labels), = batches  # one batch: Lasagne does not declare --accumulate
+        ((images, labels),) = batches  # one batch: Lasagne does not declare --accumulate
         loss, accuracy = self._train(images, labels)
         return StepResult(float(loss), float(accuracy))
 

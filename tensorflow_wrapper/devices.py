@@ -8,6 +8,7 @@
 Logical CPU devices can only be made before TensorFlow initialises its devices,
 so nothing here (nor describe_runtime) may run an op before `local_devices`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,10 @@ def data_parallel_strategy(devices: int):
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_S)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         if strategy.num_replicas_in_sync != devices:
-            raise RuntimeError(f"--devices {devices}: TF_CONFIG's cluster has {strategy.num_replicas_in_sync} "
-                               "replicas in sync (workers x local GPUs, or one CPU per worker); pass that")
+            raise RuntimeError(
+                f"--devices {devices}: TF_CONFIG's cluster has {strategy.num_replicas_in_sync} "
+                "replicas in sync (workers x local GPUs, or one CPU per worker); pass that"
+            )
         return strategy
     return tf.distribute.MirroredStrategy(local_devices(devices))
 
@@ -77,6 +80,7 @@ def signal_of_any_worker(strategy):
         with peers_checked():
             totals = add_up(strategy.experimental_distribute_values_from_function(lambda _: vote)).numpy()
         return max((int(choice) for choice, total in zip(choices, totals) if total > 0), default=0)
+
     return agree
 
 
@@ -89,13 +93,22 @@ def peers_checked():
     """Turns the multi-line gRPC error of a collective whose peer is gone into one line."""
     try:
         yield
-    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
-            tf.errors.AbortedError, tf.errors.InternalError) as error:
+    except (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+        tf.errors.AbortedError,
+        tf.errors.InternalError,
+    ) as error:
         lines = [line.strip() for line in str(error.message).splitlines() if line.strip()]
-        at = next((i for i, line in enumerate(lines) if any(w in line for w in ("aborted by", "reset", "timed out"))), 0)
-        cause = " ".join(lines[at:at + 2]) if lines and lines[at].endswith(":") else (lines[at] if lines else "")
-        raise WorkerLost(f"a worker of this multi-worker run stopped or is unreachable ({type(error).__name__}: "
-                         f"{cause}); every worker stops, restart them all to retry") from None
+        at = next(
+            (i for i, line in enumerate(lines) if any(w in line for w in ("aborted by", "reset", "timed out"))), 0
+        )
+        cause = " ".join(lines[at : at + 2]) if lines and lines[at].endswith(":") else (lines[at] if lines else "")
+        raise WorkerLost(
+            f"a worker of this multi-worker run stopped or is unreachable ({type(error).__name__}: "
+            f"{cause}); every worker stops, restart them all to retry"
+        ) from None
 
 
 def describe_devices() -> str:

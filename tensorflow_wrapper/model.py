@@ -12,6 +12,7 @@ Two things here serve the parallel strategies:
   on how the batch is split across replicas or accumulation parts: N-device and
   accumulated steps equal the 1-device step even with dropout on.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,7 +79,6 @@ class SpecModel(tf.Module):
         raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
 
 
-
 def build_model(network: Network, weights: list, seed: int, layer_devices: list | None = None) -> SpecModel:
     """The spec's forward pass on the shared weights (see SpecModel)."""
     return SpecModel(network, weights, seed, layer_devices)
@@ -88,7 +88,7 @@ def dropout(x, rate: float, layer_index: int, step_seed, row_offset, step_rows):
     """Inverted dropout whose mask is row `row_offset + i` of the step's mask."""
     seed = tf.random.experimental.stateless_fold_in(step_seed, layer_index)
     mask_shape = tf.concat([[step_rows], tf.shape(x)[1:]], axis=0)
-    uniform = tf.random.stateless_uniform(mask_shape, seed)[row_offset:row_offset + tf.shape(x)[0]]
+    uniform = tf.random.stateless_uniform(mask_shape, seed)[row_offset : row_offset + tf.shape(x)[0]]
     return x * tf.cast(uniform >= rate, x.dtype) / (1.0 - rate)
 
 

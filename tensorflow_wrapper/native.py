@@ -2,6 +2,7 @@
 tf.function + GradientTape loop on the same model, weights and batches as
 tensorflow_script.py, the wrapper's own step as the harness, tf.linalg.matmul for
 the GEMM peak and XLA (jit_compile) beside graph mode."""
+
 from __future__ import annotations
 
 import time
@@ -35,9 +36,10 @@ class Native:
         self.optimizer.build(self.variables)
         self.seed, self.count = config.seed, 0
         self.step = tf.function(self._step, jit_compile=jit_compile)
-        self.batches = {id(parts): (tf.constant(dataset.train_x[parts[0]][..., None]),
-                                    tf.constant(dataset.train_y[parts[0]]))
-                        for _, parts in schedule}
+        self.batches = {
+            id(parts): (tf.constant(dataset.train_x[parts[0]][..., None]), tf.constant(dataset.train_y[parts[0]]))
+            for _, parts in schedule
+        }
         self.losses: list = []
 
     def _step(self, images, labels, step_seed):

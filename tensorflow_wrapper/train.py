@@ -1,6 +1,7 @@
 """Raw TensorFlow 2 training: the trainer for the run's strategy (trainer.py), driven
 by the shared loop in algorithms/loop.py. With TF_CONFIG, one process per worker
 (MultiWorkerMirroredStrategy); the chief records the run."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,9 @@ from tensorflow_wrapper.trainer import build_trainer
 
 
 def describe_runtime() -> Runtime:
-    return Runtime("tensorflow", "tensorflow", {"tensorflow": tf.__version__, "numpy": np.__version__},
-                   describe_devices())
+    return Runtime(
+        "tensorflow", "tensorflow", {"tensorflow": tf.__version__, "numpy": np.__version__}, describe_devices()
+    )
 
 
 def records(config) -> bool:
@@ -43,6 +45,7 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     """TensorFlow's own cross-entropy and the logits of the shared initial weights, dropout off."""
     model = build_model(network, initial_weights(network, seed), seed)
     logits = model(tf.convert_to_tensor(images[..., None]), training=False)
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.convert_to_tensor(labels),
-                                                                         logits=logits))
+    loss = tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.convert_to_tensor(labels), logits=logits)
+    )
     return float(loss), logits.numpy()

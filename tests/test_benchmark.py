@@ -2,6 +2,7 @@
 harness step do the same work, that its table reads back, and the --threads,
 --malloc and --compile flags it relies on. No timed assertions: the speed goals are the
 benchmark's printed ratios."""
+
 from __future__ import annotations
 
 import csv
@@ -20,8 +21,17 @@ from tests.conftest import REPO_ROOT, run_script
 
 
 def small_flags(small_data, tmp_path) -> list:
-    return ["--train", str(small_data / "train.csv"), "--test", "none", "--results_dir", str(tmp_path / "results"),
-            "--batch_size", "32", "--quiet"]
+    return [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        "none",
+        "--results_dir",
+        str(tmp_path / "results"),
+        "--batch_size",
+        "32",
+        "--quiet",
+    ]
 
 
 def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
@@ -45,19 +55,60 @@ def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp
 
 def test_benchmark_table_reads_back(small_data, tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--only", "torch",
-                           "--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2",
-                           "--block", "1", "--thread_steps", "1", "--gemm", "256", "--data_rows", "300",
-                           "--skip_compiled", "--profile", "all", "--profile_steps", "2", "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO_ROOT, "benchmark.py"),
+            "--only",
+            "torch",
+            "--train",
+            str(small_data / "train.csv"),
+            "--batch_size",
+            "32",
+            "--steps",
+            "2",
+            "--block",
+            "1",
+            "--thread_steps",
+            "1",
+            "--gemm",
+            "256",
+            "--data_rows",
+            "300",
+            "--skip_compiled",
+            "--profile",
+            "all",
+            "--profile_steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    tables = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith(("_data.csv", "_profile.csv"))]
+    tables = [
+        path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith(("_data.csv", "_profile.csv"))
+    ]
     with open(tables[0], newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(row["framework"], row["backend"], row["status"]) for row in rows] == [("torch", "torch", "ok")]
     row = rows[0]
-    for column in ("ms_per_step", "native_ms", "harness_over_native", "gflops", "pct_of_peak", "pct_of_own_gemm", "peak_rss_mb",
-                   "one_thread_ms", "gemm_gflops", "machine_peak_gflops", "data_share_pct"):
+    for column in (
+        "ms_per_step",
+        "native_ms",
+        "harness_over_native",
+        "gflops",
+        "pct_of_peak",
+        "pct_of_own_gemm",
+        "peak_rss_mb",
+        "one_thread_ms",
+        "gemm_gflops",
+        "machine_peak_gflops",
+        "data_share_pct",
+    ):
         assert float(row[column]) >= 0, column
     assert float(row["ms_per_step"]) > 0 and float(row["peak_rss_mb"]) > 50
     assert int(row["steps_timed"]) == 2
@@ -109,12 +160,20 @@ def test_malloc_reuse_keeps_freed_pages_so_steps_stop_faulting():
     step; fewer than 4 x 9,800 where the kernel backs it with huge pages);
     --malloc reuse serves them from the pages the previous step freed, and passes
     the setting on to child processes."""
+
     def faults(policy):
-        proc = subprocess.run([sys.executable, "-c", FAULTS_PROBE, policy], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO_ROOT})
+        proc = subprocess.run(
+            [sys.executable, "-c", FAULTS_PROBE, policy],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        )
         assert proc.returncode == 0, proc.stderr
         per_step, child = proc.stdout.split()
         return float(per_step), child, proc.stderr
+
     released, released_child, said = faults("release")
     assert released > 1000 and released_child == "None" and "glibc defaults" in said
     reused, reused_child, said = faults("reuse")
@@ -123,8 +182,11 @@ def test_malloc_reuse_keeps_freed_pages_so_steps_stop_faulting():
 
 @pytest.mark.parametrize("script, backend", [("caffe_script.py", None), ("keras_script.py", "jax")])
 def test_compile_is_refused_in_one_line_where_unsupported(small_data, tmp_path, script, backend):
-    proc = run_script(script, small_flags(small_data, tmp_path) + ["--compile", "--max_steps", "1"],
-                      {"KERAS_BACKEND": backend} if backend else None)
+    proc = run_script(
+        script,
+        small_flags(small_data, tmp_path) + ["--compile", "--max_steps", "1"],
+        {"KERAS_BACKEND": backend} if backend else None,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--compile" in proc.stderr
     assert not os.path.exists(tmp_path / "results.log")

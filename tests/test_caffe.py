@@ -1,6 +1,7 @@
 """Caffe specifics: the generated prototxt round-trips through Caffe's own protobuf
 messages, and OpenCV's independent Caffe importer reproduces pycaffe's outputs from
 the deploy net and the trained weights a run leaves behind."""
+
 import glob
 
 import caffe  # built by `make caffe`, which `make test` runs first
@@ -32,17 +33,52 @@ def test_prototxt_round_trips_through_caffe_pb2(name, tmp_path):
 def test_three_layer_prototxt_folds_zero_padding_into_the_convolutions():
     net = build_model(NETWORKS["cnn2d_3layer_fullconnected_3layer"], batch_size=4, deploy=False)
     types = [layer.type for layer in net.layer]
-    assert types == ["Input", "Input", "Convolution", "ReLU", "Convolution", "ReLU", "Pooling", "Convolution", "ReLU",
-                     "Pooling", "InnerProduct", "ReLU", "Dropout", "InnerProduct", "ReLU", "Dropout", "InnerProduct",
-                     "SoftmaxWithLoss", "Accuracy"]
+    assert types == [
+        "Input",
+        "Input",
+        "Convolution",
+        "ReLU",
+        "Convolution",
+        "ReLU",
+        "Pooling",
+        "Convolution",
+        "ReLU",
+        "Pooling",
+        "InnerProduct",
+        "ReLU",
+        "Dropout",
+        "InnerProduct",
+        "ReLU",
+        "Dropout",
+        "InnerProduct",
+        "SoftmaxWithLoss",
+        "Accuracy",
+    ]
     convs = [layer.convolution_param for layer in net.layer if layer.type == "Convolution"]
-    assert [(c.num_output, list(c.kernel_size), list(c.pad)) for c in convs] == [(32, [3], [1]), (48, [3], [1]), (32, [3], [1])]
+    assert [(c.num_output, list(c.kernel_size), list(c.pad)) for c in convs] == [
+        (32, [3], [1]),
+        (48, [3], [1]),
+        (32, [3], [1]),
+    ]
 
 
 def test_opencv_reproduces_pycaffe_from_the_runs_deploy_net_and_weights(small_data, tmp_path):
     results = tmp_path / "results"
-    proc = run_script("caffe_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                          "--max_steps", "5", "--batch_size", "32", "--results_dir", str(results)])
+    proc = run_script(
+        "caffe_script.py",
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--max_steps",
+            "5",
+            "--batch_size",
+            "32",
+            "--results_dir",
+            str(results),
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (directory,) = glob.glob(str(results / "caffe" / "*"))
     deploy, weights = f"{directory}/deploy.prototxt", f"{directory}/trained.caffemodel"

@@ -1,5 +1,6 @@
 """The compare command on real result CSVs: a CSV against itself is the same, two
 seeds are told apart, and the printed numbers are recomputed here from the rows."""
+
 import numpy as np
 import pytest
 
@@ -15,9 +16,26 @@ def two_seeds(small_data, tmp_path_factory):
     """Two real torch runs, seeds 0 and 1, in one CSV."""
     results = tmp_path_factory.mktemp("compare") / "results"
     for seed in (0, 1):
-        proc = run_script("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                              "--num_epochs", "2", "--batch_size", "32", "--seed", str(seed),
-                                              "--results_dir", str(results), "--run_id", f"seed{seed}", "--quiet"])
+        proc = run_script(
+            "torch_script.py",
+            [
+                "--train",
+                str(small_data / "train.csv"),
+                "--test",
+                "none",
+                "--num_epochs",
+                "2",
+                "--batch_size",
+                "32",
+                "--seed",
+                str(seed),
+                "--results_dir",
+                str(results),
+                "--run_id",
+                f"seed{seed}",
+                "--quiet",
+            ],
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     return str(results / f"{NETWORK}_torch.csv")
 
@@ -40,7 +58,9 @@ def test_two_seeds_are_told_apart_and_the_numbers_are_recomputed(two_seeds):
 
     rows = {run: [r for r in read_rows(two_seeds, run) if r["phase"] == "train"] for run in ("seed0", "seed1")}
     expected = np.abs(np.array([r["loss"] for r in rows["seed0"]]) - np.array([r["loss"] for r in rows["seed1"]]))
-    assert pair.abs_diff.max() == pytest.approx(expected.max()) and pair.abs_diff.mean() == pytest.approx(expected.mean())
+    assert pair.abs_diff.max() == pytest.approx(expected.max()) and pair.abs_diff.mean() == pytest.approx(
+        expected.mean()
+    )
     assert expected.max() > 1e-3  # different seeds: different weights, batches and dropout
     text = format_report(report)
     assert f"max {expected.max():.3e}, mean {expected.mean():.3e}" in text
@@ -81,10 +101,22 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
     baseline_dir.mkdir()
     shutil.copy(two_seeds, baseline_dir / f"{NETWORK}_torch.csv")
     results = tmp_path / "new"
-    common = ["--train", str(small_data / "train.csv"), "--test", "none", "--num_epochs", "2",
-              "--results_dir", str(results), "--quiet"]
-    for run_id, extra in (("rerun", ["--batch_size", "32"]), ("hot", ["--batch_size", "32", "--learning_rate", "1.0"]),
-                          ("wide", ["--batch_size", "64"])):
+    common = [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        "none",
+        "--num_epochs",
+        "2",
+        "--results_dir",
+        str(results),
+        "--quiet",
+    ]
+    for run_id, extra in (
+        ("rerun", ["--batch_size", "32"]),
+        ("hot", ["--batch_size", "32", "--learning_rate", "1.0"]),
+        ("wide", ["--batch_size", "64"]),
+    ):
         proc = run_script("torch_script.py", common + extra + ["--run_id", run_id])
         assert proc.returncode == 0, proc.stderr[-3000:]
     path = results / f"{NETWORK}_torch.csv"
@@ -112,7 +144,10 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
         for framework in FRAMEWORKS:
             name = framework.name
             runs = baseline_runs(network.name, framework.framework, framework.backend)
-            assert [run.run_id for run in runs] == ["baseline-seed0", "baseline-seed1", "baseline-seed2"], (network.name, name)
+            assert [run.run_id for run in runs] == ["baseline-seed0", "baseline-seed1", "baseline-seed2"], (
+                network.name,
+                name,
+            )
             for run in runs:
                 assert run.config_key == (network.name, network.training.batch_size, "single", 1)
                 assert len(run.val) == 3 and run.losses[-1] < run.losses[0], (network.name, name, run.run_id)

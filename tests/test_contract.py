@@ -1,6 +1,7 @@
 """The wrapper contract (algorithms/contract.py): every wrapper of the registry meets it,
 each in its own process with its own environment (Keras's backend is chosen at import;
 the legacy ones run in tests/legacy/), and the checker itself catches a broken wrapper."""
+
 from __future__ import annotations
 
 import os
@@ -19,23 +20,28 @@ MAIN_ENV = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
 @pytest.mark.parametrize("framework", MAIN_ENV, ids=[f.name for f in MAIN_ENV])
 def test_every_wrapper_meets_the_contract(framework):
-    proc = subprocess.run([sys.executable, "-m", "algorithms.contract", framework.package], cwd=REPO_ROOT,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "algorithms.contract", framework.package],
+        cwd=REPO_ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert "meets the wrapper contract" in proc.stdout
 
 
 BROKEN = {
     "__init__.py": "from algorithms.contract import Support\n"
-                   "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'))\n"
-                   "def prepare_process(config, dataset):\n    pass\n",  # no launch
+    "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'))\n"
+    "def prepare_process(config, dataset):\n    pass\n",  # no launch
     "model.py": "def build_model(network, weights):\n    return None\n",
     "trainer.py": "class BrokenTrainer:\n    def to_batch(self, images, labels):\n        return images\n"
-                  "def build_trainer(config):\n    return BrokenTrainer()\n",
+    "def build_trainer(config):\n    return BrokenTrainer()\n",
     "train.py": "def describe_runtime():\n    return ('broken', 'broken', {}, 'cpu')\n"
-                "def records(config):\n    return True\n"
-                "def train(session):\n    return {}\n",  # no initial_loss_and_logits
+    "def records(config):\n    return True\n"
+    "def train(session):\n    return {}\n",  # no initial_loss_and_logits
     "native.py": "STEPS_PER_CALL = 1\n",
     "determinism.py": "def enable():\n    return [], []\n",
 }

@@ -1,13 +1,22 @@
 """Reading the Kaggle CSVs: the default data, the cache, the split, the batch order,
 and every bad input rejected with file:line, status 2 and no rows written."""
+
 import os
 
 import numpy as np
 import pytest
 
 import algorithms.data as data_module
-from algorithms.data import (TRAIN_HEADER, PIXEL_HEADER, batch_order, cache_path, load_dataset, load_kaggle_csv,
-                             load_labels, split_validation)
+from algorithms.data import (
+    TRAIN_HEADER,
+    PIXEL_HEADER,
+    batch_order,
+    cache_path,
+    load_dataset,
+    load_kaggle_csv,
+    load_labels,
+    split_validation,
+)
 from algorithms.errors import InputError
 from algorithms.run import run_entry_point
 from tests.conftest import write_random_kaggle_train
@@ -65,15 +74,23 @@ GOOD_ROW = _row(3)
 BAD_TRAIN_FILES = {
     # name: (file text, expected message fragment)
     "empty": ("", "train.csv:1: file is empty"),
-    "wrong_column_count": (",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n" + _row(3, [0] * 700) + "\n",
-                           "train.csv:3: 701 columns, expected 785"),
-    "non_numeric": (",".join(TRAIN_HEADER) + "\n" + _row(4, [0] * 10 + ["dark"] + [0] * 773) + "\n",
-                    "train.csv:2: column 12 (pixel10) is 'dark', not a number"),
-    "nan": (",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n" + _row(4, [0] * 783 + ["NaN"]) + "\n",
-            "train.csv:3: column 785 (pixel783) is 'NaN'"),
+    "wrong_column_count": (
+        ",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n" + _row(3, [0] * 700) + "\n",
+        "train.csv:3: 701 columns, expected 785",
+    ),
+    "non_numeric": (
+        ",".join(TRAIN_HEADER) + "\n" + _row(4, [0] * 10 + ["dark"] + [0] * 773) + "\n",
+        "train.csv:2: column 12 (pixel10) is 'dark', not a number",
+    ),
+    "nan": (
+        ",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n" + _row(4, [0] * 783 + ["NaN"]) + "\n",
+        "train.csv:3: column 785 (pixel783) is 'NaN'",
+    ),
     "label_outside_0_9": (",".join(TRAIN_HEADER) + "\n" + _row(10) + "\n", "train.csv:2: label '10' is outside 0-9"),
-    "pixel_outside_0_255": (",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n" + _row(1, [300] + [0] * 783) + "\n",
-                            "train.csv:3: pixel0 is '300', outside 0-255"),
+    "pixel_outside_0_255": (
+        ",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n" + _row(1, [300] + [0] * 783) + "\n",
+        "train.csv:3: pixel0 is '300', outside 0-255",
+    ),
     "no_header": (GOOD_ROW + "\n", "train.csv:1: no header line"),
     "header_only": (",".join(TRAIN_HEADER) + "\n", "train.csv:2: no data rows"),
 }
@@ -87,8 +104,7 @@ def _write(tmp_path, name, text):
 
 def _run_rejected(tmp_path, capsys, argv):
     results = tmp_path / "results"
-    code = run_entry_point("torch_wrapper.train", "torch_script.py", "test",
-                           argv + ["--results_dir", str(results)])
+    code = run_entry_point("torch_wrapper.train", "torch_script.py", "test", argv + ["--results_dir", str(results)])
     err = capsys.readouterr().err
     assert code == 2
     assert not results.exists() and not (tmp_path / "results.log").exists(), "a rejected run wrote results"
@@ -121,16 +137,23 @@ def test_test_file_given_as_train_is_rejected(tmp_path, capsys, small_data):
     assert "test.csv:1: this is a test file" in err
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--network", "resnet50"], "invalid choice: 'resnet50'"),
-    (["--batch_size", "0"], "--batch_size: must be 1 or more, got 0"),
-    (["--batch_size", "-5"], "--batch_size: must be 1 or more, got -5"),
-    (["--learning_rate", "nan"], "--learning_rate: must be a positive finite number"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--network", "resnet50"], "invalid choice: 'resnet50'"),
+        (["--batch_size", "0"], "--batch_size: must be 1 or more, got 0"),
+        (["--batch_size", "-5"], "--batch_size: must be 1 or more, got -5"),
+        (["--learning_rate", "nan"], "--learning_rate: must be a positive finite number"),
+    ],
+)
 def test_bad_flags_exit_2_with_the_flag_named(argv, expected, tmp_path, capsys, small_data):
     with pytest.raises(SystemExit) as exit_info:
-        run_entry_point("torch_wrapper.train", "torch_script.py", "test",
-                        ["--train", str(small_data / "train.csv"), "--results_dir", str(tmp_path / "r")] + argv)
+        run_entry_point(
+            "torch_wrapper.train",
+            "torch_script.py",
+            "test",
+            ["--train", str(small_data / "train.csv"), "--results_dir", str(tmp_path / "r")] + argv,
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert expected in err and err.startswith("error: ") and err.count("\n") == 1, err
@@ -155,6 +178,7 @@ def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
     from types import SimpleNamespace
 
     from algorithms.loop import Prefetcher
+
     rows = np.arange(40, dtype=np.float32).reshape(10, 2, 2)
     dataset = SimpleNamespace(train_x=rows, train_y=np.arange(10))
     steps = [[np.array([3, 1])], [np.array([0, 9]), np.array([4, 5])], [np.array([7])]]
@@ -167,13 +191,14 @@ def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
                 assert np.array_equal(images, rows[indices])
         assert prefetcher.pending is None
         prefetcher.take(steps[0], steps[1])  # the next call asks for other rows: gathered then, not the stale ones
-        (images, labels), = prefetcher.take(steps[2])
+        ((images, labels),) = prefetcher.take(steps[2])
         assert labels.tolist() == [7] and np.array_equal(images, rows[[7]])
     finally:
         prefetcher.close()
 
 
 # --------------------------------------------------------------------------- files that are not plain CSV text
+
 
 def _small_train_bytes(small_data, rows=20) -> bytes:
     with open(small_data / "train.csv", "rb") as handle:
@@ -190,6 +215,7 @@ def _swapped_header(text: bytes) -> bytes:
 def _zip(members: dict) -> bytes:
     import io
     import zipfile
+
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in members.items():
@@ -200,30 +226,53 @@ def _zip(members: dict) -> bytes:
 def _bad_inputs(small_data):
     """name: (file name, bytes or None for a directory, expected message fragment)"""
     import gzip
+
     text = _small_train_bytes(small_data)
     latin = text.replace(b"\n3,0,", b"\n3,\xe9,", 1) if b"\n3,0," in text else text[:-2] + b"\xe9\n"
     return {
         "random_bytes": ("train.csv", np.random.default_rng(0).bytes(100_000), "train.csv: is binary data"),
-        "gzip_named_csv": ("train.csv", gzip.compress(text), "train.csv: is gzip-compressed data, not CSV text; "
-                                                             "name it train.csv.gz"),
+        "gzip_named_csv": (
+            "train.csv",
+            gzip.compress(text),
+            "train.csv: is gzip-compressed data, not CSV text; name it train.csv.gz",
+        ),
         "zip_named_csv": ("train.csv", _zip({"train.csv": text}), "train.csv: is a zip archive, not CSV text"),
         "utf16": ("train.csv", text.decode().encode("utf-16"), "train.csv: is UTF-16 or UTF-32 text"),
         "latin1": ("train.csv", latin, "train.csv: is not UTF-8 text (byte 0xe9"),
-        "zip_of_two": ("digit-recognizer.zip", _zip({"train.csv": text, "test.csv": b"pixel0\n"}),
-                       "digit-recognizer.zip: a zip holding 2 files (test.csv, train.csv); it must hold exactly one"),
+        "zip_of_two": (
+            "digit-recognizer.zip",
+            _zip({"train.csv": text, "test.csv": b"pixel0\n"}),
+            "digit-recognizer.zip: a zip holding 2 files (test.csv, train.csv); it must hold exactly one",
+        ),
         "damaged_gzip": ("train.csv.gz", gzip.compress(text * 20)[:3000], "train.csv.gz: damaged gzip file"),
         "not_gzip_named_gz": ("train.csv.gz", text, "train.csv.gz: named .gz but is not gzip data"),
-        "one_row": ("train.csv", _small_train_bytes(small_data, rows=1),
-                    "train.csv: 1 data row, too few: --validation_split 0.2 needs at least 3"),
+        "one_row": (
+            "train.csv",
+            _small_train_bytes(small_data, rows=1),
+            "train.csv: 1 data row, too few: --validation_split 0.2 needs at least 3",
+        ),
         "directory": ("train.csv", None, "train.csv: is a directory"),
-        "header_out_of_order": ("train.csv", _swapped_header(text),
-                                "train.csv:1: header column 4 is 'pixel3', expected 'pixel2'; every column is "
-                                "there, out of order"),
+        "header_out_of_order": (
+            "train.csv",
+            _swapped_header(text),
+            "train.csv:1: header column 4 is 'pixel3', expected 'pixel2'; every column is there, out of order",
+        ),
     }
 
 
-BAD_INPUT_NAMES = ["random_bytes", "gzip_named_csv", "zip_named_csv", "utf16", "latin1", "zip_of_two",
-                   "damaged_gzip", "not_gzip_named_gz", "one_row", "directory", "header_out_of_order"]
+BAD_INPUT_NAMES = [
+    "random_bytes",
+    "gzip_named_csv",
+    "zip_named_csv",
+    "utf16",
+    "latin1",
+    "zip_of_two",
+    "damaged_gzip",
+    "not_gzip_named_gz",
+    "one_row",
+    "directory",
+    "header_out_of_order",
+]
 
 
 def _make(tmp_path, name, content):
@@ -247,6 +296,7 @@ def test_a_file_that_is_not_kaggle_csv_text_is_one_line(case, tmp_path, small_da
 @pytest.mark.parametrize("case", BAD_INPUT_NAMES)
 def test_the_entry_script_refuses_it_with_status_2_and_writes_nothing(case, tmp_path, small_data):
     from tests.conftest import run_script
+
     name, content, expected = _bad_inputs(small_data)[case]
     path = _make(tmp_path, name, content)
     results = tmp_path / "results"
@@ -275,6 +325,7 @@ def test_a_bad_test_or_labels_file_is_one_line_too(tmp_path, small_data):
 
 def test_a_validation_split_of_0_or_too_few_rows_names_the_minimum(tmp_path, small_data):
     from algorithms.data import minimum_rows
+
     assert [minimum_rows(split) for split in (0.2, 0.5, 0.01, 0.9)] == [3, 2, 51, 5]  # 4.5 rounds to 4
     two = _make(tmp_path, "train.csv", _small_train_bytes(small_data, rows=2))
     with pytest.raises(InputError, match="2 data rows, too few: --validation_split 0.2 needs at least 3"):
@@ -285,9 +336,11 @@ def test_a_validation_split_of_0_or_too_few_rows_names_the_minimum(tmp_path, sma
 
 
 @pytest.mark.parametrize("name", ["train.csv.gz", "train.csv.zip"])
-def test_a_gzipped_or_zipped_csv_loads_like_the_plain_one_and_its_cache_follows_it(name, tmp_path, small_data,
-                                                                                   monkeypatch):
+def test_a_gzipped_or_zipped_csv_loads_like_the_plain_one_and_its_cache_follows_it(
+    name, tmp_path, small_data, monkeypatch
+):
     import gzip
+
     text = _small_train_bytes(small_data, rows=30)
     path = tmp_path / name
     packed = (lambda data: gzip.compress(data)) if name.endswith(".gz") else (lambda data: _zip({"train.csv": data}))

@@ -2,6 +2,7 @@
 the default data, and still naming the real problems (unnormalised pixels, labels
 shuffled apart from their images, a learning rate of 10). Real torch runs, the
 lightest entry script; the rule itself (faults.stuck_loss_problem) on loss curves."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,14 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
-from algorithms.faults import STUCK_MIN_SAMPLES, STUCK_MIN_UPDATES, EpochEvidence, first_loss_problem, stuck_loss_problem
+from algorithms.faults import (
+    STUCK_MIN_SAMPLES,
+    STUCK_MIN_UPDATES,
+    EpochEvidence,
+    first_loss_problem,
+    stuck_loss_problem,
+)
 from algorithms.spec import CNN2D_2LAYER, CNN2D_3LAYER
 from tests.conftest import REPO_ROOT, run_script
 
@@ -21,20 +27,31 @@ VAL_LABELS = np.arange(800) % 10  # the default data's validation rows are about
 
 def _evidence(epoch, updates_per_epoch, batch, train_loss, val_loss, val_accuracy, previous=None, rows=3200):
     updates, before = (epoch + 1) * updates_per_epoch, epoch * updates_per_epoch
-    return EpochEvidence(epoch=epoch, updates=updates, samples=min(updates * batch, (epoch + 1) * rows),
-                         updates_before=before, samples_before=min(before * batch, epoch * rows),
-                         train_loss=train_loss, val_loss=val_loss, val_accuracy=val_accuracy,
-                         val_labels=VAL_LABELS, previous_losses=previous)
+    return EpochEvidence(
+        epoch=epoch,
+        updates=updates,
+        samples=min(updates * batch, (epoch + 1) * rows),
+        updates_before=before,
+        samples_before=min(before * batch, epoch * rows),
+        train_loss=train_loss,
+        val_loss=val_loss,
+        val_accuracy=val_accuracy,
+        val_labels=VAL_LABELS,
+        previous_losses=previous,
+    )
 
 
 def _train(tmp_path, train, *flags):
-    proc = run_script("torch_script.py", ["--train", str(train), "--test", "none",
-                                          "--results_dir", str(tmp_path / "results"), "--quiet", *flags])
+    proc = run_script(
+        "torch_script.py",
+        ["--train", str(train), "--test", "none", "--results_dir", str(tmp_path / "results"), "--quiet", *flags],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stderr
 
 
 # --------------------------------------------------------------------------- quiet on healthy runs
+
 
 def test_the_3_layer_preset_is_not_called_stuck_before_or_at_the_judgement(full_data, tmp_path):
     """Batch 1000 on the 3,200 default rows: 4 updates an epoch, judged at the end of
@@ -54,13 +71,18 @@ def test_the_2_layer_preset_is_quiet_after_its_first_steps(full_data, tmp_path):
 
 # --------------------------------------------------------------------------- still warns on real problems
 
+
 def test_labels_shuffled_apart_from_their_images_are_named(full_data, tmp_path):
     lines = (full_data / "train.csv").read_text().splitlines()
     labels = [line.split(",", 1)[0] for line in lines[1:]]
     order = np.random.default_rng(0).permutation(len(labels))
     shuffled = tmp_path / "shuffled.csv"
-    shuffled.write_text("\n".join([lines[0]] + [labels[order[index]] + "," + line.split(",", 1)[1]
-                                                for index, line in enumerate(lines[1:])]) + "\n")
+    shuffled.write_text(
+        "\n".join(
+            [lines[0]] + [labels[order[index]] + "," + line.split(",", 1)[1] for index, line in enumerate(lines[1:])]
+        )
+        + "\n"
+    )
     err = _train(tmp_path, shuffled, "--batch_size", "100", "--num_epochs", "1")  # 32 updates, 3,200 samples
     assert "warning: after 32 updates (3,200 samples) the validation accuracy is" in err, err
     assert "the net learned nothing" in err and "labels shuffled apart from their images" in err
@@ -84,14 +106,32 @@ sys.exit(run_entry_point("torch_wrapper.train", "torch_script.py", "x255", sys.a
 
 def test_pixels_fed_as_0_255_are_named(full_data, tmp_path):
     """The loader scales pixels to [0, 1] (data.load_kaggle_csv); patched to leave them 0-255."""
-    proc = subprocess.run([sys.executable, "-c", UNNORMALISED_RUN, "--train", str(full_data / "train.csv"),
-                           "--test", "none", "--num_epochs", "1", "--results_dir", str(tmp_path / "results"),
-                           "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            UNNORMALISED_RUN,
+            "--train",
+            str(full_data / "train.csv"),
+            "--test",
+            "none",
+            "--num_epochs",
+            "1",
+            "--results_dir",
+            str(tmp_path / "results"),
+            "--quiet",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: the first step's loss is" in proc.stderr and "input not normalised" in proc.stderr, proc.stderr
 
 
 # --------------------------------------------------------------------------- the rule on loss curves
+
 
 def test_the_rule_waits_for_enough_updates_and_samples():
     # an epoch at chance (val_acc 0.12, val_loss 2.29) after the 3-layer preset's first 4 updates: too early to tell

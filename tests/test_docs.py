@@ -2,6 +2,7 @@
 README.md and docs/*.md still runs (`--help` of its entry script or module, `make -n`
 of its target), the README stays a five-minute page, and every relative link points
 to a file (and heading) that exists."""
+
 from __future__ import annotations
 
 import glob
@@ -18,9 +19,15 @@ import pytest
 from algorithms.paths import LEGACY_PYTHON, REPO_ROOT
 
 README_MAX_LINES = 200
-COMMAND_DOCS = ["README.md", *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md")))]
-LINKED_DOCS = [*COMMAND_DOCS, "results/README.md",
-               *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "results", "benchmark", "*.md")))]
+COMMAND_DOCS = [
+    "README.md",
+    *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md"))),
+]
+LINKED_DOCS = [
+    *COMMAND_DOCS,
+    "results/README.md",
+    *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "results", "benchmark", "*.md"))),
+]
 # code blocks of these languages hold no commands (the layout, THEANO_FLAGS' value)
 NOT_COMMANDS = {"text"}
 # scripts that re-execute themselves in .venv-legacy: their --help is checked with its Python
@@ -28,8 +35,10 @@ LEGACY_SCRIPTS = {"lasagne_script.py", "keras_theano_backend.py"}
 # Make targets a document shows before the Makefile has them: target -> reason
 EXPECTED_TARGETS = {"test-fast": "the quick subset for the edit loop, added to the Makefile by issue 14"}
 # Commands that cannot be checked by --help: how each is checked instead
-NOT_BY_HELP = {"algorithms.capabilities": "takes no flags and prints the capability table: run as shown, "
-                                          "it must print the table (test_suite checks README holds it)"}
+NOT_BY_HELP = {
+    "algorithms.capabilities": "takes no flags and prints the capability table: run as shown, "
+    "it must print the table (test_suite checks README holds it)"
+}
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.M | re.S)
 
@@ -66,7 +75,9 @@ def check_of(command: str) -> tuple:
         env[name] = value
     program, args = words[0], words[1:]
     if program == "make":
-        return tuple(("make", word) for word in args if not word.startswith("-") and "=" not in word) or (("make", "all"),)
+        return tuple(("make", word) for word in args if not word.startswith("-") and "=" not in word) or (
+            ("make", "all"),
+        )
     if program == "bash":
         return (("run", "bash", (args[0], "--help"), env),)
     if program == "torchrun":
@@ -117,8 +128,9 @@ def run_check(check: tuple) -> subprocess.CompletedProcess:
     interpreter, argv, env = check[1:]
     executable = {"main": sys.executable, "legacy": LEGACY_PYTHON, "bash": "bash"}[interpreter]
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **dict(env)}
-    return subprocess.run([executable, *argv], cwd=REPO_ROOT, env=environment, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [executable, *argv], cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +163,9 @@ def test_a_shown_command_runs(check, help_outputs):
 
 @pytest.mark.parametrize("target", MAKE_TARGETS)
 def test_a_shown_make_target_exists(target):
-    proc = subprocess.run(["make", "--no-print-directory", "-C", REPO_ROOT, "-n", target],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", target], capture_output=True, text=True, timeout=60
+    )
     if proc.returncode != 0 and target in EXPECTED_TARGETS:
         pytest.skip(f"make {target}: not in the Makefile yet ({EXPECTED_TARGETS[target]})")
     assert proc.returncode == 0, f"{', '.join(CHECKS[('make', target)])}: make -n {target}: {proc.stderr[-1000:]}"

@@ -2,6 +2,7 @@
 goes down, the CSV rows parse back with the schema, results.log and the
 predictions are written; and the shared init gives the same initial loss in
 every framework."""
+
 import math
 
 import numpy as np
@@ -21,9 +22,20 @@ EPOCHS, BATCH, TRAIN_ROWS = 2, 32, 480  # 600 rows less the 20% validation split
 def test_short_run_lowers_the_loss_and_records_every_step(framework, small_data, tmp_path):
     results = tmp_path / "results"
     suffix = csv_suffix(framework)
-    flags = ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv"),
-             "--num_epochs", str(EPOCHS), "--batch_size", str(BATCH),
-             "--results_dir", str(results), "--run_id", f"test-{suffix}"]
+    flags = [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        str(small_data / "test.csv"),
+        "--num_epochs",
+        str(EPOCHS),
+        "--batch_size",
+        str(BATCH),
+        "--results_dir",
+        str(results),
+        "--run_id",
+        f"test-{suffix}",
+    ]
     proc = run_script(framework.script, flags, framework.env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Epoch 2/2" in proc.stdout and "median" in proc.stdout
@@ -33,8 +45,9 @@ def test_short_run_lowers_the_loss_and_records_every_step(framework, small_data,
         assert handle.readline().strip().split(",") == CSV_COLUMNS
     assert run_ids(str(csv_path)) == [f"test-{suffix}"]
     rows = read_rows(str(csv_path))
-    assert {(r["framework"], r["backend"], r["network"], r["strategy"], r["devices"]) for r in rows} == \
-        {(framework.framework, framework.backend, NETWORK, "single", 1)}
+    assert {(r["framework"], r["backend"], r["network"], r["strategy"], r["devices"]) for r in rows} == {
+        (framework.framework, framework.backend, NETWORK, "single", 1)
+    }
     train = [r for r in rows if r["phase"] == "train"]
     steps_per_epoch = math.ceil(TRAIN_ROWS / BATCH)
     assert [r["step"] for r in train] == list(range(1, EPOCHS * steps_per_epoch + 1))
@@ -60,15 +73,29 @@ def test_short_run_lowers_the_loss_and_records_every_step(framework, small_data,
 
     predictions = (results / "predictions" / f"{NETWORK}_{suffix}_test-{suffix}.csv").read_text().splitlines()
     assert predictions[0] == "ImageId,Label" and len(predictions) == 201
-    assert all(line.split(",")[0] == str(i) and 0 <= int(line.split(",")[1]) <= 9
-               for i, line in enumerate(predictions[1:], start=1))
+    assert all(
+        line.split(",")[0] == str(i) and 0 <= int(line.split(",")[1]) <= 9
+        for i, line in enumerate(predictions[1:], start=1)
+    )
 
 
 def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mismatch(small_data, tmp_path):
-    proc = run_script("keras_tensorflow_backend.py",
-                      ["--train", str(small_data / "train.csv"), "--test", "none", "--max_steps", "3",
-                       "--batch_size", "32", "--results_dir", str(tmp_path / "results")],
-                      {"KERAS_BACKEND": "jax"})
+    proc = run_script(
+        "keras_tensorflow_backend.py",
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--max_steps",
+            "3",
+            "--batch_size",
+            "32",
+            "--results_dir",
+            str(tmp_path / "results"),
+        ],
+        {"KERAS_BACKEND": "jax"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning: KERAS_BACKEND=jax" in proc.stderr
     rows = read_rows(str(tmp_path / "results" / f"{NETWORK}_keras_tensorflow.csv"))
@@ -81,7 +108,8 @@ def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_dat
     torch_run = get("torch")
     reference = run_probe(torch_run.python, f"{torch_run.package}.train", torch_run.env, train_csv)
     frameworks = [framework for framework in MAIN if framework is not torch_run]
-    others = [run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv)
-              for framework in frameworks]
+    others = [
+        run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv) for framework in frameworks
+    ]
     assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in frameworks]
     assert_same_initial_outputs(reference, others)

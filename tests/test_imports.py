@@ -2,6 +2,7 @@
 functions too): algorithms/ imports no framework and no module of it is part of an
 import cycle; a wrapper imports no sibling wrapper; and the framework registry
 names real scripts and packages, and is what the commands offer."""
+
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 
 from algorithms.frameworks import FRAMEWORKS, NAMES
 from algorithms.paths import REPO_ROOT
@@ -46,9 +46,12 @@ def algorithms_modules() -> list:
 
 
 def test_algorithms_imports_no_framework():
-    offending = [f"{where(path, line)}: {module}" for path in algorithms_modules()
-                 for line, level, module in imports(path)
-                 if level == 0 and module.split(".")[0] in FRAMEWORK_MODULES]
+    offending = [
+        f"{where(path, line)}: {module}"
+        for path in algorithms_modules()
+        for line, level, module in imports(path)
+        if level == 0 and module.split(".")[0] in FRAMEWORK_MODULES
+    ]
     assert not offending, "algorithms/ must not import a framework:\n" + "\n".join(offending)
 
 
@@ -67,15 +70,19 @@ def test_a_wrapper_imports_only_itself_algorithms_backends_the_stdlib_and_framew
                     offending.append(f"{where(path, line)}: {'.' * level}{module} (leaves {package})")
                 elif level == 0 and module.split(".")[0] not in allowed_outside | {package}:
                     offending.append(f"{where(path, line)}: {module}")
-    assert not offending, "a wrapper imports outside itself, algorithms, backends, the stdlib and frameworks:\n" + \
-        "\n".join(offending)
+    assert not offending, (
+        "a wrapper imports outside itself, algorithms, backends, the stdlib and frameworks:\n" + "\n".join(offending)
+    )
 
 
 def test_backends_import_no_wrapper():
     """backends/ is the wrappers' shared home: it may import frameworks and algorithms/, never a wrapper."""
-    offending = [f"{where(path, line)}: {module}" for path in sorted((ROOT / "backends").glob("*.py"))
-                 for line, level, module in imports(path)
-                 if level == 0 and module.split(".")[0].endswith("_wrapper")]
+    offending = [
+        f"{where(path, line)}: {module}"
+        for path in sorted((ROOT / "backends").glob("*.py"))
+        for line, level, module in imports(path)
+        if level == 0 and module.split(".")[0].endswith("_wrapper")
+    ]
     assert (ROOT / "backends" / "__init__.py").exists()
     assert not offending, "backends/ must not import a wrapper:\n" + "\n".join(offending)
 
@@ -109,9 +116,11 @@ def find_cycle(graph: dict):
         path.append(name)
         for target, line in sorted(graph.get(name, ())):
             if state.get(target) == "open":
-                cycle = path[path.index(target):] + [target]
-                return [f"algorithms/{a}.py imports {b} (line {next(l for t, l in graph[a] if t == b)})"
-                        for a, b in zip(cycle, cycle[1:])]
+                cycle = path[path.index(target) :] + [target]
+                return [
+                    f"algorithms/{a}.py imports {b} (line {next(l for t, l in graph[a] if t == b)})"
+                    for a, b in zip(cycle, cycle[1:])
+                ]
             if target not in state:
                 found = visit(target)
                 if found:
@@ -137,7 +146,10 @@ def test_no_algorithms_module_is_part_of_an_import_cycle():
 
 def test_find_cycle_names_a_cycle():
     assert find_cycle({"a": {("b", 3)}, "b": {("c", 5)}, "c": {("a", 7)}}) == [
-        "algorithms/a.py imports b (line 3)", "algorithms/b.py imports c (line 5)", "algorithms/c.py imports a (line 7)"]
+        "algorithms/a.py imports b (line 3)",
+        "algorithms/b.py imports c (line 5)",
+        "algorithms/c.py imports a (line 7)",
+    ]
     assert find_cycle({"a": {("b", 1)}, "b": set(), "c": {("a", 2), ("b", 4)}}) is None
 
 

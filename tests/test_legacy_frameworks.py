@@ -2,6 +2,7 @@
 Keras-on-Theano (run by .venv-legacy's Python) the same initial loss and logits as
 PyTorch, and the entry scripts, started with the main env's Python, re-execute
 themselves in .venv-legacy. The legacy env's own tests are in tests/legacy/."""
+
 import os
 
 import pytest
@@ -17,19 +18,40 @@ def test_shared_init_gives_theano_the_same_initial_loss_and_logits_as_torch(smal
     train_csv = str(small_data / "train.csv")
     reference = run_probe(os.path.join(REPO_ROOT, ".venv", "bin", "python"), "torch_wrapper.train", {}, train_csv)
     legacy = [framework for framework in FRAMEWORKS if framework.venv == "legacy"]
-    others = [run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv) for framework in legacy]
+    others = [
+        run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv) for framework in legacy
+    ]
     assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in legacy]
     assert_same_initial_outputs(reference, others)
 
 
-@pytest.mark.parametrize("script, env, suffix", [
-    ("lasagne_script.py", {}, "lasagne_theano"),
-    ("keras_script.py", {"KERAS_BACKEND": "theano"}, "keras_theano"),  # routed to keras_theano_backend.py
-], ids=["lasagne_script", "keras_script_theano"])
+@pytest.mark.parametrize(
+    "script, env, suffix",
+    [
+        ("lasagne_script.py", {}, "lasagne_theano"),
+        ("keras_script.py", {"KERAS_BACKEND": "theano"}, "keras_theano"),  # routed to keras_theano_backend.py
+    ],
+    ids=["lasagne_script", "keras_script_theano"],
+)
 def test_main_env_python_reexecutes_in_the_legacy_env(script, env, suffix, small_data, tmp_path):
-    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--test", "none", "--max_steps", "2",
-                               "--batch_size", "32", "--results_dir", str(tmp_path / "results"),
-                               "--run_id", f"reexec-{suffix}"], env)
+    proc = run_script(
+        script,
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--max_steps",
+            "2",
+            "--batch_size",
+            "32",
+            "--results_dir",
+            str(tmp_path / "results"),
+            "--run_id",
+            f"reexec-{suffix}",
+        ],
+        env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rows(str(tmp_path / "results" / f"{NETWORK}_{suffix}.csv"), f"reexec-{suffix}")
     assert [r["phase"] for r in rows] == ["train", "train", "val"]

@@ -7,6 +7,7 @@ wrapper's train(); the torch backend points to torch_script.py.
 
     KERAS_BACKEND=jax python -m tests.test_parallel_keras TRAIN_CSV RESULTS_DIR   # the probe, prints JSON
 """
+
 import json
 import math
 import os
@@ -26,8 +27,9 @@ BATCH, EPOCHS, WARMUP = 32, 2, 1000
 
 
 def without_dropout(network):
-    return replace(network, layers=tuple(Dropout(0.0) if isinstance(layer, Dropout) else layer
-                                         for layer in network.layers))
+    return replace(
+        network, layers=tuple(Dropout(0.0) if isinstance(layer, Dropout) else layer for layer in network.layers)
+    )
 
 
 def probe_network(backend: str):
@@ -49,13 +51,31 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
     backend = keras.backend.backend()
     network = probe_network(backend)
-    config, dataset = prepare(["--train", train_csv, "--test", "none", "--batch_size", "64", "--max_steps", "1",
-                               "--warmup_steps", str(WARMUP), "--results_dir", results_dir, "--quiet"], "probe", "")
+    config, dataset = prepare(
+        [
+            "--train",
+            train_csv,
+            "--test",
+            "none",
+            "--batch_size",
+            "64",
+            "--max_steps",
+            "1",
+            "--warmup_steps",
+            str(WARMUP),
+            "--results_dir",
+            results_dir,
+            "--quiet",
+        ],
+        "probe",
+        "",
+    )
     images, labels = dataset.train_x[:64, ..., None], dataset.train_y[:64]
 
     def one_step(model, callbacks=(), batch_size=64):
-        history = model.fit(images, labels, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
-                            callbacks=list(callbacks))
+        history = model.fit(
+            images, labels, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=list(callbacks)
+        )
         return float(history.history["batch_loss"][-1])
 
     plain, whole_step = without_dropout(network), []
@@ -75,8 +95,9 @@ def probe(train_csv: str, results_dir: str) -> dict:
     order = ("data", "single") if backend == "tensorflow" else ("single", "data")
     models, losses = {}, {}
     for name in order:
-        models[name] = make_model(network, network.training.optimizer, seed=5,
-                                  data_parallel_devices=2 if name == "data" else 0)
+        models[name] = make_model(
+            network, network.training.optimizer, seed=5, data_parallel_devices=2 if name == "data" else 0
+        )
         if name == "single":
             start = [np.array(w) for w in models[name].get_weights()]
             losses[name] = one_step(models[name])
@@ -93,8 +114,9 @@ def probe(train_csv: str, results_dir: str) -> dict:
         "losses": [losses["single"], losses["data"]],
         "max_weight_diff": max(float(np.abs(a - b).max()) for a, b in zip(single, data)),
         "max_weight_change": max(float(np.abs(a - s).max()) for a, s in zip(single, start)),
-        "warmup_change_ratio": float(np.median([np.abs(a - s).max() / np.abs(w - s).max()
-                                                for a, w, s in zip(data, warm.get_weights(), start)])),
+        "warmup_change_ratio": float(
+            np.median([np.abs(a - s).max() / np.abs(w - s).max() for a, w, s in zip(data, warm.get_weights(), start)])
+        ),
         "devices": [str(d) for d in keras.distribution.list_devices()],
         "accumulate_weight_diff": accumulate_diff,
     }
@@ -103,19 +125,46 @@ def probe(train_csv: str, results_dir: str) -> dict:
     if backend == "tensorflow":  # every replica's copy took the same update
         copies = [v.value.values[1].numpy() for v in models["data"].trainable_variables]
         out["max_replica_diff"] = max(float(np.abs(a - b).max()) for a, b in zip(single, copies))
-    config, dataset = prepare(["--train", train_csv, "--test", "none", "--num_epochs", str(EPOCHS),
-                               "--batch_size", str(BATCH), "--strategy", "data", "--devices", "2",
-                               "--results_dir", os.path.join(results_dir, "run"), "--quiet"], "keras_script.py", "")
+    config, dataset = prepare(
+        [
+            "--train",
+            train_csv,
+            "--test",
+            "none",
+            "--num_epochs",
+            str(EPOCHS),
+            "--batch_size",
+            str(BATCH),
+            "--strategy",
+            "data",
+            "--devices",
+            "2",
+            "--results_dir",
+            os.path.join(results_dir, "run"),
+            "--quiet",
+        ],
+        "keras_script.py",
+        "",
+    )
     train(RunSession(config, dataset, describe_runtime()))
     return out
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_two_devices_equal_one_the_lr_schedule_applies_and_data_parallel_trains(backend, small_data, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tests.test_parallel_keras", str(small_data / "train.csv"),
-                           str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": backend,
-                               "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.test_parallel_keras", str(small_data / "train.csv"), str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "KERAS_BACKEND": backend,
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     single, data = result["losses"]
@@ -141,29 +190,67 @@ def test_two_devices_equal_one_the_lr_schedule_applies_and_data_parallel_trains(
 
 def test_accumulation_keras_cannot_make_equal_to_a_k_x_batch_step_is_refused(small_data):
     train_csv = str(small_data / "train.csv")
-    uneven = run_script("keras_script.py", ["--train", train_csv, "--test", "none", "--batch_size", "32", "--accumulate", "2"],
-                        {"KERAS_BACKEND": "jax"})
+    uneven = run_script(
+        "keras_script.py",
+        ["--train", train_csv, "--test", "none", "--batch_size", "32", "--accumulate", "2"],
+        {"KERAS_BACKEND": "jax"},
+    )
     assert uneven.returncode == 2 and len(uneven.stderr.strip().splitlines()) == 1
     assert "the 480 training rows leave a last step of 32 rows" in uneven.stderr
-    mirrored = run_script("keras_script.py", ["--train", train_csv, "--test", "none", "--batch_size", "48", "--accumulate", "2",
-                                              "--strategy", "data", "--devices", "2"], {"KERAS_BACKEND": "tensorflow"})
+    mirrored = run_script(
+        "keras_script.py",
+        [
+            "--train",
+            train_csv,
+            "--test",
+            "none",
+            "--batch_size",
+            "48",
+            "--accumulate",
+            "2",
+            "--strategy",
+            "data",
+            "--devices",
+            "2",
+        ],
+        {"KERAS_BACKEND": "tensorflow"},
+    )
     assert mirrored.returncode == 2
     assert mirrored.stderr.startswith("error: --accumulate with --strategy data: Keras's gradient accumulation")
 
 
 def test_keras_on_torch_points_data_parallel_to_torch_script(small_data):
-    proc = run_script("keras_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                          "--strategy", "data", "--devices", "2"], {"KERAS_BACKEND": "torch"})
+    proc = run_script(
+        "keras_script.py",
+        ["--train", str(small_data / "train.csv"), "--test", "none", "--strategy", "data", "--devices", "2"],
+        {"KERAS_BACKEND": "torch"},
+    )
     assert proc.returncode == 2
-    assert proc.stderr == ("error: --strategy data: Keras on torch has no data parallel here; run torch_script.py "
-                           "--strategy data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax\n")
+    assert proc.stderr == (
+        "error: --strategy data: Keras on torch has no data parallel here; run torch_script.py "
+        "--strategy data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax\n"
+    )
 
 
 def test_jax_refuses_training_rows_it_cannot_split_evenly_before_loading(small_data):
-    proc = run_script("keras_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                          "--validation_split", "0.215",
-                                          "--batch_size", "32", "--strategy", "data", "--devices", "2"],
-                      {"KERAS_BACKEND": "jax"})
+    proc = run_script(
+        "keras_script.py",
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--validation_split",
+            "0.215",
+            "--batch_size",
+            "32",
+            "--strategy",
+            "data",
+            "--devices",
+            "2",
+        ],
+        {"KERAS_BACKEND": "jax"},
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "the last batch of each epoch has 23 of the 471 training rows" in proc.stderr
 

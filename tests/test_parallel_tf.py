@@ -6,6 +6,7 @@ on 127.0.0.1 act as two nodes (MultiWorkerMirroredStrategy).
 
     python -m tests.test_parallel_tf TRAIN_CSV RESULTS_DIR    # the in-process probe, prints JSON
 """
+
 import json
 import math
 import os
@@ -26,6 +27,7 @@ BATCH, EPOCHS = 32, 2
 
 
 # ----------------------------------------------------------------------------- the probe (own process)
+
 
 def probe(train_csv: str, results_dir: str) -> dict:
     """First steps of the wrapper's own trainers on the same batches, dropout on;
@@ -56,9 +58,11 @@ def probe(train_csv: str, results_dir: str) -> dict:
         return [t.step([t.to_batch(images[a:b], labels[a:b])]).loss for a, b in batches]
 
     def compare(reference, other, reference_losses, other_losses, start):
-        return {"losses": [reference_losses, other_losses],
-                "max_weight_diff": max(float(np.abs(a - b).max()) for a, b in zip(weights(reference), weights(other))),
-                "max_weight_change": max(float(np.abs(a - b).max()) for a, b in zip(weights(reference), start))}
+        return {
+            "losses": [reference_losses, other_losses],
+            "max_weight_diff": max(float(np.abs(a - b).max()) for a, b in zip(weights(reference), weights(other))),
+            "max_weight_change": max(float(np.abs(a - b).max()) for a, b in zip(weights(reference), start)),
+        }
 
     out = {}
     # data parallel: 2 replicas, global batch 64, lr changed before the step
@@ -71,32 +75,57 @@ def probe(train_csv: str, results_dir: str) -> dict:
     # the lr really applies: twice the lr, twice the first (momentum-free) update
     plain = trainer()
     steps(plain, [(0, 64)])
-    out["lr_ratio"] = float(np.median([np.abs(a - s).max() / np.abs(b - s).max()
-                                       for a, b, s in zip(weights(single), weights(plain), start)]))
+    out["lr_ratio"] = float(
+        np.median(
+            [np.abs(a - s).max() / np.abs(b - s).max() for a, b, s in zip(weights(single), weights(plain), start)]
+        )
+    )
     # model parallel: conv block on /cpu:0, dense block on /cpu:1, three steps
     single = trainer()
-    layer_devices = [devices[stage] for stage, (first, stop) in enumerate(layer_stages(network, 2))
-                     for _ in range(first, stop)]
+    layer_devices = [
+        devices[stage] for stage, (first, stop) in enumerate(layer_stages(network, 2)) for _ in range(first, stop)
+    ]
     split = trainer(layer_devices=layer_devices)
     three = [(0, 32), (32, 64), (64, 96)]
     out["model"] = compare(single, split, steps(single, three), steps(split, three), start)
     out["model"]["kernel_devices"] = sorted({v.device.split("/")[-1] for v in split.variables})
     # --accumulate 2 of 32 equals one step of 64, one device and two replicas
-    for name, placement in (("accumulate", {}), ("accumulate_data", {"strategy": tf.distribute.MirroredStrategy(devices)})):
+    for name, placement in (
+        ("accumulate", {}),
+        ("accumulate_data", {"strategy": tf.distribute.MirroredStrategy(devices)}),
+    ):
         whole, parts = trainer(), trainer(**placement)
         whole_loss = whole.step([whole.to_batch(images[:64], labels[:64])]).loss
         parts_loss = parts.step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))]).loss
         out[name] = compare(whole, parts, [whole_loss], [parts_loss], start)
     for strategy in ("data", "model"):
-        config, dataset = prepare(["--train", train_csv, "--test", "none", "--num_epochs", str(EPOCHS),
-                                   "--batch_size", str(BATCH), "--strategy", strategy, "--devices", "2",
-                                   "--results_dir", os.path.join(results_dir, strategy, "results"), "--quiet"],
-                                  "tensorflow_script.py", "")
+        config, dataset = prepare(
+            [
+                "--train",
+                train_csv,
+                "--test",
+                "none",
+                "--num_epochs",
+                str(EPOCHS),
+                "--batch_size",
+                str(BATCH),
+                "--strategy",
+                strategy,
+                "--devices",
+                "2",
+                "--results_dir",
+                os.path.join(results_dir, strategy, "results"),
+                "--quiet",
+            ],
+            "tensorflow_script.py",
+            "",
+        )
         train(RunSession(config, dataset, describe_runtime()))
     return out
 
 
 # ----------------------------------------------------------------------------- helpers
+
 
 def free_ports(count: int) -> list:
     sockets = [socket.socket() for _ in range(count)]
@@ -114,13 +143,35 @@ def start_workers(data, results, extra: list) -> list:
     workers = []
     for index in range(2):
         tf_config = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CONFIG": tf_config,
-               "TMPDIR": str(results.parent)}  # a killed worker's scratch directory stays in the test's tmp
-        args = [sys.executable, os.path.join(REPO_ROOT, "tensorflow_script.py"), "--train", str(data / "train.csv"),
-                "--test", "none", "--batch_size", str(BATCH), "--strategy", "data", "--devices", "2",
-                "--results_dir", str(results), "--run_id", "multi-worker", *extra]
-        workers.append(subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "TF_CONFIG": tf_config,
+            "TMPDIR": str(results.parent),
+        }  # a killed worker's scratch directory stays in the test's tmp
+        args = [
+            sys.executable,
+            os.path.join(REPO_ROOT, "tensorflow_script.py"),
+            "--train",
+            str(data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            str(BATCH),
+            "--strategy",
+            "data",
+            "--devices",
+            "2",
+            "--results_dir",
+            str(results),
+            "--run_id",
+            "multi-worker",
+            *extra,
+        ]
+        workers.append(
+            subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     return workers
 
 
@@ -149,9 +200,14 @@ def assert_trains(losses: list) -> None:
 def probed(small_data, tmp_path_factory):
     """The probe's JSON and the directory of its data- and model-parallel runs (2 logical CPUs)."""
     results = tmp_path_factory.mktemp("tf_probe")
-    proc = subprocess.run([sys.executable, "-m", "tests.test_parallel_tf", str(small_data / "train.csv"), str(results)],
-                          cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.test_parallel_tf", str(small_data / "train.csv"), str(results)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), results
 
@@ -163,6 +219,7 @@ def data_parallel_run(probed):
 
 
 # ----------------------------------------------------------------------------- tests
+
 
 def test_two_devices_equal_one_for_data_model_parallel_and_accumulation(probed):
     result = probed[0]
@@ -246,8 +303,10 @@ def test_a_signal_to_one_worker_stops_both_after_the_same_step(small_data, tmp_p
 
 @pytest.mark.parametrize("strategy", ["tensor", "pipeline", "hybrid"])
 def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy, small_data):
-    proc = run_script("tensorflow_script.py", ["--train", str(small_data / "train.csv"), "--strategy", strategy,
-                                               "--devices", "4", "--test", "none"])
+    proc = run_script(
+        "tensorflow_script.py",
+        ["--train", str(small_data / "train.csv"), "--strategy", strategy, "--devices", "4", "--test", "none"],
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: --strategy {strategy}: tensorflow_script.py runs single, data, model")
     assert len(proc.stderr.strip().splitlines()) == 1

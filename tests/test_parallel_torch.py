@@ -3,6 +3,7 @@ steps: every strategy trains; one step of each equals one device's step (and a
 model- or tensor-parallel epoch, dropout on, equals the one-device epoch); only
 rank 0 records; two torchrun launchers on 127.0.0.1 rendezvous as two nodes; a
 killed worker ends the run with an error, fast; impossible requests are one line."""
+
 import json
 import os
 import signal
@@ -20,15 +21,25 @@ from tests.conftest import REPO_ROOT, run_script
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 CSV_NAME = f"{NETWORK}_torch.csv"
 BATCH = 32
-FLOAT32_RELATIVE = 1e-5   # of the largest gradient entry: float32 sums in another order
-FLOAT32_ABSOLUTE = 1e-6   # losses (about 2.3) and updated weights (|w| < 0.3)
+FLOAT32_RELATIVE = 1e-5  # of the largest gradient entry: float32 sums in another order
+FLOAT32_ABSOLUTE = 1e-6  # losses (about 2.3) and updated weights (|w| < 0.3)
 KILLED_RUN_MUST_END_S = 60
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # two ranks share two cores
 
 
 def common_flags(small_data, results, *extra):
-    return ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", str(BATCH),
-            "--results_dir", str(results), "--quiet", *extra]
+    return [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        "none",
+        "--batch_size",
+        str(BATCH),
+        "--results_dir",
+        str(results),
+        "--quiet",
+        *extra,
+    ]
 
 
 def torchrun(*args):
@@ -37,11 +48,21 @@ def torchrun(*args):
 
 # --------------------------------------------------------------------------- equivalence
 
+
 def run_probe(small_data, processes: int) -> dict:
-    proc = subprocess.run(torchrun("--standalone", f"--nproc_per_node={processes}", "tests/torch_parallel_probe.py",
-                                   str(small_data / "train.csv")),
-                          cwd=REPO_ROOT, env={**os.environ, **WORKER_ENV}, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        torchrun(
+            "--standalone",
+            f"--nproc_per_node={processes}",
+            "tests/torch_parallel_probe.py",
+            str(small_data / "train.csv"),
+        ),
+        cwd=REPO_ROOT,
+        env={**os.environ, **WORKER_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -127,8 +148,9 @@ def one_device_losses(small_data, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name, flags, devices, same_masks", STRATEGY_RUNS, ids=[r[0] for r in STRATEGY_RUNS])
-def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, same_masks, small_data, tmp_path,
-                                                      one_device_losses):
+def test_each_strategy_trains_and_only_rank_0_records(
+    name, flags, devices, same_masks, small_data, tmp_path, one_device_losses
+):
     results = tmp_path / "results"
     proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1", *flags), WORKER_ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -156,8 +178,21 @@ def test_each_strategy_trains_and_only_rank_0_records(name, flags, devices, same
 def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_data, tmp_path):
     from algorithms.cli import parse_config
 
-    flags = ["--strategy", "data", "--devices", "2", "--accumulate", "2", "--lr_scaling", "linear",
-             "--warmup_steps", "3", "--checkpointing", "--max_steps", "4"]
+    flags = [
+        "--strategy",
+        "data",
+        "--devices",
+        "2",
+        "--accumulate",
+        "2",
+        "--lr_scaling",
+        "linear",
+        "--warmup_steps",
+        "3",
+        "--checkpointing",
+        "--max_steps",
+        "4",
+    ]
     results = tmp_path / "results"
     proc = run_script("torch_script.py", common_flags(small_data, results, *flags))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -170,6 +205,7 @@ def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_dat
 
 # --------------------------------------------------------------------------- launching
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -178,14 +214,26 @@ def free_port() -> int:
 
 def test_two_torchrun_launchers_rendezvous_as_two_nodes(small_data, tmp_path):
     results, port = tmp_path / "results", free_port()
-    nodes = [subprocess.Popen(torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
-                                       "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
-                                       f"--rdzv_id=test-{port}", "torch_script.py",
-                                       *common_flags(small_data, results, "--max_steps", "3",
-                                                     "--strategy", "data", "--devices", "2")),
-                              cwd=REPO_ROOT, env={**os.environ, **WORKER_ENV}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-             for node in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            torchrun(
+                "--nnodes=2",
+                f"--node_rank={node}",
+                "--nproc_per_node=1",
+                "--rdzv_backend=c10d",
+                f"--rdzv_endpoint=127.0.0.1:{port}",
+                f"--rdzv_id=test-{port}",
+                "torch_script.py",
+                *common_flags(small_data, results, "--max_steps", "3", "--strategy", "data", "--devices", "2"),
+            ),
+            cwd=REPO_ROOT,
+            env={**os.environ, **WORKER_ENV},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = [node.communicate(timeout=180)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
     rows = read_rows(str(results / CSV_NAME))
@@ -200,11 +248,18 @@ def children(pid: int) -> list:
 
 def test_a_killed_worker_ends_the_run_with_an_error_within_a_minute(small_data, tmp_path):
     results = tmp_path / "results"
-    run = subprocess.Popen([sys.executable, "torch_script.py",
-                            *common_flags(small_data, results, "--num_epochs", "50", "--strategy", "data",
-                                          "--devices", "2")],
-                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "torch_script.py",
+            *common_flags(small_data, results, "--num_epochs", "50", "--strategy", "data", "--devices", "2"),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         csv_path, deadline = results / CSV_NAME, time.monotonic() + 120
         while not (csv_path.exists() and len(read_rows(str(csv_path))) >= 2):  # training is under way
@@ -224,27 +279,45 @@ def test_a_killed_worker_ends_the_run_with_an_error_within_a_minute(small_data, 
 
 # --------------------------------------------------------------------------- clear refusals
 
+
 def test_dataparallel_on_a_machine_without_gpus_is_one_line(small_data, tmp_path):
-    proc = run_script("torch_script.py", common_flags(small_data, tmp_path / "results", "--strategy", "data",
-                                                      "--devices", "2", "--dp_impl", "dataparallel"))
+    proc = run_script(
+        "torch_script.py",
+        common_flags(
+            small_data, tmp_path / "results", "--strategy", "data", "--devices", "2", "--dp_impl", "dataparallel"
+        ),
+    )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: --dp_impl dataparallel needs 2 CUDA devices") and \
-        proc.stderr.count("\n") == 1, proc.stderr
+    assert (
+        proc.stderr.startswith("error: --dp_impl dataparallel needs 2 CUDA devices") and proc.stderr.count("\n") == 1
+    ), proc.stderr
     assert not (tmp_path / "results").exists()
 
 
 def test_torchrun_with_the_wrong_number_of_processes_names_the_fix(small_data, tmp_path):
-    proc = subprocess.run(torchrun("--standalone", "--nproc_per_node=1", "torch_script.py",
-                                   *common_flags(small_data, tmp_path / "results", "--strategy", "tensor",
-                                                 "--devices", "2")),
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        torchrun(
+            "--standalone",
+            "--nproc_per_node=1",
+            "torch_script.py",
+            *common_flags(small_data, tmp_path / "results", "--strategy", "tensor", "--devices", "2"),
+        ),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "error: --strategy tensor --devices 2 needs 2 processes; torchrun started 1" in proc.stderr
 
 
 def test_another_framework_refuses_dataparallel_in_one_line(small_data, tmp_path):
-    proc = run_script("keras_script.py", common_flags(small_data, tmp_path / "results", "--strategy", "data",
-                                                      "--devices", "2", "--dp_impl", "dataparallel"))
+    proc = run_script(
+        "keras_script.py",
+        common_flags(
+            small_data, tmp_path / "results", "--strategy", "data", "--devices", "2", "--dp_impl", "dataparallel"
+        ),
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("error: ")
 
@@ -256,9 +329,24 @@ def test_early_stopping_and_reduce_on_plateau_follow_the_validation_loss(small_d
     from algorithms.recorder import read_rows
 
     results = tmp_path / "results"
-    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "6", "--parity",
-                                                      "--learning_rate", "1e-30", "--early_stopping", "2",
-                                                      "--reduce_lr_on_plateau", "1", "--plateau_factor", "0.5"))
+    proc = run_script(
+        "torch_script.py",
+        common_flags(
+            small_data,
+            results,
+            "--num_epochs",
+            "6",
+            "--parity",
+            "--learning_rate",
+            "1e-30",
+            "--early_stopping",
+            "2",
+            "--reduce_lr_on_plateau",
+            "1",
+            "--plateau_factor",
+            "0.5",
+        ),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_rows(str(results / "cnn2d_3layer_fullconnected_3layer_torch.csv"))
     val = [row for row in rows if row["phase"] == "val"]

@@ -1,6 +1,7 @@
 """Parity mode and the drift command, with real runs: two runs of torch and of
 TensorFlow are bit-identical, the two frameworks agree at step 1, dropout is off,
 and the drift report's numbers are recomputed here from the CSVs it read."""
+
 from __future__ import annotations
 
 import csv
@@ -27,11 +28,35 @@ def drift_run(small_data, tmp_path_factory):
     results = tmp_path_factory.mktemp("drift")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.drift", "--only", "torch,tensorflow", "--steps", str(STEPS),
-         "--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", str(BATCH),
-         "--network", NETWORK, "--results_dir", str(results), "--results_log", str(results / "results.log"),
-         "--run_id", RUN_ID],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "algorithms.drift",
+            "--only",
+            "torch,tensorflow",
+            "--steps",
+            str(STEPS),
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            str(BATCH),
+            "--network",
+            NETWORK,
+            "--results_dir",
+            str(results),
+            "--results_log",
+            str(results / "results.log"),
+            "--run_id",
+            RUN_ID,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results, proc.stdout
 
@@ -87,8 +112,9 @@ def test_parity_turns_dropout_off_and_records_what_it_set(drift_run, small_data)
     results, _ = drift_run
     dataset = load_dataset(str(small_data / "train.csv"), None, None, 0.2, 0)
     first_batch = batch_order(len(dataset.train_x), BATCH, 0, 0)[0]
-    expected, _ = initial_loss_and_logits(get_network(NETWORK), dataset.train_x[first_batch],
-                                          dataset.train_y[first_batch], seed=0)
+    expected, _ = initial_loss_and_logits(
+        get_network(NETWORK), dataset.train_x[first_batch], dataset.train_y[first_batch], seed=0
+    )
     recorded = float(raw_losses(csv_path(results, "torch"), RUN_ID + "-a")[0])
     assert recorded == pytest.approx(expected, rel=1e-6)
     log = (results / "results.log").read_text()

@@ -1,12 +1,27 @@
 """Result rows: appended, never rewritten; parsed back; a foreign file refused."""
+
 import pytest
 
 from algorithms.errors import InputError
-from algorithms.recorder import (CSV_COLUMNS, WARMUP_STEPS, ResultsCsv, read_rows, results_csv_name, run_ids,
-                                 steady_state_ms, summarize_rows)
+from algorithms.recorder import (
+    CSV_COLUMNS,
+    WARMUP_STEPS,
+    ResultsCsv,
+    read_rows,
+    results_csv_name,
+    run_ids,
+    steady_state_ms,
+    summarize_rows,
+)
 
-IDENTITY = {"framework": "torch", "backend": "torch", "network": "net", "strategy": "single",
-            "devices": 1, "global_batch": 4}
+IDENTITY = {
+    "framework": "torch",
+    "backend": "torch",
+    "network": "net",
+    "strategy": "single",
+    "devices": 1,
+    "global_batch": 4,
+}
 
 
 def test_csv_name_carries_the_backend_only_when_it_differs():
@@ -19,8 +34,18 @@ def test_a_second_run_appends_and_rows_parse_back(tmp_path):
     for run, losses in (("a", [2.3, 2.1]), ("b", [2.2])):
         writer = ResultsCsv(path, {"run_id": run, **IDENTITY})
         for step, loss in enumerate(losses, start=1):
-            writer.write(epoch=1, step=step, phase="train", loss=loss, accuracy=0.5, learning_rate=0.05,
-                         step_time_ms=10.0, data_time_ms=1.0, samples_per_sec=400.0, wall_time_s=0.1 * step)
+            writer.write(
+                epoch=1,
+                step=step,
+                phase="train",
+                loss=loss,
+                accuracy=0.5,
+                learning_rate=0.05,
+                step_time_ms=10.0,
+                data_time_ms=1.0,
+                samples_per_sec=400.0,
+                wall_time_s=0.1 * step,
+            )
         writer.write(epoch=1, step=len(losses), phase="val", loss=1.5, accuracy=0.75)
         writer.close()
     with open(path) as handle:

@@ -2,6 +2,7 @@
 finished row, two runs on one CSV never mix lines, every malformed file is loaded
 or rejected with file:line, running out of memory ends with advice, and a loss
 that says the setup is wrong is named."""
+
 from __future__ import annotations
 
 import csv
@@ -27,9 +28,15 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def start(script, args, env_extra=None, **popen):
-    return subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT,
-                            env={**ENV, **(env_extra or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, script), *args],
+        cwd=REPO_ROOT,
+        env={**ENV, **(env_extra or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def wait_for_rows(path, count, proc, run_id="", timeout=300):
@@ -47,17 +54,38 @@ def wait_for_rows(path, count, proc, run_id="", timeout=300):
 
 # --------------------------------------------------------------------------- signals
 
-@pytest.mark.parametrize("framework, signum", [
-    (get("torch"), signal.SIGINT),
-    (get("tensorflow"), signal.SIGTERM),
-    (get("keras_jax"), signal.SIGTERM),
-    (get("caffe"), signal.SIGINT),
-], ids=["torch-SIGINT", "tensorflow-SIGTERM", "keras_jax-SIGTERM", "caffe-SIGINT"])
+
+@pytest.mark.parametrize(
+    "framework, signum",
+    [
+        (get("torch"), signal.SIGINT),
+        (get("tensorflow"), signal.SIGTERM),
+        (get("keras_jax"), signal.SIGTERM),
+        (get("caffe"), signal.SIGINT),
+    ],
+    ids=["torch-SIGINT", "tensorflow-SIGTERM", "keras_jax-SIGTERM", "caffe-SIGINT"],
+)
 def test_a_signal_mid_run_keeps_every_finished_row(framework, signum, small_data, tmp_path):
     results = tmp_path / "results"
-    proc = start(framework.script, ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
-                                    "--num_epochs", "50", "--results_dir", str(results), "--run_id", "sig", "--quiet"],
-                 framework.env)
+    proc = start(
+        framework.script,
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            "16",
+            "--num_epochs",
+            "50",
+            "--results_dir",
+            str(results),
+            "--run_id",
+            "sig",
+            "--quiet",
+        ],
+        framework.env,
+    )
     csv_path = str(results / results_csv_name(NETWORK, framework.framework, framework.backend))
     wait_for_rows(csv_path, 3, proc)
     proc.send_signal(signum)
@@ -72,7 +100,7 @@ def test_a_signal_mid_run_keeps_every_finished_row(framework, signum, small_data
     with open(csv_path) as handle:
         assert all(line.endswith("\n") and line.count(",") == len(CSV_COLUMNS) - 1 for line in handle)
     log = (tmp_path / "results.log").read_text()
-    assert f"status:" in log and f"interrupted by {name}" in log and f"steps:" in log
+    assert "status:" in log and f"interrupted by {name}" in log and "steps:" in log
 
 
 def torchrun_worker(launcher_pid: int, rank: int, timeout: float = 60) -> int:
@@ -99,9 +127,28 @@ def test_a_signal_to_one_torchrun_worker_stops_every_rank_after_the_same_step(sm
     both ranks and they stopped a step apart, the chief waited in that all-reduce until
     torchrun killed it, leaving no record (CI, test_a_run_killed_and_resumed[torch-data-2])."""
     results = tmp_path / "results"
-    proc = start("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16",
-                                     "--num_epochs", "50", "--strategy", "data", "--devices", "2",
-                                     "--results_dir", str(results), "--run_id", "one", "--quiet"])
+    proc = start(
+        "torch_script.py",
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            "16",
+            "--num_epochs",
+            "50",
+            "--strategy",
+            "data",
+            "--devices",
+            "2",
+            "--results_dir",
+            str(results),
+            "--run_id",
+            "one",
+            "--quiet",
+        ],
+    )
     csv_path = str(results / f"{NETWORK}_torch.csv")
     wait_for_rows(csv_path, 3, proc)
     os.kill(torchrun_worker(proc.pid, rank=1), signal.SIGTERM)  # not rank 0, the one that records
@@ -116,12 +163,26 @@ def test_a_signal_to_one_torchrun_worker_stops_every_rank_after_the_same_step(sm
 
 # --------------------------------------------------------------------------- concurrent runs
 
+
 def test_two_runs_at_once_on_one_csv_keep_every_row_whole(small_data, tmp_path):
     results = tmp_path / "results"
-    args = ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "16", "--num_epochs", "3",
-            "--results_dir", str(results), "--quiet"]
-    procs = [start("torch_script.py", args + ["--run_id", run_id, "--seed", str(seed)])
-             for seed, run_id in enumerate(("first", "second"))]
+    args = [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        "none",
+        "--batch_size",
+        "16",
+        "--num_epochs",
+        "3",
+        "--results_dir",
+        str(results),
+        "--quiet",
+    ]
+    procs = [
+        start("torch_script.py", args + ["--run_id", run_id, "--seed", str(seed)])
+        for seed, run_id in enumerate(("first", "second"))
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-2000:]
@@ -144,10 +205,11 @@ def test_two_runs_at_once_on_one_csv_keep_every_row_whole(small_data, tmp_path):
 
 # --------------------------------------------------------------------------- malformed files
 
+
 def _clean_rows(small_data, count=50):
     with open(small_data / "train.csv") as handle:
         lines = handle.read().splitlines()
-    return lines[0], lines[1:1 + count]
+    return lines[0], lines[1 : 1 + count]
 
 
 @pytest.mark.parametrize("variant", ["crlf", "utf8_bom", "quoted_numbers", "no_final_newline"])
@@ -169,8 +231,9 @@ def test_harmless_file_variants_load_exactly_like_the_clean_file(variant, small_
 
 
 def _rejected(train, tmp_path):
-    proc = run_script("torch_script.py", ["--train", str(train), "--test", "none",
-                                          "--results_dir", str(tmp_path / "results")])
+    proc = run_script(
+        "torch_script.py", ["--train", str(train), "--test", "none", "--results_dir", str(tmp_path / "results")]
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "results").exists()
@@ -180,7 +243,7 @@ def _rejected(train, tmp_path):
 def test_a_truncated_last_line_is_rejected_with_its_line(small_data, tmp_path):
     header, rows = _clean_rows(small_data)
     train = tmp_path / "train.csv"
-    train.write_text(header + "\n" + "\n".join(rows[:-1]) + "\n" + rows[-1][:len(rows[-1]) // 2])
+    train.write_text(header + "\n" + "\n".join(rows[:-1]) + "\n" + rows[-1][: len(rows[-1]) // 2])
     err = _rejected(train, tmp_path)
     assert f"train.csv:{len(rows) + 1}:" in err and "expected 785" in err
 
@@ -198,37 +261,65 @@ def test_one_bad_row_at_the_end_of_a_42000_row_file_is_found(tmp_path):
     assert "train.csv:42001: column 785 (pixel783) is 'x', not a number" in _rejected(train, tmp_path)
 
 
-@pytest.mark.parametrize("script, argv, expected", [
-    ("torch_script.py", ["--devices", "0"], "--devices: must be 1 or more, got 0"),
-    ("torch_script.py", ["--strategy", "sideways"], "--strategy: invalid choice: 'sideways'"),
-    ("caffe_script.py", ["--strategy", "data", "--devices", "2"], "--strategy data: caffe_script.py runs single"),
-    ("torch_script.py", ["--strategy", "data", "--devices", "2", "--batch_size", "33"],
-     "--batch_size 33 does not divide evenly across --devices (2); use --batch_size 32 or 34"),
-    ("torch_script.py", ["--strategy", "single", "--devices", "2"], "strategy 'single' runs on one device"),
-])
+@pytest.mark.parametrize(
+    "script, argv, expected",
+    [
+        ("torch_script.py", ["--devices", "0"], "--devices: must be 1 or more, got 0"),
+        ("torch_script.py", ["--strategy", "sideways"], "--strategy: invalid choice: 'sideways'"),
+        ("caffe_script.py", ["--strategy", "data", "--devices", "2"], "--strategy data: caffe_script.py runs single"),
+        (
+            "torch_script.py",
+            ["--strategy", "data", "--devices", "2", "--batch_size", "33"],
+            "--batch_size 33 does not divide evenly across --devices (2); use --batch_size 32 or 34",
+        ),
+        ("torch_script.py", ["--strategy", "single", "--devices", "2"], "strategy 'single' runs on one device"),
+    ],
+)
 def test_bad_parallel_flags_are_one_line_and_status_2(script, argv, expected, small_data, tmp_path):
-    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--test", "none",
-                               "--results_dir", str(tmp_path / "r")] + argv)
+    proc = run_script(
+        script,
+        ["--train", str(small_data / "train.csv"), "--test", "none", "--results_dir", str(tmp_path / "r")] + argv,
+    )
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "r").exists()
 
 
 # --------------------------------------------------------------------------- resources
 
+
 def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp_path):
     """A 2 GiB address-space limit and a batch of 3,200 images: torch's allocator fails;
     the advised batch of 800 then runs under the same limit."""
+
     def limit_memory():
-        resource.setrlimit(resource.RLIMIT_AS, (2 * 2 ** 30, 2 * 2 ** 30))
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
 
     results = tmp_path / "results"
 
     def run(batch_size):
-        return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), "--train",
-                               str(full_data / "train.csv"), "--test", "none", "--batch_size", batch_size,
-                               "--max_steps", "2", "--results_dir", str(results), "--quiet"],
-                              cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, preexec_fn=limit_memory,
-                              timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                os.path.join(REPO_ROOT, "torch_script.py"),
+                "--train",
+                str(full_data / "train.csv"),
+                "--test",
+                "none",
+                "--batch_size",
+                batch_size,
+                "--max_steps",
+                "2",
+                "--results_dir",
+                str(results),
+                "--quiet",
+            ],
+            cwd=REPO_ROOT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            preexec_fn=limit_memory,
+            timeout=300,
+        )
 
     proc = run("3200")
     assert proc.returncode == 3, proc.stderr[-2000:]
@@ -241,10 +332,26 @@ def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp
 
 # --------------------------------------------------------------------------- loss sanity
 
+
 def test_a_learning_rate_far_too_high_is_named_after_the_first_epoch(small_data, tmp_path):
-    proc = run_script("torch_script.py", ["--train", str(small_data / "train.csv"), "--test", "none",
-                                          "--batch_size", "32", "--num_epochs", "1", "--learning_rate", "20",
-                                          "--results_dir", str(tmp_path / "r"), "--quiet"])
+    proc = run_script(
+        "torch_script.py",
+        [
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            "32",
+            "--num_epochs",
+            "1",
+            "--learning_rate",
+            "20",
+            "--results_dir",
+            str(tmp_path / "r"),
+            "--quiet",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: the l" in proc.stderr and "learning rate" in proc.stderr and "(20)" in proc.stderr
     assert "diagnostics: " in (tmp_path / "results.log").read_text()
@@ -257,9 +364,17 @@ def test_the_loss_checks_name_causes_only_when_the_loss_says_so():
     assert "input not normalised" in first_loss_problem(float("nan"), 10)
 
     def after_20_updates(loss, val_accuracy):  # the first epoch end that judges "learned nothing"
-        return EpochEvidence(epoch=0, updates=20, samples=3200, updates_before=0, samples_before=0,
-                             train_loss=loss, val_loss=loss, val_accuracy=val_accuracy,
-                             val_labels=np.arange(800) % 10)
+        return EpochEvidence(
+            epoch=0,
+            updates=20,
+            samples=3200,
+            updates_before=0,
+            samples_before=0,
+            train_loss=loss,
+            val_loss=loss,
+            val_accuracy=val_accuracy,
+            val_labels=np.arange(800) % 10,
+        )
 
     assert stuck_loss_problem(after_20_updates(1.2, 0.6), 10, 0.05) is None
     assert "learned nothing" in stuck_loss_problem(after_20_updates(chance + 0.005, 0.1), 10, 0.05)
@@ -277,14 +392,27 @@ RESUMABLE = [
 ]
 
 
-@pytest.mark.parametrize("framework, extra", RESUMABLE,
-                         ids=["torch", "torch-data-2", "caffe", "tensorflow-data-2", "keras_jax"])
+@pytest.mark.parametrize(
+    "framework, extra", RESUMABLE, ids=["torch", "torch-data-2", "caffe", "tensorflow-data-2", "keras_jax"]
+)
 def test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(framework, extra, small_data, tmp_path):
     """Parity mode (deterministic): SIGTERM after a checkpoint, --resume, and every row
     after the checkpoint equals the uninterrupted run's."""
     results = tmp_path / "results"
-    common = ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "32", "--num_epochs", "2",
-              "--parity", "--results_dir", str(results), "--quiet"] + extra
+    common = [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        "none",
+        "--batch_size",
+        "32",
+        "--num_epochs",
+        "2",
+        "--parity",
+        "--results_dir",
+        str(results),
+        "--quiet",
+    ] + extra
     whole = run_script(framework.script, common + ["--run_id", "whole"], framework.env)
     assert whole.returncode == 0, whole.stderr[-2000:]
     proc = start(framework.script, common + ["--run_id", "cut", "--checkpoint_every", "4"], framework.env)
@@ -308,8 +436,10 @@ def test_resume_without_a_checkpoint_or_with_other_flags_is_refused(small_data, 
     common = ["--train", str(small_data / "train.csv"), "--test", "none", "--results_dir", str(results)]
     missing = run_script("torch_script.py", common + ["--resume", "nosuchrun"])
     assert missing.returncode == 2 and "--resume nosuchrun: no complete checkpoint in" in missing.stderr
-    done = run_script("torch_script.py", common + ["--batch_size", "64", "--max_steps", "3", "--checkpoint_every", "2",
-                                                   "--run_id", "r1", "--quiet"])
+    done = run_script(
+        "torch_script.py",
+        common + ["--batch_size", "64", "--max_steps", "3", "--checkpoint_every", "2", "--run_id", "r1", "--quiet"],
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     changed = run_script("torch_script.py", common + ["--batch_size", "32", "--resume", "r1"])
     assert changed.returncode == 2 and "batch_size 64 -> 32" in changed.stderr, changed.stderr

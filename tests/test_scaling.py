@@ -1,5 +1,6 @@
 """The scaling report, run for real on torch at 1 and 2 devices (small data, a
 few steps): the table, the CSV, the PNG and the verdict; and the verdict rule."""
+
 import csv
 
 import pytest
@@ -14,24 +15,44 @@ NETWORK = "cnn2d_3layer_fullconnected_3layer"
 
 def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
     results = tmp_path / "results"
-    proc = run_script("scaling_report.py", ["--frameworks", "torch", "--devices", "1,2", "--max_steps", "6",
-                                            "--train", str(small_data / "train.csv"), "--test", "none",
-                                            "--batch_size", "32", "--results_dir", str(results),
-                                            "--run_id", "scaling-test"])
+    proc = run_script(
+        "scaling_report.py",
+        [
+            "--frameworks",
+            "torch",
+            "--devices",
+            "1,2",
+            "--max_steps",
+            "6",
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            "32",
+            "--results_dir",
+            str(results),
+            "--run_id",
+            "scaling-test",
+        ],
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "speedup" in proc.stdout and "efficiency" in proc.stdout
     (verdict,) = [line for line in proc.stdout.splitlines() if line.startswith("verdict: torch:")]
     with open(results / "scaling" / "scaling-test.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert [(r["framework"], r["devices"], r["strategy"], r["status"]) for r in rows] == \
-        [("torch", "1", "single", "ok"), ("torch", "2", "data", "ok")]
+    assert [(r["framework"], r["devices"], r["strategy"], r["status"]) for r in rows] == [
+        ("torch", "1", "single", "ok"),
+        ("torch", "2", "data", "ok"),
+    ]
     one, two = rows
     speedup = float(one["ms_per_step"]) / float(two["ms_per_step"])
     assert float(two["speedup"]) == pytest.approx(speedup)
     assert float(two["efficiency"]) == pytest.approx(speedup / 2)
     assert ("don't add more" in verdict) == (speedup < WORTH_IT_AT_TWO), verdict
     assert float(two["predicted_allreduce_mb"]) == pytest.approx(
-        ring_allreduce_bytes(get_network(NETWORK).param_count(), 2) / 1e6)
+        ring_allreduce_bytes(get_network(NETWORK).param_count(), 2) / 1e6
+    )
     assert one["comm_ms"] == "" and 0 < float(two["comm_ms"]) < float(two["ms_per_step"])
     png = (results / "scaling" / "scaling-test.png").read_bytes()
     assert png.startswith(b"\x89PNG")
@@ -39,7 +60,10 @@ def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
 
 def test_verdict_follows_the_one_and_a_half_rule():
     def rows(ms_two):
-        made = [ScalingRow("a", 1, "single", "ok", ms_per_step=100.0), ScalingRow("a", 2, "data", "ok", ms_per_step=ms_two)]
+        made = [
+            ScalingRow("a", 1, "single", "ok", ms_per_step=100.0),
+            ScalingRow("a", 2, "data", "ok", ms_per_step=ms_two),
+        ]
         add_speedups(made)
         return made
 

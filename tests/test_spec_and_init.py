@@ -1,4 +1,5 @@
 """The spec's shapes, parameter and FLOP counts, and the shared numpy init."""
+
 import numpy as np
 import pytest
 
@@ -32,8 +33,15 @@ def test_flops_count_convolutions_and_dense_layers():
 
 def test_presets_carry_the_original_training_settings():
     sgd = CNN2D_3LAYER.training
-    assert (sgd.optimizer.name, sgd.optimizer.learning_rate, sgd.optimizer.momentum, sgd.optimizer.nesterov,
-            sgd.batch_size, sgd.epochs, sgd.validation_split) == ("sgd", 0.05, 0.9, True, 1000, 10, 0.2)
+    assert (
+        sgd.optimizer.name,
+        sgd.optimizer.learning_rate,
+        sgd.optimizer.momentum,
+        sgd.optimizer.nesterov,
+        sgd.batch_size,
+        sgd.epochs,
+        sgd.validation_split,
+    ) == ("sgd", 0.05, 0.9, True, 1000, 10, 0.2)
     adam = CNN2D_2LAYER.training
     assert (adam.optimizer.name, adam.optimizer.learning_rate, adam.batch_size) == ("adam", 5e-4, 50)
 

@@ -1,13 +1,29 @@
 """The main job's driver: runs the chosen frameworks and prints the table from their CSVs."""
+
 from algorithms.recorder import read_rows
 from tests.conftest import run_script
 
 
 def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
-    proc = run_script("run_all.py", ["--only", "torch,tensorflow", "--train", str(small_data / "train.csv"),
-                                     "--test", str(small_data / "test.csv"), "--num_epochs", "1",
-                                     "--batch_size", "64", "--results_dir", str(tmp_path / "results"),
-                                     "--run_id", "suite-test"])
+    proc = run_script(
+        "run_all.py",
+        [
+            "--only",
+            "torch,tensorflow",
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            str(small_data / "test.csv"),
+            "--num_epochs",
+            "1",
+            "--batch_size",
+            "64",
+            "--results_dir",
+            str(tmp_path / "results"),
+            "--run_id",
+            "suite-test",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("framework"))

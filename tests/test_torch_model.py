@@ -1,6 +1,7 @@
 """torch_wrapper's fast build (padding folded into the convolution, ReLU after the
 max-pool, in-place ReLUs, channels-last weights) computes what the spec's layers,
 built one by one, compute."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -32,8 +33,9 @@ def test_fused_layers_give_the_same_loss_and_gradients_as_the_spec_layers(name):
     assert fused[0].weight.is_contiguous(memory_format=torch.channels_last)
     plain_loss, plain_gradients = loss_and_gradients(plain, images, labels)
     # in the spec's layout (NCHW) the rebuilt layers do the same arithmetic, bit for bit
-    same_layout_loss, same_layout_gradients = loss_and_gradients(fused.to(memory_format=torch.contiguous_format),
-                                                                 images, labels)
+    same_layout_loss, same_layout_gradients = loss_and_gradients(
+        fused.to(memory_format=torch.contiguous_format), images, labels
+    )
     assert same_layout_loss == plain_loss
     for plain_gradient, gradient in zip(plain_gradients, same_layout_gradients, strict=True):
         assert torch.equal(plain_gradient, gradient)

@@ -11,6 +11,7 @@ batch step, --checkpointing against the plain backward pass, and a learning
 rate of 0 set through set_learning_rate leaving the weights alone. Four
 processes: hybrid, 2 replicas x each inner strategy on 2.
 """
+
 import json
 import os
 import sys
@@ -37,10 +38,15 @@ TWO_PROCESS_RUNS = (  # (name, flags, accumulated batches)
     ("pipeline", ["--strategy", "pipeline", "--devices", "2"], 1),
     ("pipeline_checkpointing", ["--strategy", "pipeline", "--devices", "2", "--checkpointing"], 1),
 )
-ONE_DEVICE_RUNS = (("accumulate2", ["--accumulate", "2"], 2), ("accumulate3", ["--accumulate", "3"], 3),
-                   ("checkpointing", ["--checkpointing"], 1))
-FOUR_PROCESS_RUNS = tuple((f"hybrid_{inner}", ["--strategy", "hybrid", "--devices", "4", "--inner", inner], 1)
-                          for inner in ("tensor", "model", "pipeline"))
+ONE_DEVICE_RUNS = (
+    ("accumulate2", ["--accumulate", "2"], 2),
+    ("accumulate3", ["--accumulate", "3"], 3),
+    ("checkpointing", ["--checkpointing"], 1),
+)
+FOUR_PROCESS_RUNS = tuple(
+    (f"hybrid_{inner}", ["--strategy", "hybrid", "--devices", "4", "--inner", inner], 1)
+    for inner in ("tensor", "model", "pipeline")
+)
 
 
 def config_for(train_csv: str, *flags):
@@ -72,15 +78,21 @@ def keyed(config, position, tensors) -> dict:
 def initial_tensors(config) -> list:
     from torch_wrapper.model import build_model
     from algorithms.init import initial_weights
-    return [p.detach().numpy() for p in build_model(config.network, initial_weights(config.network, config.seed)).parameters()]
+
+    return [
+        p.detach().numpy()
+        for p in build_model(config.network, initial_weights(config.network, config.seed)).parameters()
+    ]
 
 
 def largest_differences(loss, tensors: dict, reference_loss, reference: dict) -> dict:
     assert tensors.keys() == reference.keys(), (sorted(tensors), sorted(reference))
-    return {"loss": abs(loss - reference_loss),
-            "grad": max(float(np.abs(tensors[k][0] - reference[k][0]).max()) for k in reference),
-            "weight": max(float(np.abs(tensors[k][1] - reference[k][1]).max()) for k in reference),
-            "grad_scale": max(float(np.abs(reference[k][0]).max()) for k in reference)}
+    return {
+        "loss": abs(loss - reference_loss),
+        "grad": max(float(np.abs(tensors[k][0] - reference[k][0]).max()) for k in reference),
+        "weight": max(float(np.abs(tensors[k][1] - reference[k][1]).max()) for k in reference),
+        "grad_scale": max(float(np.abs(reference[k][0]).max()) for k in reference),
+    }
 
 
 def main(train_csv: str) -> None:
@@ -92,7 +104,7 @@ def main(train_csv: str) -> None:
     report = {}
     join_process_group()
     world = dist.get_world_size()
-    for name, flags, parts in (TWO_PROCESS_RUNS if world == 2 else FOUR_PROCESS_RUNS):
+    for name, flags, parts in TWO_PROCESS_RUNS if world == 2 else FOUR_PROCESS_RUNS:
         config = config_for(train_csv, *flags)
         trainer = build_trainer(config)
         loss, tensors = step(trainer, images, labels, parts)
@@ -100,16 +112,19 @@ def main(train_csv: str) -> None:
         position = dist.get_rank() % plan.group
         everyone = [None] * world
         dist.all_gather_object(everyone, (loss, keyed(config, position if plan.group > 1 else 0, tensors)))
-        replicas = [everyone[r * plan.group:(r + 1) * plan.group] for r in range(plan.replicas)]
+        replicas = [everyone[r * plan.group : (r + 1) * plan.group] for r in range(plan.replicas)]
         first = replicas[0]  # the ranks of replica 0, by position
         if plan.shards:  # each position holds a slice of every layer's output channels
             merged = {k: tuple(np.concatenate([rank[1][k][i] for rank in first]) for i in (0, 1)) for k in first[0][1]}
         else:  # each position holds its stage's layers (one position: the whole model)
             merged = {k: v for rank in first for k, v in rank[1].items()}
         if plan.replicas > 1:  # every replica must hold the very same weights after the step
-            report[f"{name}_replica_gap"] = max(float(np.abs(other[1][k][1] - mine[1][k][1]).max())
-                                                for replica in replicas[1:] for other, mine in zip(replica, first)
-                                                for k in mine[1])
+            report[f"{name}_replica_gap"] = max(
+                float(np.abs(other[1][k][1] - mine[1][k][1]).max())
+                for replica in replicas[1:]
+                for other, mine in zip(replica, first)
+                for k in mine[1]
+            )
         report[name] = largest_differences(loss, merged, reference_loss, reference)
         report[name]["ranks_agree_on_loss"] = len({rank[0] for rank in everyone}) == 1
     for name, flags, parts in ONE_DEVICE_RUNS if world == 2 else ():
@@ -122,7 +137,8 @@ def main(train_csv: str) -> None:
         _, tensors = step(trainer, images, labels)
         report["learning_rate_zero_moved_weights_by"] = max(
             float(np.abs(tensor[1] - reference_weight).max())
-            for tensor, reference_weight in zip(tensors, initial_tensors(single)))
+            for tensor, reference_weight in zip(tensors, initial_tensors(single))
+        )
     if dist.get_rank() == 0:
         print(json.dumps(report))
     dist.destroy_process_group()

@@ -2,6 +2,7 @@
 process group (gloo on CPU, nccl when each local rank has its own GPU), the
 replica x position layout of the ranks with their subgroups, a clock for the
 time spent communicating, and the collectives the strategies are built from."""
+
 from __future__ import annotations
 
 import os
@@ -48,10 +49,12 @@ def signal_of_any_rank(device: torch.device):
     """For `session.signal_of_any_process`: every rank passes the signal it received
     (0: none) and gets the highest any rank received, so all stop after the same
     step. One 1-element all-reduce a step, after the step's timing ends."""
+
     def agree(signum: int) -> int:
         vote = torch.tensor([signum], dtype=torch.int32, device=device)
         dist.all_reduce(vote, op=dist.ReduceOp.MAX)
         return int(vote.item())
+
     return agree
 
 
@@ -65,13 +68,14 @@ class Layout:
     """Where this rank sits: replica `replica` of `replicas` (data parallel), and
     `position` of `group_size` inside it (model / tensor / pipeline). Global rank
     = replica x group_size + position."""
+
     replica: int
     replicas: int
     position: int
     group_size: int
-    inner_ranks: list                 # global ranks of this replica, by position
-    inner_group: Optional[object]     # process group of this replica's ranks (None: one rank)
-    data_group: Optional[object]      # process group of this position across replicas (None: one replica)
+    inner_ranks: list  # global ranks of this replica, by position
+    inner_group: Optional[object]  # process group of this replica's ranks (None: one rank)
+    data_group: Optional[object]  # process group of this position across replicas (None: one replica)
 
 
 def make_layout(replicas: int, group_size: int) -> Layout:
@@ -176,7 +180,7 @@ def sum_gradients(parameters, group, clock: CommClock) -> None:
         dist.all_reduce(flat, group=group)
     offset = 0
     for grad in grads:
-        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+        grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
         offset += grad.numel()
 
 
@@ -207,8 +211,9 @@ def describe_devices() -> str:
         world = int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         gpus = torch.cuda.is_available() and torch.cuda.device_count() >= local
-        return (f"{world} processes under torchrun, " +
-                (f"one GPU each ({torch.cuda.get_device_name(0)}), nccl" if gpus else f"cpu, {threads} each, gloo"))
+        return f"{world} processes under torchrun, " + (
+            f"one GPU each ({torch.cuda.get_device_name(0)}), nccl" if gpus else f"cpu, {threads} each, gloo"
+        )
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     return f"cpu ({threads})"

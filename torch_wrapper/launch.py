@@ -7,6 +7,7 @@ in the process the user started:
 - under torchrun (WORLD_SIZE set, e.g. a multi-node launch typed by the user):
   this process is a rank; the world size must be the plan's device count;
 - --dp_impl dataparallel: one process driving N GPUs with nn.DataParallel."""
+
 from __future__ import annotations
 
 import os
@@ -20,26 +21,41 @@ def launch(config, argv: list) -> None:
     if "WORLD_SIZE" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         if world != plan.devices:
-            raise InputError(f"--strategy {plan.strategy} --devices {plan.devices} needs {plan.devices} processes; "
-                             f"torchrun started {world} (set --nnodes x --nproc_per_node = {plan.devices})")
+            raise InputError(
+                f"--strategy {plan.strategy} --devices {plan.devices} needs {plan.devices} processes; "
+                f"torchrun started {world} (set --nnodes x --nproc_per_node = {plan.devices})"
+            )
         return
     if config.dp_impl == "dataparallel":
         import torch  # only now: the check needs CUDA's device count
+
         gpus = torch.cuda.device_count()
         if gpus < plan.devices:
-            raise InputError(f"--dp_impl dataparallel needs {plan.devices} CUDA devices and this machine has {gpus}; "
-                             f"drop the flag to run DistributedDataParallel over {plan.devices} processes (gloo on CPU)")
+            raise InputError(
+                f"--dp_impl dataparallel needs {plan.devices} CUDA devices and this machine has {gpus}; "
+                f"drop the flag to run DistributedDataParallel over {plan.devices} processes (gloo on CPU)"
+            )
         return
     if plan.strategy == "single":
         return
     script = os.path.abspath(sys.argv[0])
     threads = max(1, (os.cpu_count() or 1) // plan.devices)  # the ranks share this machine's cores
     env = {"OMP_NUM_THREADS": str(threads), **os.environ}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={plan.devices}",
-               script, *argv]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={plan.devices}",
+        script,
+        *argv,
+    ]
     if not config.quiet:
-        print(f"launching {plan.devices} processes: torchrun --standalone --nproc_per_node={plan.devices} "
-              f"{os.path.basename(script)} ...", flush=True)
+        print(
+            f"launching {plan.devices} processes: torchrun --standalone --nproc_per_node={plan.devices} "
+            f"{os.path.basename(script)} ...",
+            flush=True,
+        )
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, command, env)

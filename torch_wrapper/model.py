@@ -10,6 +10,7 @@ becomes the convolution's own padding and a ReLU before a max-pool runs after it
 (exact: spec.py says why), ReLUs work in place, and conv weights are channels-last
 (NHWC), the layout oneDNN's fastest CPU convolutions take. That changes only the
 convolutions' summation order, alike in every strategy's layers."""
+
 from __future__ import annotations
 
 from typing import Optional

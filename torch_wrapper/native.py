@@ -1,6 +1,7 @@
 """The benchmark's PyTorch side (algorithms/probe.py): a minimal native training
 loop on the same model, weights, batches and dropout seed as torch_script.py, the
 wrapper's own step as the harness, torch.mm for the GEMM peak and torch.compile."""
+
 from __future__ import annotations
 
 import time
@@ -33,9 +34,13 @@ class Native:
         self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
         torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
         self.forward = torch.compile(self.model) if compile_model else self.model
-        self.batches = {id(parts): (torch.from_numpy(dataset.train_x[parts[0]][:, None]),
-                                    torch.from_numpy(dataset.train_y[parts[0]].astype(np.int64)))
-                        for _, parts in schedule}
+        self.batches = {
+            id(parts): (
+                torch.from_numpy(dataset.train_x[parts[0]][:, None]),
+                torch.from_numpy(dataset.train_y[parts[0]].astype(np.int64)),
+            )
+            for _, parts in schedule
+        }
         self.losses: list = []  # loss tensors, read only after the timed steps
 
     def run(self, steps: list) -> list:
@@ -77,4 +82,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
     return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
-

@@ -8,6 +8,7 @@ one optimizer step. Model parallelism is the same with one micro-batch (the
 conv block on one device, the dense block on the next, each idle while the
 other works). The loss is scaled by 1 / (samples in the optimizer step), so the
 summed gradients are the whole batch's mean, as on one device."""
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,15 @@ class StageSchedule:
     """This rank's stage and its neighbours. `boundary_shapes[k]` is the shape of
     one sample entering stage k (channels first)."""
 
-    def __init__(self, stage: torch.nn.Module, layout: Layout, boundary_shapes: list, micro_batches: int,
-                 device: torch.device, clock: CommClock):
+    def __init__(
+        self,
+        stage: torch.nn.Module,
+        layout: Layout,
+        boundary_shapes: list,
+        micro_batches: int,
+        device: torch.device,
+        clock: CommClock,
+    ):
         self.stage, self.layout, self.device, self.clock = stage, layout, device, clock
         self.position, self.count = layout.position, layout.group_size
         self.in_shape = boundary_shapes[self.position]
@@ -61,10 +69,10 @@ class StageSchedule:
         starts = [sum(sizes[:m]) for m in range(len(sizes))]
         kept, sums = [], torch.zeros(2, device=self.device)
         for start, size in zip(starts, sizes):
-            inputs = self._input(images[start:start + size], size)
+            inputs = self._input(images[start : start + size], size)
             outputs = self.stage(inputs)
             if self.last:
-                target = labels[start:start + size]
+                target = labels[start : start + size]
                 loss_sum = F.cross_entropy(outputs, target, reduction="sum")
                 sums += torch.stack([loss_sum.detach(), (outputs.argmax(1) == target).sum().float()])
                 kept.append((inputs, loss_sum / total))

@@ -5,6 +5,7 @@ full input, and an all-gather joins the slices into the full activation that
 every rank then feeds to the next layer. Non-parametric layers (padding,
 pooling, flatten, dropout) run on every rank alike; dropout draws the same mask
 on every rank of a replica because they share the seed."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -30,8 +31,9 @@ class GatheredShard(nn.Module):
         return gather_shards(self.local(inputs), 1, self.sizes, self.group, self.clock)
 
 
-def build_tensor_parallel(network: Network, weights: list, shards: dict, layout: Layout,
-                          clock: CommClock, checkpointing: bool) -> nn.Sequential:
+def build_tensor_parallel(
+    network: Network, weights: list, shards: dict, layout: Layout, clock: CommClock, checkpointing: bool
+) -> nn.Sequential:
     """This rank's model: its shard of each parametric layer, gathered after each.
     With `checkpointing`, each shard's local compute is recomputed in the backward
     pass (the all-gather is not: it stays outside the recomputed part)."""
@@ -41,8 +43,9 @@ def build_tensor_parallel(network: Network, weights: list, shards: dict, layout:
         if index in shards:
             local = nn.Sequential(*layer_parts)
             sizes = [stop - start for start, stop in shards[index]]
-            modules.append(GatheredShard(Checkpointed(local) if checkpointing else local, sizes,
-                                         layout.inner_group, clock))
+            modules.append(
+                GatheredShard(Checkpointed(local) if checkpointing else local, sizes, layout.inner_group, clock)
+            )
         else:
             modules.extend(layer_parts)
     return nn.Sequential(*modules)

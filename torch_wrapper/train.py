@@ -1,6 +1,7 @@
 """PyTorch training: the trainer for the run's strategy (trainer.py), driven by the
 shared loop in algorithms/loop.py. Multi-process strategies run one process per
 device under torchrun (torch_wrapper/launch.py starts it); rank 0 records the run."""
+
 from __future__ import annotations
 
 import numpy as np

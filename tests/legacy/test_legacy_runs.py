@@ -2,6 +2,7 @@
 to the same checks as the modern wrappers (tests/test_frameworks.py): the loss goes
 down, every CSV row parses with the common schema, results.log and the predictions
 are written. Plus what only these runs have: THEANO_FLAGS in results.log."""
+
 import pytest
 
 from algorithms.frameworks import FRAMEWORKS, get
@@ -30,5 +31,6 @@ def test_a_lasagne_run_killed_and_resumed_gives_the_uninterrupted_losses(small_d
 def test_a_keras_theano_run_killed_and_resumed_gives_the_uninterrupted_losses(small_data, tmp_path):
     import tests.test_reliability as reliability
 
-    reliability.test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(get("keras_theano"), [], small_data,
-                                                                             tmp_path)
+    reliability.test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(
+        get("keras_theano"), [], small_data, tmp_path
+    )

@@ -1,5 +1,6 @@
 """backends/theano_backend.py: the project's THEANO_FLAGS (a user's are kept),
 and each of the four bridges, exercised through the Lasagne / Keras code that needs it."""
+
 import collections
 import collections.abc
 import inspect
@@ -9,7 +10,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 os.environ["KERAS_BACKEND"] = "theano"  # before keras_wrapper.compat imports keras
 
@@ -22,16 +22,19 @@ import theano.tensor as T  # noqa: E402
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 
-PRINT_CONFIG = ("from backends import theano_backend; import json, theano; c = theano.config; "
-                "print(json.dumps([c.floatX, c.mode, c.device, c.blas__ldflags, c.base_compiledir, "
-                "theano_backend.describe_theano()]))")
+PRINT_CONFIG = (
+    "from backends import theano_backend; import json, theano; c = theano.config; "
+    "print(json.dumps([c.floatX, c.mode, c.device, c.blas__ldflags, c.base_compiledir, "
+    "theano_backend.describe_theano()]))"
+)
 
 
 def _theano_config(env_changes: dict) -> list:
     env = {key: value for key, value in os.environ.items() if key != "THEANO_FLAGS"}
     env.update(env_changes)
-    proc = subprocess.run([sys.executable, "-c", PRINT_CONFIG], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PRINT_CONFIG], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -51,14 +54,20 @@ def test_project_sets_theano_flags_and_keeps_a_users_own(tmp_path):
 def test_without_the_bridges_lasagne_and_keras_do_not_import():
     """Proves the bridges are needed (and so that the tests below can fail)."""
     for code in ("import theano, lasagne.layers", "import theano, keras"):
-        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                              env={**os.environ, "THEANO_FLAGS": theano_backend.project_theano_flags()},
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "THEANO_FLAGS": theano_backend.project_theano_flags()},
+            timeout=300,
+        )
         assert proc.returncode != 0 and ("ImportError" in proc.stderr or "AttributeError" in proc.stderr), code
 
 
 def test_bridge_1_mrg_random_streams_drives_lasagne_dropout():
     from theano.sandbox.rng_mrg import MRG_RandomStream, MRG_RandomStreams
+
     assert MRG_RandomStreams is MRG_RandomStream
     images = T.matrix("images")
     dropout = lasagne.layers.DropoutLayer(lasagne.layers.InputLayer((None, 1000), input_var=images), p=0.25)
@@ -70,6 +79,7 @@ def test_bridge_1_mrg_random_streams_drives_lasagne_dropout():
 
 def test_bridge_2_downsample_max_pool_matches_numpy():
     from theano.tensor.signal import downsample
+
     assert downsample.max_pool_2d is theano_backend.max_pool_2d
     images = T.tensor4("images")
     pool = lasagne.layers.MaxPool2DLayer(lasagne.layers.InputLayer((None, 3, 6, 8), input_var=images), 2)
@@ -98,4 +108,5 @@ def test_bridge_4_getargspec_answers_like_python_3_10():
 
 def test_keras_runs_on_the_theano_backend():
     from keras_wrapper import compat
+
     assert keras.__version__ == "2.3.1" and keras.backend.backend() == "theano" == compat.BACKEND
