@@ -63,7 +63,7 @@ test: lint legacy-setup caffe
 
 # The edit loop's subset (under 5 minutes on 2 cores): every test not marked slow, main env
 # only; the slow ones are the multi-process, signal and every-framework runs. CI runs `make test`.
-test-fast: lint
+test-fast: lint caffe
 	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
 
 # The shipped reference runs in results/baseline/ (both networks, 3 epochs at the

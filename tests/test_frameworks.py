@@ -13,6 +13,8 @@ from algorithms.recorder import CSV_COLUMNS, read_rows, run_ids
 from tests.conftest import csv_suffix, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 
+pytestmark = pytest.mark.slow  # a real run of every framework: `make test-fast` leaves them out
+
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 MAIN = [framework for framework in FRAMEWORKS if framework.venv == "main"]  # tests/legacy/ runs the others
 EPOCHS, BATCH, TRAIN_ROWS = 2, 32, 480  # 600 rows less the 20% validation split

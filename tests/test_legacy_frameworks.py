@@ -13,6 +13,8 @@ from tests.conftest import REPO_ROOT, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 from tests.test_frameworks import NETWORK
 
+pytestmark = pytest.mark.slow  # the legacy env's frameworks, re-executed: `make test-fast` leaves them out
+
 
 def test_shared_init_gives_theano_the_same_initial_loss_and_logits_as_torch(small_data):
     train_csv = str(small_data / "train.csv")

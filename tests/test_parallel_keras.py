@@ -22,6 +22,8 @@ from algorithms.recorder import read_rows
 from algorithms.spec import Dropout, get_network
 from tests.conftest import REPO_ROOT, run_script
 
+pytestmark = pytest.mark.slow  # Keras data parallel on two backends: `make test-fast` leaves them out
+
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 BATCH, EPOCHS, WARMUP = 32, 2, 1000
 

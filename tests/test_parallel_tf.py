@@ -22,6 +22,8 @@ import pytest
 from algorithms.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 
+pytestmark = pytest.mark.slow  # MirroredStrategy and TF_CONFIG multi-worker runs: `make test-fast` leaves them out
+
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 BATCH, EPOCHS = 32, 2
 

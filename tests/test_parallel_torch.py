@@ -18,6 +18,8 @@ import pytest
 from algorithms.recorder import read_rows, run_ids
 from tests.conftest import REPO_ROOT, run_script
 
+pytestmark = pytest.mark.slow  # torchrun runs of every strategy: `make test-fast` leaves them out
+
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 CSV_NAME = f"{NETWORK}_torch.csv"
 BATCH = 32
@@ -123,16 +125,22 @@ def test_hybrid_on_four_processes_equals_one_device_for_every_inner_strategy(sma
 
 # --------------------------------------------------------------------------- training runs
 
-# (name, flags, processes, draws the one-device run's dropout masks: stages and tensor
-# slices of one replica do; replicas and micro-batches draw their own)
+# (name, flags, processes, steps that must equal the one-device run's: stages and tensor
+# slices of one replica draw its dropout masks; replicas and micro-batches draw their own)
+#   model:  every step (each stage runs the one-device layers' own kernels)
+#   tensor: the first 5; a shard's convolutions have fewer channels, and oneDNN picks their
+#           kernels (their summation order) by channel count, so float32 differences then
+#           compound (on an AVX-512 host: 5e-4 at step 7, 1.3e-2 at step 15, where AVX2
+#           stayed under 1e-4 for the epoch); tests/torch_parallel_probe.py holds one
+#           step's gradients to float32 tolerance
 STRATEGY_RUNS = [
-    ("data", ["--strategy", "data", "--devices", "2"], 2, False),
-    ("model", ["--strategy", "model", "--devices", "2"], 2, True),
-    ("tensor", ["--strategy", "tensor", "--devices", "2"], 2, True),
-    ("pipeline", ["--strategy", "pipeline", "--devices", "2", "--micro_batches", "4"], 2, False),
-    ("hybrid_pipeline", ["--strategy", "hybrid", "--devices", "4", "--inner", "pipeline"], 4, False),
+    ("data", ["--strategy", "data", "--devices", "2"], 2, 0),
+    ("model", ["--strategy", "model", "--devices", "2"], 2, None),
+    ("tensor", ["--strategy", "tensor", "--devices", "2"], 2, 5),
+    ("pipeline", ["--strategy", "pipeline", "--devices", "2", "--micro_batches", "4"], 2, 0),
+    ("hybrid_pipeline", ["--strategy", "hybrid", "--devices", "4", "--inner", "pipeline"], 4, 0),
 ]
-EPOCH_DRIFT = 1e-4  # float32 differences a whole epoch of SGD with momentum can grow
+EPOCH_DRIFT = 1e-4  # float32 differences a whole epoch of SGD with momentum can grow in the same kernels
 
 
 def train_losses(results) -> list:
@@ -142,14 +150,18 @@ def train_losses(results) -> list:
 @pytest.fixture(scope="module")
 def one_device_losses(small_data, tmp_path_factory):
     results = tmp_path_factory.mktemp("one_device") / "results"
-    proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1"), WORKER_ENV)
+    # one thread, as each of the two ranks gets (--threads // ranks on this machine): oneDNN picks
+    # its convolution kernels by thread count, and a different summation order is not the strategy
+    proc = run_script(
+        "torch_script.py", common_flags(small_data, results, "--num_epochs", "1", "--threads", "1"), WORKER_ENV
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return train_losses(results)
 
 
-@pytest.mark.parametrize("name, flags, devices, same_masks", STRATEGY_RUNS, ids=[r[0] for r in STRATEGY_RUNS])
+@pytest.mark.parametrize("name, flags, devices, equal_steps", STRATEGY_RUNS, ids=[r[0] for r in STRATEGY_RUNS])
 def test_each_strategy_trains_and_only_rank_0_records(
-    name, flags, devices, same_masks, small_data, tmp_path, one_device_losses
+    name, flags, devices, equal_steps, small_data, tmp_path, one_device_losses
 ):
     results = tmp_path / "results"
     proc = run_script("torch_script.py", common_flags(small_data, results, "--num_epochs", "1", *flags), WORKER_ENV)
@@ -168,8 +180,8 @@ def test_each_strategy_trains_and_only_rank_0_records(
     assert np.mean(losses[-third:]) < np.mean(losses[:third]), losses
     (val,) = [r for r in rows if r["phase"] == "val"]
     assert val["loss"] < losses[0], (val["loss"], losses[0])
-    if same_masks:  # then the whole epoch, dropout on, is the one-device epoch
-        np.testing.assert_allclose(losses, one_device_losses, rtol=0, atol=EPOCH_DRIFT)
+    if equal_steps != 0:  # the same masks: those steps, dropout on, are the one-device run's
+        np.testing.assert_allclose(losses[:equal_steps], one_device_losses[:equal_steps], rtol=0, atol=EPOCH_DRIFT)
     assert all(0 < r["comm_time_ms"] < r["step_time_ms"] for r in train), [r["comm_time_ms"] for r in train]
     log = (tmp_path / "results.log").read_text()
     assert log.count("=== ") == 1 and "completed" in log and f"{devices} processes under torchrun" in log

@@ -23,6 +23,8 @@ from algorithms.frameworks import get
 from algorithms.recorder import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
 
+pytestmark = pytest.mark.slow  # signals, kills, resume and out-of-memory runs: `make test-fast` leaves them out
+
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
