@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .errors import InputError
-from .spec import Conv2D, Dense, Flatten, Network
+from .spec import Conv2D, Dense, Flatten, Network, ZeroPad2D
 
 STRATEGIES = ("single", "data", "model", "tensor", "pipeline", "hybrid")
 INNER_STRATEGIES = ("model", "tensor", "pipeline")
@@ -81,26 +81,34 @@ def layer_stages(network: Network, stages: int) -> tuple:
     """Contiguous layer ranges, one per stage. Two stages: the conv block and the
     dense block (cut at the Flatten), the placement the original model-parallel
     examples use. More: cut where the forward FLOPs are most even, never inside
-    a layer's own activation."""
+    a layer's own activation, never between a ZeroPad2D and the layer it pads (a
+    wrapper may fold the pair into one padded convolution), and every stage holds
+    a layer with weights (a stage without any has nothing to train)."""
     count = len(network.layers)
     if stages == 1:
         return ((0, count),)
     flatten = next(i for i, layer in enumerate(network.layers) if isinstance(layer, Flatten))
     if stages == 2:
         return ((0, flatten), (flatten, count))
+    parametric = [isinstance(layer, (Conv2D, Dense)) for layer in network.layers]
+    if stages > sum(parametric):
+        raise InputError(
+            f"--devices {stages}: {network.name} has only {sum(parametric)} layers with weights, "
+            f"one or more per stage; use --devices {sum(parametric)} or fewer"
+        )
     costs = _layer_flops(network)
-    if stages > count:
-        raise InputError(f"--devices {stages}: {network.name} has only {count} layers to place")
-    # minimise the most expensive stage over all contiguous cuts (dynamic programming; tiny n)
-    prefix = [0]
-    for cost in costs:
+    cuts_allowed = [start == 0 or not isinstance(network.layers[start - 1], ZeroPad2D) for start in range(count)]
+    # minimise the most expensive stage over all allowed contiguous cuts (dynamic programming; tiny n)
+    prefix, weighted = [0], [0]
+    for cost, has_weights in zip(costs, parametric):
         prefix.append(prefix[-1] + cost)
+        weighted.append(weighted[-1] + has_weights)
     best = {(0, 0): (0, ())}
     for k in range(1, stages + 1):
         for end in range(k, count + 1):
             options = []
             for start in range(k - 1, end):
-                if (k - 1, start) in best:
+                if (k - 1, start) in best and cuts_allowed[start] and weighted[end] > weighted[start]:
                     worst, cuts = best[(k - 1, start)]
                     options.append((max(worst, prefix[end] - prefix[start]), cuts + ((start, end),)))
             if options:
