@@ -63,9 +63,15 @@ def load_kaggle_csv(path: str, labelled: bool) -> tuple:
     check_file(path, "train.csv" if labelled else "test.csv")
     cached = _read_cache(path, labelled)
     if cached is None:
-        raw = _parse_kaggle_csv(path, labelled)
+        stamp = _source_stamp(path, labelled)
+        try:
+            raw = _parse_kaggle_csv(path, labelled)
+        except InputError:
+            _refuse_if_changed(path, labelled, stamp)  # a row cut off by the writer is not the user's bad row
+            raise
+        _refuse_if_changed(path, labelled, stamp)
         cached = _to_cache_arrays(raw, labelled)
-        _write_cache(path, cached, labelled)
+        _write_cache(path, cached, labelled, stamp)
     pixels = np.empty(cached["pixels"].shape, np.float32)
     # one pass, the same values as float32(x) / 255: uint8 converts to float32 exactly
     np.divide(cached["pixels"], np.float32(255.0), out=pixels, dtype=np.float32)
@@ -74,7 +80,7 @@ def load_kaggle_csv(path: str, labelled: bool) -> tuple:
     return pixels, labels
 
 
-def load_labels(path: str, expected_rows: int) -> np.ndarray:
+def load_labels(path: str, expected_rows: int, test_path: Optional[str] = None) -> np.ndarray:
     """Labels from an `ImageId,Label` file (Kaggle submission format), ordered by ImageId."""
     check_file(path, "test_labels.csv")
     try:
@@ -86,6 +92,12 @@ def load_labels(path: str, expected_rows: int) -> np.ndarray:
         raise InputError(
             f"{path}:1: expected the header 'ImageId,Label'; "
             "write one line per test image: ImageId (1-based), Label (0-9)"
+        )
+    count = sum(1 for row in rows[1:] if row)
+    if count > expected_rows:  # fewer: the first ImageId without a label is named below
+        raise InputError(
+            f"{path}: {count} labels for the {expected_rows} images of {test_path or 'the test file'}; "
+            "pass the labels of that test file with --test_labels (one ImageId,Label line per image)"
         )
     labels = np.full(expected_rows, -1, np.int32)
     for line_number, row in enumerate(rows[1:], start=2):
@@ -106,7 +118,7 @@ def load_labels(path: str, expected_rows: int) -> np.ndarray:
     if missing.size:
         raise InputError(
             f"{path}: no label for ImageId {missing[0] + 1} ({missing.size} missing); "
-            f"the test file has {expected_rows} images"
+            f"{test_path or 'the test file'} has {expected_rows} images; pass the labels of that test file"
         )
     return labels
 
@@ -266,12 +278,24 @@ def _to_cache_arrays(table: np.ndarray, labelled: bool) -> dict:
     return {"pixels": pixels, "labels": labels}
 
 
-def _write_cache(path: str, arrays: dict, labelled: bool) -> None:
+def _refuse_if_changed(path: str, labelled: bool, stamp: np.ndarray) -> None:
+    """A file that grew or was rewritten while it was parsed (a download or an export
+    still running) gives rows of neither version: refused, not cached."""
+    now = _source_stamp(path, labelled)
+    if not np.array_equal(now, stamp):
+        raise InputError(
+            f"{path}: changed while it was read ({stamp[2]:,} bytes, then {now[2]:,}); "
+            "wait until whatever writes it has finished, then run again"
+        )
+
+
+def _write_cache(path: str, arrays: dict, labelled: bool, stamp: np.ndarray) -> None:
+    """`stamp`: the file's as it was parsed, so a later change misses the cache."""
     target = cache_path(path)
     temporary = f"{target}.{os.getpid()}.tmp"
     try:
         with open(temporary, "wb") as cache:
-            for array in (_source_stamp(path, labelled), arrays["labels"], arrays["pixels"]):
+            for array in (stamp, arrays["labels"], arrays["pixels"]):
                 np.save(cache, array)
         os.replace(temporary, target)  # atomic: a reader never sees half a cache
     except OSError as error:  # a read-only data folder only costs the speed-up
@@ -385,7 +409,7 @@ def load_dataset(
     if test_path:
         dataset.test_x, _ = load_kaggle_csv(test_path, labelled=False)
         if test_labels_path:
-            dataset.test_y = load_labels(test_labels_path, len(dataset.test_x))
+            dataset.test_y = load_labels(test_labels_path, len(dataset.test_x), test_path)
     return dataset
 
 
