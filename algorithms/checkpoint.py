@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from typing import Optional
 
 from .errors import InputError
 
@@ -77,14 +78,11 @@ def prune(root: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def find_resume_point(root: str, run_id: str, settings: dict) -> tuple:
+def find_resume_point(root: str, run_id: str, settings: dict, max_steps: Optional[int] = None) -> tuple:
     """(checkpoint folder, its state) to resume from, or an InputError naming the fix."""
     found = complete_checkpoints(root)
     if not found:
-        raise InputError(
-            f"--resume {run_id}: no complete checkpoint in {root}; the run must have been started "
-            "with --checkpoint_every N (and the same --results_dir)"
-        )
+        raise InputError(f"--resume {run_id}: " + _why_none(root, run_id))
     directory = found[-1]
     with open(os.path.join(directory, STATE_FILE)) as handle:
         state = json.load(handle)
@@ -98,7 +96,38 @@ def find_resume_point(root: str, run_id: str, settings: dict) -> tuple:
             f"--resume {run_id}: the flags differ from the checkpointed run's: {'; '.join(changed)}; "
             "resume with the original flags (see its command line in results.log)"
         )
+    if max_steps is not None and max_steps <= state["step"]:
+        raise InputError(
+            f"--resume {run_id} --max_steps {max_steps}: its latest checkpoint is at step {state['step']} "
+            f"already; pass a --max_steps above {state['step']}, or drop it to train to the last epoch"
+        )
     return directory, state
+
+
+def _why_none(root: str, run_id: str) -> str:
+    """No checkpoint to resume from: the run has none at all, or has them for another
+    framework or network (its CSV name is the folder under checkpoints/<run_id>/)."""
+    run_folder, runs_folder = os.path.dirname(root), os.path.dirname(os.path.dirname(root))
+    others = sorted(name for name in _listdir(run_folder) if complete_checkpoints(os.path.join(run_folder, name)))
+    if others:
+        return (
+            f"no complete checkpoint in {root}: run {run_id} was checkpointed as {', '.join(others)}; "
+            "resume it with the entry script and --network that made it (its command line is in results.log)"
+        )
+    runs = sorted(_listdir(runs_folder))
+    return (
+        f"no complete checkpoint in {root}"
+        + (
+            f" (runs with checkpoints there: {', '.join(runs[-3:])}{', ...' if len(runs) > 3 else ''})"
+            if runs and not os.path.isdir(run_folder)
+            else ""
+        )
+        + "; the run must have been started with --checkpoint_every N (and the same --results_dir)"
+    )
+
+
+def _listdir(directory: str) -> list:
+    return os.listdir(directory) if os.path.isdir(directory) else []
 
 
 def step_folder(root: str, step: int) -> str:
