@@ -1,7 +1,9 @@
-"""The one exception for problems the user can fix (bad file, bad flag).
+"""The exceptions for problems the user can fix, and the exit statuses.
 
-Entry scripts print its message as one line, `error: ...`, and exit with status 2,
-before any result row is written.
+InputError (a bad file, a bad flag): entry scripts print its message as one line,
+`error: ...`, and exit with status 2, before any result row is written.
+ResourceError (the results cannot be written: a read-only or full disk): one line,
+status 3.
 """
 
 
@@ -9,5 +11,11 @@ class InputError(Exception):
     """A problem in the user's input; the message names the file/line and the fix."""
 
 
+class ResourceError(Exception):
+    """The machine cannot do what the run needs (write its results); the message names the path and the fix."""
+
+
 EXIT_INPUT_ERROR = 2
-EXIT_RESOURCE_ERROR = 3  # the machine ran out of something (memory): rows kept, advice printed
+EXIT_RESOURCE_ERROR = (
+    3  # the machine ran out of something (memory, disk space) or cannot write: rows kept, advice printed
+)

@@ -5,6 +5,7 @@ and message, which is all the frameworks have in common."""
 
 from __future__ import annotations
 
+import errno
 import math
 import signal
 import sys
@@ -95,6 +96,19 @@ def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, MemoryError) or any(pattern in text for pattern in OUT_OF_MEMORY_TEXT):
         return True
     return type(error).__name__ in OUT_OF_MEMORY_TYPES and "memory" in text
+
+
+OUT_OF_SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+OUT_OF_SPACE_TEXT = ("no space left on device", "file too large", "disk quota exceeded", "read-only file system")
+
+
+def is_out_of_space(error: BaseException) -> bool:
+    """A write the disk refused: full, over a quota or the file-size limit, or read-only.
+    By errno for Python's own writes; by message for a framework's writer (torch.save
+    raises RuntimeError with the system's text)."""
+    if isinstance(error, OSError) and error.errno in OUT_OF_SPACE_ERRNOS:
+        return True
+    return any(pattern in str(error).lower() for pattern in OUT_OF_SPACE_TEXT)
 
 
 def out_of_memory_advice(batch_size: int, accumulate_supported: bool) -> str:

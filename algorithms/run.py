@@ -21,21 +21,49 @@ from typing import Optional
 from .cli import parse_config
 from .contract import Support
 from .data import default_test_labels, ensure_default_data, load_dataset
-from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError
-from .faults import exit_status, install_signal_handlers, interruption_name, is_out_of_memory, out_of_memory_advice
+from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError, ResourceError
+from .faults import (
+    exit_status,
+    install_signal_handlers,
+    interruption_name,
+    is_out_of_memory,
+    is_out_of_space,
+    out_of_memory_advice,
+)
 from .paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
+from .recorder import check_writable
 from .session import RunSession
 from .threads import set_malloc, set_thread_environment
 
 
 def prepare(argv: Optional[list], prog: str, description: str):
-    """Flags and data, checked. Raises InputError for the user's mistakes."""
+    """Flags, data and the results' places, checked. Raises InputError for the
+    user's mistakes, ResourceError for results that cannot be written."""
     config = parse_config(argv, prog, description)
     if config.train == DEFAULT_TRAIN:
         ensure_default_data(DEFAULT_DATA_DIR)
     config = replace(config, test_labels=config.test_labels or default_test_labels(config.test))
     dataset = load_dataset(config.train, config.test, config.test_labels, config.validation_split, config.seed)
+    check_batch_fits(config, len(dataset.train_x))
+    check_writable(config.results_dir, config.results_log)
     return config, dataset
+
+
+def check_batch_fits(config, train_rows: int) -> None:
+    """A step of more samples than the training rows would train on all of them and
+    record the larger batch. The preset's own batch is let through (every step then
+    takes the whole training set): small test files run at the preset settings."""
+    if config.effective_batch <= train_rows:
+        return
+    rows = f"the {train_rows} training rows of {config.train} (after --validation_split {config.validation_split:g})"
+    if config.accumulate > 1:
+        most = max(1, train_rows // config.batch_size)
+        raise InputError(
+            f"--batch_size {config.batch_size} x --accumulate {config.accumulate} = {config.effective_batch} "
+            f"samples per optimizer step, more than {rows}; use --accumulate {most} or less"
+        )
+    if config.batch_size != config.network.training.batch_size:
+        raise InputError(f"--batch_size {config.batch_size}: more than {rows}; use --batch_size {train_rows} or less")
 
 
 def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Optional[list] = None) -> int:
@@ -44,6 +72,9 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except ResourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
     try:
         check_supported(config, wrapper_module, prog)
         package = importlib.import_module(wrapper_module.split(".")[0])
@@ -61,6 +92,9 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except ResourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
     return train_session(wrapper, session)
 
 
@@ -107,6 +141,8 @@ def train_session(wrapper, session: RunSession) -> int:
         )
         return exit_status(interruption)
     except BaseException as error:
+        if is_out_of_space(error):
+            return out_of_space(session, error)
         if not is_out_of_memory(error):
             session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
             raise
@@ -121,6 +157,23 @@ def train_session(wrapper, session: RunSession) -> int:
         )
         return EXIT_RESOURCE_ERROR
     return 0
+
+
+def out_of_space(session: RunSession, error: BaseException) -> int:
+    """A write the disk refused mid-run: every finished row kept (a cut row is taken
+    back), a results.log block saying why if that can still be written, one line."""
+    where = getattr(error, "filename", None) or "a results file"
+    reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:120]
+    step = session.recorded_step
+    logged = session.fail(f"failed: cannot write {where} after step {step} ({reason})")
+    print(
+        f"\nerror: cannot write {where} after step {step} ({reason}); the rows of the {step} finished steps "
+        f"are in {session.csv_path}"
+        + ("" if logged else f" (no results.log block: {session.config.results_log} cannot be written either)")
+        + "; free some space or pass --results_dir on another disk",
+        file=sys.stderr,
+    )
+    return EXIT_RESOURCE_ERROR
 
 
 def support_of(module_name: str) -> Support:

@@ -69,7 +69,7 @@ class RunSession:
         resume_state = None
         if config.resume:  # before the CSV is opened: a bad --resume writes nothing
             self.resume_from, resume_state = find_resume_point(
-                self.checkpoint_root, self.run_id, shared_settings(config)
+                self.checkpoint_root, self.run_id, shared_settings(config), config.max_steps
             )
         self.csv = (
             ResultsCsv(
@@ -98,6 +98,8 @@ class RunSession:
         self.start_time = datetime.now(timezone.utc)
         self._t0 = time.perf_counter()
         self.step = 0
+        self.recorded_step = 0  # the last step whose train row is in the CSV
+        self._logged = False  # this run's results.log block is written
         self.step_times_ms: list = []
         self._epoch_losses: list = []
         self._epoch_accs: list = []
@@ -111,6 +113,7 @@ class RunSession:
         self.resume_position = (0, 0)  # (epoch, index of the next optimizer step in it)
         if resume_state is not None:
             self._restore(resume_state)
+            self.recorded_step = self.step
         if not config.quiet:
             self._say(
                 f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
@@ -219,6 +222,7 @@ class RunSession:
             wall_time_s=self.wall(),
             comm_time_ms=comm_time_ms,
         )
+        self.recorded_step = self.step
         if self.step == 1:
             self._diagnose(first_loss_problem(loss, self.config.network.num_classes))
         self._progress(epoch)
@@ -350,22 +354,39 @@ class RunSession:
                 f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv",
             )
             write_predictions(predictions_path, test_predictions)
+        summary = self._summary(None if test_loss is None else (test_loss, test_accuracy), predictions_path)
+        if self.record:
+            self._write_log(status, summary)
+            self._print_summary(summary)
+        return summary
+
+    def fail(self, status: str) -> bool:
+        """After a write failed (the disk full, read-only): the CSV closed, and the
+        results.log block saying why, unless one is written already; returns False
+        when that block cannot be written either."""
+        self.finished = True
+        self.csv.close()
+        if not self.record or self._logged:
+            return True
+        try:
+            self._write_log(status, self._summary(None, None))
+        except OSError:
+            return False
+        return True
+
+    def _summary(self, test: Optional[tuple], predictions_path: Optional[str]) -> dict:
         median_ms = steady_state_ms(self.step_times_ms)
-        summary = {
+        return {
             "framework": self.framework,
             "backend": self.backend,
             "steps": self.step,
             "train": self.last_train,
             "val": self.last_val,
-            "test": None if test_loss is None else (test_loss, test_accuracy),
+            "test": test,
             "test_predictions": predictions_path,
             "median_ms": median_ms,
             "samples_per_sec": self.config.effective_batch * 1000.0 / median_ms if median_ms else None,
         }
-        if self.record:
-            self._write_log(status, summary)
-            self._print_summary(summary)
-        return summary
 
     def _write_log(self, status: str, summary: dict) -> None:
         config, data = self.config, self.dataset
@@ -430,6 +451,7 @@ class RunSession:
                 ("predictions", summary["test_predictions"] or "none"),
             ],
         )
+        self._logged = True
 
     def _print_summary(self, summary: dict) -> None:
         def fmt(values, index):
