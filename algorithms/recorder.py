@@ -62,6 +62,8 @@ class ResultsCsv:
             # under the lock: two runs starting together write one header
             created = append_whole(self._fd, (",".join(CSV_COLUMNS) + "\n").encode(), path, only_if_empty=True)
         except OSError as error:
+            if self._fd is not None and os.fstat(self._fd).st_size == 0:
+                _remove_quietly(path)  # no header could be written: leave no empty CSV behind
             self.close()
             raise ResourceError(cannot_write(path, error, "--results_dir")) from None
         if not created:
