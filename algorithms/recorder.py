@@ -144,8 +144,9 @@ def cannot_write(path: str, error: OSError, flag: str) -> str:
 
 
 def check_writable(results_dir: str, results_log: str) -> None:
-    """Before anything is trained: --results_dir is (or can be made) a folder this
-    process can create files in, and --results_log a file it can append to."""
+    """Before anything is trained: --results_dir is (or can be made as) a folder this
+    process can create files in, and --results_log a file it can append to. Creates
+    nothing: a refusal after this one still leaves no trace."""
     if os.path.exists(results_dir) and not os.path.isdir(results_dir):
         raise InputError(f"--results_dir {results_dir}: is a file, not a folder; pass a folder")
     if os.path.isdir(results_log):
@@ -157,9 +158,13 @@ def check_writable(results_dir: str, results_log: str) -> None:
         (results_dir, "--results_dir"),
         (os.path.dirname(os.path.abspath(results_log)), "--results_log"),
     ):
+        existing = directory  # made when the first row is written; nothing is made here
+        while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise InputError(f"{flag} {directory}: {existing} is a file, not a folder; pass a folder")
         try:
-            os.makedirs(directory, exist_ok=True)
-            probe_fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-check-")
+            probe_fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
             os.close(probe_fd)
             os.remove(probe)
         except OSError as error:
