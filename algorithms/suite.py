@@ -21,6 +21,7 @@ from .paths import BASELINE_DIR, REPO_ROOT
 from .recorder import read_rows, results_csv_name, summarize_rows
 from .run import prepare
 from .session import new_run_id
+from .tensorboard import export_run
 
 
 def parse_suite_args(argv):
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
             f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
             f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
         )
+    export_run(csv_paths, run_id, os.path.join(config.results_dir, "tensorboard"))
     return 0 if all(code == 0 for code, _ in outcomes.values()) else 1
 
 

@@ -80,6 +80,8 @@ def check_of(command: str) -> tuple:
         )
     if program == "bash":
         return (("run", "bash", (args[0], "--help"), env),)
+    if os.path.basename(program) == "tensorboard":  # .venv/bin/tensorboard: the main env's TensorBoard
+        return (("run", "main", ("-m", "tensorboard.main", "--help"), env),)
     if program == "torchrun":
         program, args = "python", ["-m", "torch.distributed.run", *args]
     if program not in ("python", "python3", ".venv/bin/python", ".venv-legacy/bin/python"):

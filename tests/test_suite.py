@@ -38,6 +38,11 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     assert lines[against + 1].split()[:2] == ["tensorflow/tensorflow", "suite-test"]
     assert (tmp_path / "results" / "compare" / "suite-test.png").stat().st_size > 10_000
     assert "tensorflow/tensorflow suite-test" in (tmp_path / "results" / "compare" / "suite-test.html").read_text()
+    # and the run's curves reach TensorBoard, one run directory per framework
+    assert sorted(p.name for p in (tmp_path / "results" / "tensorboard" / "suite-test").iterdir()) == [
+        "tensorflow",
+        "torch",
+    ]
 
 
 def test_run_all_rejects_an_unknown_framework(tmp_path):
