@@ -55,7 +55,10 @@ legacy-setup: $(LEGACY_STAMP)
 caffe: setup
 	bash caffe_wrapper/build_caffe.sh $(PY)
 
-compare: setup legacy-setup caffe
+# Builds the main env; run_all.py builds the legacy env and Caffe for the frameworks it runs,
+# and one that cannot be built is a table row with the reason and the fix, not a stop (docs/legacy.md).
+# `make test` and the targets below still need every one built.
+compare: setup
 	$(PY) run_all.py $(ARGS)
 
 # ruff (pyproject.toml): lint and format check, seconds
