@@ -15,6 +15,7 @@ import time
 from .baseline import format_checks
 from .cli import OneLineErrorParser
 from .compare import build_report, format_against_first, write_outputs
+from .environments import NotRun, not_run
 from .errors import EXIT_INPUT_ERROR, InputError
 from .frameworks import NAMES, get
 from .paths import BASELINE_DIR, REPO_ROOT
@@ -71,7 +72,8 @@ def main(argv=None) -> int:
     print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}\n", flush=True)
     outcomes = {}
     for index, name in enumerate(names, start=1):
-        outcomes[name] = run_framework(name, forwarded, f"[{index}/{len(names)}] ")
+        prefix, build_logs = f"[{index}/{len(names)}] ", os.path.join(config.results_dir, "build")
+        outcomes[name] = not_run(get(name), build_logs, prefix) or run_framework(name, forwarded, prefix)
     csv_paths = print_table(config, run_id, names, outcomes)
     if len(csv_paths) >= 2:
         report = build_report([f"{path}@{run_id}" for path in csv_paths], [0.5, 0.8, 0.9], BASELINE_DIR)
@@ -83,7 +85,9 @@ def main(argv=None) -> int:
             f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
         )
     export_run(csv_paths, run_id, os.path.join(config.results_dir, "tensorboard"))
-    return 0 if all(code == 0 for code, _ in outcomes.values()) else 1
+    # a framework whose environment could not be built is shown, not counted (docs/legacy.md)
+    ran = [outcome for outcome in outcomes.values() if not isinstance(outcome, NotRun)]
+    return 0 if ran and all(code == 0 for code, _ in ran) else 1
 
 
 def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
@@ -106,6 +110,9 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     lines, finished = [], []
     for name in names:
         framework, backend = get(name).framework, get(name).backend
+        if isinstance(outcomes[name], NotRun):
+            lines.append((framework, backend, str(outcomes[name])))
+            continue
         code, wall = outcomes[name]
         path = os.path.join(config.results_dir, results_csv_name(config.network.name, framework, backend))
         rows = read_rows(path, run_id) if os.path.exists(path) else []
@@ -126,7 +133,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
                 f"{wall:.0f}",
             )
         )
-    widths = [max(len(str(row[i])) for row in [header] + lines) for i in range(len(header))]
+    widths = [max(len(str(row[i])) for row in [header] + lines if len(row) == len(header)) for i in range(len(header))]
     print(f"{config.network.name} · run {run_id} · batch {config.batch_size} · {config.num_epochs} epochs")
     for row in [header, tuple("-" * w for w in widths)] + lines:
         print(

@@ -1,0 +1,112 @@
+"""An environment that cannot be built (the legacy venv, pycaffe) leaves its frameworks
+out of run_all.py's table with the reason, the log and the fix, and the others still run.
+The failures are made on purpose away from the shared envs: the legacy one in a copy of
+the checkout that has no .venv-legacy, built with LEGACY_PYTHON=/nonexistent/python3.11."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from algorithms.environments import apt_fix, check_caffe, reason_and_fix
+from algorithms.paths import REPO_ROOT
+
+
+@pytest.fixture
+def checkout_copy(tmp_path):
+    """The checkout's files (tracked and untracked, not ignored) without its venvs."""
+    listed = subprocess.run(
+        ["git", "-C", REPO_ROOT, "ls-files", "-z", "-co", "--exclude-standard"], capture_output=True, check=True
+    ).stdout.decode()
+    copy = tmp_path / "checkout"
+    for relative in filter(None, listed.split("\0")):
+        source = os.path.join(REPO_ROOT, relative)
+        if os.path.islink(source) or not os.path.isfile(source):
+            continue  # .venv and .venv-legacy are links to the shared envs
+        os.makedirs(copy / os.path.dirname(relative), exist_ok=True)
+        shutil.copy2(source, copy / relative)
+    assert not (copy / ".venv-legacy").exists()
+    return copy
+
+
+def run_all_in(copy, small_data, results, only: str):
+    # the make that run_all starts must take LEGACY_PYTHON from here, not from an outer `make test`
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(LEGACY_PYTHON="/nonexistent/python3.11", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    flags = ["--only", only, "--max_steps", "2", "--batch_size", "32", "--run_id", "env-test"]
+    flags += ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
+    return subprocess.run(
+        [sys.executable, str(copy / "run_all.py"), *flags, "--results_dir", str(results)],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_legacy_env_that_cannot_be_built_leaves_the_others_running(checkout_copy, small_data, tmp_path):
+    proc = run_all_in(checkout_copy, small_data, tmp_path / "results", "torch,lasagne")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("framework"))
+    torch_row, lasagne_row = lines[header + 2], lines[header + 3]
+    assert torch_row.split()[:2] == ["torch", "torch"] and float(torch_row.split()[3]) > 0
+    log = tmp_path / "results" / "build" / "legacy-setup.log"
+    assert lasagne_row.split()[:2] == ["lasagne", "theano"]
+    assert lasagne_row.split(None, 2)[2] == (
+        "not run: .venv-legacy could not be built (LEGACY_PYTHON=/nonexistent/python3.11 cannot be run; "
+        f"log {log}); fix: make legacy-setup LEGACY_PYTHON=python3.11"
+    )
+    assert "cannot be run" in log.read_text() and not (checkout_copy / ".venv-legacy").exists()
+
+
+def test_when_no_framework_could_run_the_exit_status_is_1(checkout_copy, small_data, tmp_path):
+    proc = run_all_in(checkout_copy, small_data, tmp_path / "results", "lasagne,keras_theano")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("lasagne ", "keras "))]
+    assert len(rows) == 2 and all("not run: .venv-legacy could not be built" in row for row in rows)
+    assert proc.stdout.count("[legacy-setup] creating") == 1  # built (tried) once for both
+
+
+def test_a_caffe_build_that_fails_names_its_reason_and_fix(tmp_path):
+    python = tmp_path / "python"  # no such file: the real build_caffe.sh stops at once
+    missing = check_caffe(str(tmp_path), python=str(python))
+    assert missing.what == "pycaffe could not be built" and missing.fix == "make caffe"
+    assert missing.reason == f"PYTHON is not executable: {python}"
+    assert missing.log == str(tmp_path / "caffe.log") and "FAILED in step" in open(missing.log).read()
+
+
+def test_the_reason_is_the_line_that_says_what_failed():
+    caffe_without_root = (
+        "[caffe 1/7] checking system packages (apt) ... (t=0s)\n"
+        "[caffe] installing missing packages: cmake libboost-python-dev\n"
+        "[caffe] ERROR: not root and no sudo; install: cmake libboost-python-dev\n"
+        "[caffe] FAILED in step [1/7 checking system packages (apt)] (exit 1, after 0s)\n"
+    )
+    assert reason_and_fix(caffe_without_root) == ("not root and no sudo; install: cmake libboost-python-dev", "")
+    assert apt_fix(caffe_without_root, "make caffe") == "sudo apt-get install cmake libboost-python-dev && make caffe"
+    pip_on_python_312 = (
+        "ERROR: Could not find a version that satisfies the requirement numpy==1.23.5 (from versions: 1.26.0)\n"
+        "ERROR: No matching distribution found for numpy==1.23.5\n"
+        "make: *** [Makefile:39: .venv-legacy/.installed-91b93ccb03ba] Error 1\n"
+    )
+    assert reason_and_fix(pip_on_python_312) == ("ERROR: No matching distribution found for numpy==1.23.5", "")
+
+
+def test_make_compare_builds_only_the_main_env_and_make_test_builds_every_one():
+    def planned(target):
+        return subprocess.run(
+            ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    compare, test = planned("compare"), planned("test")
+    assert "run_all.py" in compare and "venv-legacy" not in compare and "build_caffe.sh" not in compare
+    assert "python3.11 -m venv .venv-legacy" in test and "build_caffe.sh" in test
