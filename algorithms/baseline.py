@@ -1,8 +1,12 @@
 """The shipped baselines, and checking a new run against them.
 
-`make baseline` runs the main command (run_all.py) for both networks on the default
-data, 3 epochs at each preset's batch size, with seeds 0, 1 and 2, into
-results/baseline/, where ordinary runs never write. The three seeds of one
+`make baseline` runs the main command (run_all.py) on the default data with seeds 0, 1
+and 2, at two settings, where ordinary runs never write: both networks for 3 epochs at
+each preset's batch size (results/baseline/), and the main command's own default
+(results/baseline/default/: the 3-layer net at batch 100 for 10 epochs). A run is
+checked against the baselines of its settings (network, batch, strategy, devices,
+epochs); their seed-to-seed spread is also the band compare.py judges
+cross-framework differences against. The three seeds of one
 framework/backend span its run-to-run band: how far the curve moves when only the
 randomness (initial weights, batch order, dropout) changes. A user reproducing on
 a new machine asks first whether their curve falls inside that band; a curve
@@ -29,7 +33,7 @@ import numpy as np
 
 from .paths import BASELINE_DIR
 from .recorder import results_csv_name, run_ids
-from .runs import Run, load_run, smooth
+from .runs import Run, load_run, losses_at, smooth
 
 BASELINE_BAND_FACTOR = 1.5  # x the largest leave-one-out distance of a baseline seed
 ACCURACY_MARGIN = 0.01  # the least widening of the baselines' validation-accuracy range
@@ -48,40 +52,59 @@ class BaselineCheck:
 
 
 def baseline_runs(network: str, framework: str, backend: str, baseline_dir: str = BASELINE_DIR) -> list:
-    path = os.path.join(baseline_dir, results_csv_name(network, framework, backend))
-    if not os.path.exists(path):
-        return []
-    return [load_run(f"{path}@{run_id}") for run_id in run_ids(path)]
+    """Every baseline run of this framework/backend and network, in `baseline_dir` and its
+    subfolders (one per setting), whatever their settings."""
+    name = results_csv_name(network, framework, backend)
+    paths = [os.path.join(baseline_dir, name)] + sorted(
+        os.path.join(baseline_dir, entry, name)
+        for entry in (os.listdir(baseline_dir) if os.path.isdir(baseline_dir) else [])
+    )
+    return [load_run(f"{path}@{run_id}") for path in paths if os.path.isfile(path) for run_id in run_ids(path)]
+
+
+def matching_baselines(run: Run, baseline_dir: str = BASELINE_DIR) -> list:
+    """The baseline runs of `run`'s framework at its settings (Run.settings), other than itself."""
+    framework, backend, network = run.backend_key
+    return [
+        baseline
+        for baseline in baseline_runs(network, framework, backend, baseline_dir)
+        if baseline.settings == run.settings
+        and not (os.path.abspath(baseline.path) == os.path.abspath(run.path) and baseline.run_id == run.run_id)
+    ]
+
+
+def describe_settings(settings: tuple) -> str:
+    _, batch, strategy, devices, epochs = settings
+    return f"batch {batch} ({strategy} on {devices} device(s), {epochs} epoch{'s' if epochs != 1 else ''})"
 
 
 def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     framework, backend, network = run.backend_key
-    baselines = baseline_runs(network, framework, backend, baseline_dir)
-    path = os.path.join(baseline_dir, results_csv_name(network, framework, backend))
-    if not baselines:
+    every = baseline_runs(network, framework, backend, baseline_dir)
+    if not every:
         return BaselineCheck(
             run, None, "not checked", f"no baseline for {framework}/{backend} on {network} in {baseline_dir}"
         )
-    if os.path.abspath(run.path) == os.path.abspath(path):
-        return BaselineCheck(run, path, "not checked", "this run is one of the baselines")
-    reference = baselines[0]
-    if run.config_key != reference.config_key:
-        _, batch, strategy, devices = reference.config_key
+    if any(os.path.abspath(b.path) == os.path.abspath(run.path) and b.run_id == run.run_id for b in every):
+        return BaselineCheck(run, every[0].path, "not checked", "this run is one of the baselines")
+    baselines = matching_baselines(run, baseline_dir)
+    if not baselines:
+        ran = sorted({describe_settings(b.settings) for b in every})
         return BaselineCheck(
             run,
-            path,
+            every[0].path,
             "not checked",
-            f"the baselines ran at batch {batch}, {strategy} on {devices} device(s); this run "
-            f"at batch {run.config_key[1]}, {run.config_key[2]} on {run.config_key[3]}: rerun with "
-            f"the preset's batch size to compare",
+            f"the baselines ran at {'; '.join(ran)}; this run at {describe_settings(run.settings)}: rerun "
+            "at one of those settings to compare",
         )
+    path = baselines[0].path
     steps = run.steps
     for baseline in baselines:
         steps = np.intersect1d(steps, baseline.steps)
     if steps.size == 0:
         return BaselineCheck(run, path, "not checked", "no step in common with the baselines")
-    mine = smooth(_at(run, steps))
-    curves = np.array([smooth(_at(baseline, steps)) for baseline in baselines])
+    mine = smooth(losses_at(run, steps))
+    curves = np.array([smooth(losses_at(baseline, steps)) for baseline in baselines])
     distance = float(np.mean(np.abs(mine - curves.mean(axis=0))))
     band = BASELINE_BAND_FACTOR * max(_leave_one_out_distances(curves)) if len(curves) > 1 else 0.0
     accuracy_text, accuracy_ok = _accuracy(run, baselines)
@@ -97,11 +120,6 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
 def _leave_one_out_distances(curves: np.ndarray) -> list:
     """Each baseline's mean distance from the mean curve of the others."""
     return [float(np.mean(np.abs(curves[i] - np.delete(curves, i, axis=0).mean(axis=0)))) for i in range(len(curves))]
-
-
-def _at(run: Run, steps: np.ndarray) -> np.ndarray:
-    index = {int(step): i for i, step in enumerate(run.steps)}
-    return np.array([run.losses[index[int(step)]] for step in steps])
 
 
 def _accuracy(run: Run, baselines: list) -> tuple:
@@ -123,6 +141,6 @@ def _accuracy(run: Run, baselines: list) -> tuple:
 
 def format_checks(checks: list) -> str:
     return "\n".join(
-        ["against the shipped baselines (results/baseline/, seeds 0-2; `make baseline` remakes them):"]
+        ["against the shipped baselines (results/baseline/, seeds 0-2 at their settings; `make baseline`):"]
         + [check.line() for check in checks]
     )

@@ -7,11 +7,12 @@ scheduling drift?
 Each input is a results CSV, optionally `@RUN_ID` (default: the file's latest run).
 Runs are aligned by step. Printed: final and best validation accuracy, test accuracy,
 steps to reach given accuracies; for every pair, the per-step loss difference (max,
-mean, at checkpoints), the correlation of the loss curves and a verdict on three
-signals: (1) the loss curves have the same shape, (2) the final accuracies are of the
-same magnitude, (3) the pair differs by much more than two runs of one backend do
-(measured only when the inputs include such a same-backend pair). A PNG of the
-curves and a self-contained HTML report are written beside each other.
+mean, at checkpoints), the correlation of the loss curves, and a verdict against the
+run-to-run band: how far two runs of one framework at the same settings differ when
+only the seed changes, from two or more runs of it among the inputs or else from the
+shipped baselines at these settings (VERDICT_RULE). Without a band there is no
+verdict, only the distance. A PNG of the curves and a self-contained HTML report are
+written beside each other.
 """
 
 from __future__ import annotations
@@ -27,14 +28,62 @@ from typing import Optional
 
 import numpy as np
 
-from .baseline import check_run, format_checks
+from .baseline import check_run, format_checks, matching_baselines
 from .errors import EXIT_INPUT_ERROR, InputError
 from .paths import BASELINE_DIR
-from .runs import Run, load_run, smooth
+from .runs import Run, curve_distance, load_run, smooth
 
-SHAPE_CORRELATION = 0.9  # signal 1: Pearson r of the smoothed loss curves at least this
-ACCURACY_MAGNITUDE = 0.02  # signal 2: final validation accuracies within this
-RUN_TO_RUN_FACTOR = 5.0  # signal 3: cross-backend mean |dloss| at least this times the run-to-run one
+SPREAD_FACTOR = 1.5  # a pair is within the band up to this x the largest seed-to-seed distance seen
+ACCURACY_MARGIN = 0.01  # the least accuracy gap the band allows (a few test images of the default data)
+VERDICT_RULE = (
+    "verdicts: same = every aligned loss bit-identical; within spread = the two loss curves are no further "
+    f"apart than {SPREAD_FACTOR:g}x the largest distance between two seeds of either framework at these "
+    "settings, and the final validation accuracies no further apart than two such seeds' (at least "
+    f"{ACCURACY_MARGIN:g}); beyond spread = further apart than that: a real difference, not drift; "
+    "no band = no run-to-run band exists for these settings (run the command with --seeds 0,1, or at the "
+    "shipped baselines' settings): the distance is shown, no verdict. Distance = mean over the common steps "
+    "of |5-step mean loss difference|."
+)
+
+
+@dataclass(frozen=True)
+class Band:
+    """How far runs of one framework at one setting differ when only the seed changes."""
+
+    loss_distance: float  # the largest curve_distance between two of them
+    accuracy_gap: float  # the largest gap between two of their final validation accuracies
+    source: str  # where the runs come from
+
+    def describe(self) -> str:
+        return f"seed-to-seed distance up to {self.loss_distance:.4f}, val acc gap up to {self.accuracy_gap:.4f}"
+
+
+def band_of(runs: list, source: str) -> Optional[Band]:
+    """The band of two or more runs of one framework at one setting (None for fewer)."""
+    pairs = list(itertools.combinations(runs, 2))
+    distances = [d for d in (curve_distance(a, b) for a, b in pairs) if d is not None]
+    if not distances:
+        return None
+    accuracies = [run.final_val_accuracy for run in runs if run.final_val_accuracy is not None]
+    gap = max(accuracies) - min(accuracies) if len(accuracies) >= 2 else 0.0
+    return Band(max(distances), gap, source)
+
+
+def run_to_run_bands(runs: list, baseline_dir: Optional[str]) -> dict:
+    """(backend_key, settings) -> Band: from this framework's runs among `runs` at one
+    setting when there are two or more, else from the shipped baselines at that setting."""
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault((run.backend_key, run.settings), []).append(run)
+    bands = {}
+    for key, group in groups.items():
+        band = band_of(group, f"{len(group)} runs given here ({', '.join(r.run_id for r in group)})")
+        if band is None and baseline_dir:
+            baselines = matching_baselines(group[0], baseline_dir)
+            band = band_of(baselines, f"the shipped baselines ({len(baselines)} seeds, {baseline_dir})")
+        if band is not None:
+            bands[key] = band
+    return bands
 
 
 @dataclass
@@ -74,44 +123,43 @@ def steps_to_accuracy(run: Run, threshold: float) -> Optional[int]:
     return next((step for step, _, accuracy in run.val if accuracy >= threshold), None)
 
 
-def verdict(pair: PairDiff, run_to_run: Optional[float]) -> tuple:
-    """(word, [signal texts])."""
+def verdict(pair: PairDiff, bands: dict) -> tuple:
+    """(word, [the evidence]) by VERDICT_RULE; `bands` from run_to_run_bands."""
     if pair.identical:
         return "same", ["every aligned loss is bit-identical"]
-    caveat = []
-    if pair.a.config_key != pair.b.config_key:
-        caveat = [
-            f"note: the runs differ in setup (network, batch, strategy, devices): "
-            f"{pair.a.config_key} vs {pair.b.config_key}"
-        ]
-    shape = pair.correlation is not None and pair.correlation >= SHAPE_CORRELATION
-    magnitude = pair.final_accuracy_gap is not None and pair.final_accuracy_gap <= ACCURACY_MAGNITUDE
-    signals = [
-        f"(1) curve shape {'same' if shape else 'differs'} "
-        f"(r = {_fmt(pair.correlation, '.3f')}, need >= {SHAPE_CORRELATION})",
-        f"(2) final val accuracy {'same magnitude' if magnitude else 'differs'} "
-        f"(gap {_fmt(pair.final_accuracy_gap, '.4f')}, need <= {ACCURACY_MAGNITUDE})",
+    distance = curve_distance(pair.a, pair.b)
+    gap = pair.final_accuracy_gap
+    evidence = [
+        f"distance {_fmt(distance, '.4f')} (mean |5-step mean loss difference|), val acc gap {_fmt(gap, '.4f')}, "
+        f"correlation of the curves {_fmt(pair.correlation, '.3f')}"
     ]
-    mean_diff = float(pair.abs_diff.mean()) if pair.abs_diff.size else None
+    if pair.a.settings != pair.b.settings:
+        return "no band", evidence + [
+            f"the runs differ in settings (network, batch, strategy, devices, epochs): "
+            f"{pair.a.settings} vs {pair.b.settings}; no band spans both"
+        ]
     if pair.same_backend:
-        signals.append("(3) same backend: this pair is the run-to-run band")
-        beyond_band = None
-    elif run_to_run is None:
-        signals.append("(3) not measured: give two runs of one backend to know the run-to-run band")
-        beyond_band = None
-    else:
-        beyond_band = mean_diff is not None and mean_diff >= RUN_TO_RUN_FACTOR * max(run_to_run, 1e-12)
-        signals.append(
-            f"(3) mean |dloss| {_fmt(mean_diff, '.2e')} is {'well above' if beyond_band else 'within'} "
-            f"{RUN_TO_RUN_FACTOR:g}x the run-to-run {run_to_run:.2e}"
-        )
-    if shape and magnitude and not beyond_band:
-        word = "drift only" if not pair.same_backend else "run-to-run drift"
-    elif shape and magnitude:
-        word = "consistent, beyond run-to-run drift"
-    else:
-        word = "different"
-    return word, caveat + signals
+        return "run-to-run", evidence + ["two runs of one framework at one setting: this pair measures the band"]
+    known = [
+        bands[key]
+        for key in ((pair.a.backend_key, pair.a.settings), (pair.b.backend_key, pair.b.settings))
+        if key in bands
+    ]
+    loss_limit = band_limit(bands, pair)
+    if loss_limit is None or distance is None:
+        return "no band", evidence + [
+            "no run-to-run band for these settings: give two seeds of a framework (run_all.py --seeds 0,1), "
+            "or run at the shipped baselines' settings"
+        ]
+    accuracy_limit = max(ACCURACY_MARGIN, max(band.accuracy_gap for band in known))
+    within = distance <= loss_limit and (gap is None or gap <= accuracy_limit)
+    evidence += [f"band: {band.describe()}, from {band.source}" for band in known]
+    evidence.append(
+        f"distance {distance:.4f} {'<=' if distance <= loss_limit else '>'} {loss_limit:.4f} "
+        f"({SPREAD_FACTOR:g}x the largest seed-to-seed distance); val acc gap {_fmt(gap, '.4f')} "
+        f"{'<=' if gap is None or gap <= accuracy_limit else '>'} {accuracy_limit:.4f}"
+    )
+    return ("within spread" if within else "beyond spread"), evidence
 
 
 def serial_sum(values: np.ndarray) -> np.float32:
@@ -160,17 +208,16 @@ def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = No
     """`baseline_dir`: check every run against the shipped baselines there (see baseline.py)."""
     runs = [load_run(spec) for spec in specs]
     pairs = [diff_pair(a, b) for a, b in itertools.combinations(runs, 2)]
-    band_values = [float(p.abs_diff.mean()) for p in pairs if p.same_backend and p.abs_diff.size]
-    run_to_run = max(band_values) if band_values else None
+    bands = run_to_run_bands(runs, baseline_dir)
     baseline_checks = []
     if baseline_dir:
         baseline_checks = [check_run(run, baseline_dir) for run in runs]
     return {
         "runs": runs,
         "pairs": pairs,
-        "run_to_run": run_to_run,
+        "bands": bands,
         "thresholds": thresholds,
-        "verdicts": [verdict(p, run_to_run) for p in pairs],
+        "verdicts": [verdict(p, bands) for p in pairs],
         "baseline": baseline_checks,
     }
 
@@ -207,6 +254,7 @@ def format_report(report: dict) -> str:
             "  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps))
         )
         lines += [f"  {signal}" for signal in signals]
+    lines.append("\n" + VERDICT_RULE)
     if report.get("baseline"):
         lines.append("\n" + format_checks(report["baseline"]))
     network = report["runs"][0].backend_key[2]
@@ -220,18 +268,33 @@ def format_report(report: dict) -> str:
 
 
 def format_against_first(report: dict) -> str:
-    """One line per run against the first run: the short form the main command prints."""
+    """One line per run against the first run, the band each verdict rests on, and the
+    rule once: the short form the main command prints."""
     first = report["runs"][0]
     lines = [f"against {first.label}:"]
     for pair, (word, _) in zip(report["pairs"], report["verdicts"]):
-        if pair.a is not first or pair.abs_diff.size == 0:
-            continue
+        if pair.a is not first or pair.abs_diff.size == 0 or not (pair.b.run_id == first.run_id or pair.same_backend):
+            continue  # other seeds' runs of other frameworks: in the full report
+        limit = band_limit(report["bands"], pair)
         lines.append(
-            f"  {pair.b.label:<45} {word:<20} max |dloss| {pair.abs_diff.max():.2e}  "
-            f"mean {pair.abs_diff.mean():.2e}  r {_fmt(pair.correlation, '.3f')}  "
-            f"val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}"
+            f"  {pair.b.label:<45} {word:<14} distance {_fmt(curve_distance(pair.a, pair.b), '.4f')}"
+            f" (band {_fmt(limit, '.4f')})  val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}"
+            f"  max |dloss| {pair.abs_diff.max():.2e}  r {_fmt(pair.correlation, '.3f')}"
         )
+    sources = sorted({band.source for band in report["bands"].values()})
+    lines.append("bands from: " + ("; ".join(sources) if sources else "nowhere: no run-to-run band for these settings"))
+    lines.append(VERDICT_RULE)
     return "\n".join(lines)
+
+
+def band_limit(bands: dict, pair: PairDiff) -> Optional[float]:
+    """The largest distance the pair may have and still be within spread (None: no band)."""
+    known = [
+        bands[key]
+        for key in ((pair.a.backend_key, pair.a.settings), (pair.b.backend_key, pair.b.settings))
+        if key in bands
+    ]
+    return SPREAD_FACTOR * max(band.loss_distance for band in known) if known else None
 
 
 def write_outputs(report: dict, prefix: str) -> tuple:

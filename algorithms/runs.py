@@ -26,8 +26,18 @@ class Run:
     config_key: tuple  # (network, global batch, strategy, devices): what must match for a fair pair
     steps: np.ndarray
     losses: np.ndarray
-    val: list = field(default_factory=list)  # (step, loss, accuracy)
+    val: list = field(default_factory=list)  # (step, loss, accuracy), one per epoch
     test_accuracy: Optional[float] = None
+
+    @property
+    def settings(self) -> tuple:
+        """What two runs must share for their difference to be judged against a seed band:
+        network, global batch, strategy, devices and the number of epochs."""
+        return (*self.config_key, len(self.val))
+
+    @property
+    def final_val_accuracy(self) -> Optional[float]:
+        return self.val[-1][2] if self.val else None
 
 
 def load_run(spec: str) -> Run:
@@ -55,6 +65,20 @@ def load_run(spec: str) -> Run:
         val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
         test_accuracy=test[-1] if test else None,
     )
+
+
+def losses_at(run: Run, steps: np.ndarray) -> np.ndarray:
+    index = {int(step): i for i, step in enumerate(run.steps)}
+    return np.array([run.losses[index[int(step)]] for step in steps])
+
+
+def curve_distance(a: Run, b: Run) -> Optional[float]:
+    """How far apart two loss curves are: the mean, over their common steps, of
+    |5-step mean loss of a - that of b| (None without a common step)."""
+    steps = np.intersect1d(a.steps, b.steps)
+    if steps.size == 0:
+        return None
+    return float(np.mean(np.abs(smooth(losses_at(a, steps)) - smooth(losses_at(b, steps)))))
 
 
 def smooth(values: np.ndarray, width: int = SMOOTHING_STEPS) -> np.ndarray:

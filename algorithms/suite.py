@@ -2,7 +2,11 @@
 available, one process after another (so timings do not compete), and print one
 comparison table read back from the CSVs they wrote.
 
-    python run_all.py [--only tensorflow,torch] [any flag of the entry scripts]
+    python run_all.py [--only tensorflow,torch] [--seeds 0,1] [--preset original] [any flag of the entry scripts]
+
+Its default trains to convergence on the default data: where a network's preset makes too
+few updates there (the 3-layer net's batch 1000: 40), the same samples in smaller batches
+(Network.main_command_batch); `--preset original` runs the original preset instead.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from .agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
 from .baseline import format_checks
 from .cli import OneLineErrorParser
 from .compare import build_report, format_against_first, write_outputs
@@ -19,7 +24,7 @@ from .environments import NotRun, not_run
 from .errors import EXIT_INPUT_ERROR, InputError
 from .frameworks import NAMES, get
 from .paths import BASELINE_DIR, REPO_ROOT
-from .recorder import read_rows, results_csv_name, summarize_rows
+from .recorder import read_rows, results_csv_name, run_ids, summarize_rows
 from .run import prepare
 from .session import new_run_id
 from .tensorboard import export_run
@@ -28,6 +33,7 @@ from .tensorboard import export_run
 def parse_suite_args(argv):
     parser = OneLineErrorParser(
         prog="run_all.py",
+        allow_abbrev=False,  # --seed is an entry-script flag, not short for --seeds
         add_help=False,
         description="Train one network with every framework and print a comparison table. "
         "Every other flag is passed to each entry script (see python torch_script.py --help).",
@@ -35,11 +41,47 @@ def parse_suite_args(argv):
     parser.add_argument(
         "--only", default=",".join(NAMES), help=f"comma-separated subset of: {', '.join(NAMES)} (default: all)"
     )
+    parser.add_argument(
+        "--preset",
+        choices=("main", "original"),
+        default="main",
+        help="main: the network's preset, at a batch that converges on the default data where the preset's "
+        "does not (the 3-layer net: batch 100 instead of 1000, the same 10 epochs); original: the preset as "
+        "the original ran it. An explicit --batch_size wins over both",
+    )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds (e.g. 0,1): every framework runs once per seed, and the seeds' spread "
+        "is the run-to-run band the verdicts rest on (default: one run at --seed)",
+    )
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
         print_help_with_entry_flags(parser, "run_all.py")
-    return framework_names(parser, args.only, "--only"), forwarded
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+        except ValueError:
+            parser.error(f"--seeds: expected whole numbers like 0,1, got {args.seeds!r}")
+        if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+            parser.error(f"--seeds {args.seeds}: give two or more different seeds")
+        if "--seed" in forwarded:
+            parser.error("--seeds and --seed: give one of them")
+    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded
+
+
+def main_command_flags(network, forwarded: list, preset: str) -> tuple:
+    """The flags with the main command's batch added (see the module docstring), and a note saying so."""
+    if preset == "original" or "--batch_size" in forwarded or network.main_command_batch is None:
+        return forwarded, ""
+    batch = network.main_command_batch
+    note = (
+        f"batch {batch}, not the preset's {network.training.batch_size}: the preset makes too few updates to "
+        f"converge on small data (run_all.py --preset original runs it)"
+    )
+    return forwarded + ["--batch_size", str(batch)], note
 
 
 def print_help_with_entry_flags(parser, prog: str, note: str = "") -> None:
@@ -60,34 +102,69 @@ def framework_names(parser, text: str, flag: str) -> list:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    names, forwarded = parse_suite_args(argv)
+    names, preset, seeds, forwarded = parse_suite_args(argv)
     try:
         config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
+        forwarded, note = main_command_flags(config.network, forwarded, preset)
+        if note:
+            config, dataset = prepare(forwarded, "run_all.py", "")
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     run_id = config.run_id or new_run_id()
-    if "--run_id" not in forwarded:
-        forwarded = forwarded + ["--run_id", run_id]
-    print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}\n", flush=True)
+    if "--run_id" in forwarded:
+        forwarded = forwarded[: forwarded.index("--run_id")] + forwarded[forwarded.index("--run_id") + 2 :]
+    # one run id per seed: every framework's run of seed s is <run_id>-seed<s>
+    runs = [(None, run_id)] if seeds is None else [(seed, f"{run_id}-seed{seed}") for seed in seeds]
+    print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}", flush=True)
+    print((f"{note}\n" if note else "") + (f"seeds {args_text(seeds)}\n" if seeds else ""), flush=True)
     outcomes = {}
-    for index, name in enumerate(names, start=1):
-        prefix, build_logs = f"[{index}/{len(names)}] ", os.path.join(config.results_dir, "build")
-        outcomes[name] = not_run(get(name), build_logs, prefix) or run_framework(name, forwarded, prefix)
-    csv_paths = print_table(config, run_id, names, outcomes)
+    build_logs = os.path.join(config.results_dir, "build")
+    for seed, this_run in runs:
+        flags = forwarded + ["--run_id", this_run] + ([] if seed is None else ["--seed", str(seed)])
+        for index, name in enumerate(names, start=1):
+            prefix = f"[{index}/{len(names)}{seed_text(seed)}] "
+            outcomes[name, this_run] = not_run(get(name), build_logs, prefix) or run_framework(name, flags, prefix)
+    first_run = runs[0][1]
+    csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
+    print_agreement(config, csv_paths, first_run)
     if len(csv_paths) >= 2:
-        report = build_report([f"{path}@{run_id}" for path in csv_paths], [0.5, 0.8, 0.9], BASELINE_DIR)
+        specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
+        report = build_report(specs, [0.5, 0.8, 0.9], BASELINE_DIR)
         png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
         print("\n" + format_against_first(report))
         print("\n" + format_checks(report["baseline"]))
         print(
-            f"\ncurves: {png}\nfull comparison (every pair, the three signals): {page}\n"
+            f"\ncurves: {png}\nfull comparison (every pair and the evidence of its verdict): {page}\n"
             f"any two CSVs: python -m algorithms.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
         )
-    export_run(csv_paths, run_id, os.path.join(config.results_dir, "tensorboard"))
+    for _, this_run in runs:
+        finished = [path for path in csv_paths if this_run in run_ids(path)]
+        export_run(finished, this_run, os.path.join(config.results_dir, "tensorboard"))
     # a framework whose environment could not be built is shown, not counted (docs/legacy.md)
     ran = [outcome for outcome in outcomes.values() if not isinstance(outcome, NotRun)]
     return 0 if ran and all(code == 0 for code, _ in ran) else 1
+
+
+def args_text(seeds: list) -> str:
+    return ", ".join(str(seed) for seed in seeds)
+
+
+def seed_text(seed) -> str:
+    return "" if seed is None else f", seed {seed}"
+
+
+def print_agreement(config, csv_paths: list, run_id: str) -> None:
+    """The pairwise agreement of the finished runs' test predictions (when the test set was predicted)."""
+    predictions = {}
+    for path in csv_paths:
+        prediction_file = predictions_path(config.results_dir, path, run_id)
+        if os.path.exists(prediction_file):
+            rows = read_rows(path, run_id)
+            predictions[f"{rows[0]['framework']}/{rows[0]['backend']}"] = read_predictions(prediction_file)
+    if len(predictions) >= 2:
+        images = len(next(iter(predictions.values())))
+        print("\n" + format_agreement(pairwise_agreement(predictions), images))
 
 
 def run_framework(name: str, flags: list, prefix: str = "") -> tuple:

@@ -53,8 +53,8 @@ def test_two_seeds_are_told_apart_and_the_numbers_are_recomputed(two_seeds):
     assert run_ids(two_seeds) == ["seed0", "seed1"]
     report = build_report([f"{two_seeds}@seed0", f"{two_seeds}@seed1"], [0.5])
     (pair,) = report["pairs"]
-    word, signals = report["verdicts"][0]
-    assert word != "same" and "(3) same backend: this pair is the run-to-run band" in signals
+    word, evidence = report["verdicts"][0]
+    assert word == "run-to-run" and any("this pair measures the band" in line for line in evidence)
 
     rows = {run: [r for r in read_rows(two_seeds, run) if r["phase"] == "train"] for run in ("seed0", "seed1")}
     expected = np.abs(np.array([r["loss"] for r in rows["seed0"]]) - np.array([r["loss"] for r in rows["seed1"]]))
@@ -143,7 +143,8 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
     for network in NETWORKS.values():
         for framework in FRAMEWORKS:
             name = framework.name
-            runs = baseline_runs(network.name, framework.framework, framework.backend)
+            every = baseline_runs(network.name, framework.framework, framework.backend)
+            runs = [run for run in every if len(run.val) == 3]
             assert [run.run_id for run in runs] == ["baseline-seed0", "baseline-seed1", "baseline-seed2"], (
                 network.name,
                 name,
@@ -151,4 +152,89 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
             for run in runs:
                 assert run.config_key == (network.name, network.training.batch_size, "single", 1)
                 assert len(run.val) == 3 and run.losses[-1] < run.losses[0], (network.name, name, run.run_id)
+            if network.main_command_batch:  # and the main command's default, in results/baseline/default/
+                default = [run for run in every if run.settings[1:] == (network.main_command_batch, "single", 1, 10)]
+                assert [run.run_id for run in default] == ["baseline-seed0", "baseline-seed1", "baseline-seed2"], name
+                assert all(run.path.startswith(os.path.join(BASELINE_DIR, "default")) for run in default)
+                assert all(run.final_val_accuracy > 0.9 for run in default), name
     assert "baseline-seed2" in open(os.path.join(BASELINE_DIR, "results.log")).read()
+    assert "baseline-seed2" in open(os.path.join(BASELINE_DIR, "default", "results.log")).read()
+
+
+# --------------------------------------------------------------------------- verdicts against the band
+
+
+def synthetic_run(name: str, losses, val_accuracy: float, run_id: str = "r", batch: int = 32):
+    """A Run with these per-step losses (steps 1..N) and one validation at the end."""
+    from algorithms.runs import Run
+
+    losses = np.asarray(losses, dtype=float)
+    steps = np.arange(1, len(losses) + 1)
+    framework, _, backend = name.partition("/")
+    return Run(
+        path=f"/nowhere/{framework}.csv",
+        run_id=run_id,
+        label=f"{name} {run_id}",
+        backend_key=(framework, backend, NETWORK),
+        config_key=(NETWORK, batch, "single", 1),
+        steps=steps,
+        losses=losses,
+        val=[(len(losses), 0.0, val_accuracy)],
+    )
+
+
+CURVE = np.linspace(2.3, 0.5, 40)
+
+
+def test_the_band_is_the_largest_seed_to_seed_distance_and_accuracy_gap():
+    from algorithms.compare import band_of
+    from algorithms.runs import curve_distance
+
+    seeds = [
+        synthetic_run("torch/torch", CURVE + shift, accuracy, f"s{i}")
+        for i, (shift, accuracy) in enumerate(((0.0, 0.90), (0.02, 0.93), (-0.01, 0.91)))
+    ]
+    band = band_of(seeds, "three seeds")
+    assert band.loss_distance == pytest.approx(0.03)  # seeds 1 and 2: 0.02 - (-0.01), on every step
+    assert band.accuracy_gap == pytest.approx(0.03)
+    assert curve_distance(seeds[0], seeds[1]) == pytest.approx(0.02)
+    assert band_of(seeds[:1], "one seed") is None  # one run spans no band
+
+
+def test_a_cross_framework_pair_is_judged_against_the_band_and_never_from_a_fixed_threshold():
+    from algorithms.compare import SPREAD_FACTOR, diff_pair, run_to_run_bands, verdict
+
+    seeds = [synthetic_run("torch/torch", CURVE + shift, 0.90, f"s{i}") for i, shift in enumerate((0.0, 0.02))]
+    near = synthetic_run("keras/jax", CURVE + 0.025, 0.905)  # 0.025 <= 1.5 x 0.02
+    far = synthetic_run("keras/jax", CURVE + 0.2, 0.905, "far")  # ten times the band
+    bands = run_to_run_bands(seeds + [near], None)
+    assert verdict(diff_pair(seeds[0], near), bands)[0] == "within spread"
+    word, evidence = verdict(diff_pair(seeds[0], far), run_to_run_bands(seeds + [far], None))
+    assert word == "beyond spread" and any(f"{SPREAD_FACTOR:g}x the largest seed-to-seed" in e for e in evidence)
+    # an accuracy gap beyond the seeds' (and the 0.01 margin) is beyond spread, however close the curves
+    wrong = synthetic_run("keras/jax", CURVE + 0.01, 0.80, "wrong")
+    assert verdict(diff_pair(seeds[0], wrong), run_to_run_bands(seeds + [wrong], None))[0] == "beyond spread"
+    # no band at all: no verdict, whatever the distance (fixed thresholds used to call this "different")
+    lone = synthetic_run("torch/torch", CURVE, 0.90)
+    word, evidence = verdict(diff_pair(lone, far), run_to_run_bands([lone, far], None))
+    assert word == "no band" and "distance 0.2000" in evidence[0]
+    # runs of different settings share no band
+    other = synthetic_run("keras/jax", CURVE + 0.01, 0.90, "b64", batch=64)
+    assert verdict(diff_pair(seeds[0], other), run_to_run_bands(seeds + [other], None))[0] == "no band"
+
+
+def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seeds, tmp_path):
+    """Seeds 0 and 1 shipped as baselines give the band a single new run is judged against."""
+    import shutil
+
+    from algorithms.compare import format_against_first
+
+    baseline_dir = tmp_path / "baseline" / "default"
+    baseline_dir.mkdir(parents=True)
+    shutil.copy(two_seeds, baseline_dir / f"{NETWORK}_torch.csv")
+    report = build_report([f"{two_seeds}@seed0", f"{two_seeds}@seed1"], [], str(tmp_path / "baseline"))
+    assert report["verdicts"][0][0] == "run-to-run"
+    (band,) = report["bands"].values()
+    assert "2 runs given here" in band.source  # the inputs' own seeds come first
+    text = format_against_first(report)
+    assert "bands from: 2 runs given here" in text and "verdicts: same = every aligned loss bit-identical" in text

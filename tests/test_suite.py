@@ -58,3 +58,94 @@ def test_the_readme_table_of_what_each_framework_runs_is_current():
 
     with open(os.path.join(REPO_ROOT, "README.md")) as handle:
         assert markdown_table() in handle.read(), "README is stale: paste `python -m algorithms.capabilities`"
+
+
+def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, tmp_path):
+    """--seeds 0,1: every framework twice; the seeds' spread is the band, and the test
+    predictions' agreement is printed from the submissions."""
+    import re
+
+    proc = run_script(
+        "run_all.py",
+        [
+            "--only",
+            "torch,tensorflow",
+            "--seeds",
+            "0,1",
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            str(small_data / "test.csv"),
+            "--num_epochs",
+            "1",
+            "--batch_size",
+            "64",
+            "--results_dir",
+            str(tmp_path / "results"),
+            "--run_id",
+            "seeds",
+        ],
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for seed in (0, 1):
+        rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"), f"seeds-seed{seed}")
+        assert rows and rows[0]["run_id"] == f"seeds-seed{seed}"
+    (line,) = [
+        line
+        for line in out.splitlines()
+        if line.strip().startswith("tensorflow/tensorflow seeds-seed0") and "distance" in line
+    ]
+    assert re.search(r"(within spread|beyond spread) +distance [0-9.]+ \(band [0-9.]+\)", line), line
+    assert "run-to-run" in out and "bands from: 2 runs given here" in out
+    assert "verdicts: same = every aligned loss bit-identical" in out
+    agreement = re.search(r"test predictions \(200 images\) agree pairwise: median ([0-9.]+)%", out)
+    assert agreement and 0 <= float(agreement.group(1)) <= 100, out
+
+
+def test_the_main_command_converges_by_default_and_keeps_the_preset_one_flag_away():
+    from algorithms.spec import CNN2D_2LAYER, CNN2D_3LAYER
+    from algorithms.suite import main_command_flags
+
+    flags, note = main_command_flags(CNN2D_3LAYER, ["--num_epochs", "3"], "main")
+    assert flags == ["--num_epochs", "3", "--batch_size", "100"] and "--preset original" in note
+    assert main_command_flags(CNN2D_3LAYER, [], "original") == ([], "")
+    assert main_command_flags(CNN2D_3LAYER, ["--batch_size", "32"], "main") == (["--batch_size", "32"], "")
+    assert main_command_flags(CNN2D_2LAYER, [], "main") == ([], "")  # its preset (batch 50) converges
+
+
+def test_run_all_rejects_bad_seeds():
+    for seeds, message in (
+        ("0", "give two or more different seeds"),
+        ("0,x", "expected whole numbers"),
+        ("1,1", "give two or more different seeds"),
+    ):
+        proc = run_script("run_all.py", ["--seeds", seeds])
+        assert proc.returncode == 2 and message in proc.stderr, (seeds, proc.stderr)
+    proc = run_script("run_all.py", ["--seeds", "0,1", "--seed", "3"])
+    assert proc.returncode == 2 and "--seeds and --seed" in proc.stderr
+
+
+def test_pairwise_agreement_of_test_predictions(tmp_path):
+    import numpy as np
+    import pytest
+
+    from algorithms.agreement import format_agreement, pairwise_agreement, read_predictions
+    from algorithms.errors import InputError
+    from algorithms.recorder import write_predictions
+
+    labels = np.arange(100) % 10
+    other = labels.copy()
+    other[:7] = (other[:7] + 1) % 10  # 7 of 100 differ
+    for name, values in (("a", labels), ("b", other)):
+        write_predictions(str(tmp_path / f"{name}.csv"), values)
+    shuffled = tmp_path / "a_shuffled.csv"
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    shuffled.write_text("\n".join([lines[0]] + lines[1:][::-1]) + "\n")  # ImageId order restored on reading
+    predictions = {name: read_predictions(str(tmp_path / f"{name}.csv")) for name in ("a", "b", "a_shuffled")}
+    pairs = {(a, b): share for a, b, share in pairwise_agreement(predictions)}
+    assert pairs[("a", "b")] == pytest.approx(0.93) and pairs[("a", "a_shuffled")] == 1.0
+    assert "lowest 93.0% (a vs b)" in format_agreement(list(pairwise_agreement(predictions)), 100)
+    (tmp_path / "bad.csv").write_text("id,label\n1,2\n")
+    with pytest.raises(InputError, match="expected the header ImageId,Label"):
+        read_predictions(str(tmp_path / "bad.csv"))
