@@ -165,25 +165,27 @@ def known_flags() -> tuple:
 
 
 def main(argv=None) -> int:
-    """python -m algorithms.contract PACKAGE: the ways PACKAGE breaks the contract (set
-    KERAS_BACKEND first for keras_wrapper); exit status 1 if any."""
-    import sys
+    """python -m algorithms.contract PACKAGE: the ways PACKAGE breaks the contract; exit status 1 if any."""
+    import argparse
 
     from .parallel import STRATEGIES
 
+    parser = argparse.ArgumentParser(
+        prog="python -m algorithms.contract",
+        description="Check wrapper packages against the wrapper contract (algorithms/contract.py). "
+        "Each is imported, framework and all: set KERAS_BACKEND first for keras_wrapper, and use "
+        ".venv-legacy/bin/python for lasagne_wrapper and Keras on theano.",
+    )
+    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help="e.g. torch_wrapper")
+    args = parser.parse_args(argv)
     contract = importlib.import_module("algorithms.contract")  # not __main__: its classes are the wrappers'
-
-    packages = sys.argv[1:] if argv is None else argv
-    if not packages:
-        print("usage: python -m algorithms.contract PACKAGE [PACKAGE ...]   (e.g. torch_wrapper)", file=sys.stderr)
-        return 2
     problems = [
-        problem for package in packages for problem in contract.check_wrapper(package, STRATEGIES, known_flags())
+        problem for package in args.packages for problem in contract.check_wrapper(package, STRATEGIES, known_flags())
     ]
     for problem in problems:
         print(problem)
     if not problems:
-        print(f"{', '.join(packages)}: meets the wrapper contract (algorithms/contract.py)")
+        print(f"{', '.join(args.packages)}: meets the wrapper contract (algorithms/contract.py)")
     return 1 if problems else 0
 
 
