@@ -28,13 +28,12 @@ from typing import Optional
 
 import numpy as np
 
-from .baseline import check_run, format_checks, matching_baselines
+from .baseline import ACCURACY_MARGIN, check_run, format_checks, matching_baselines
 from .errors import EXIT_INPUT_ERROR, InputError
 from .paths import BASELINE_DIR
 from .runs import Run, curve_distance, load_run, smooth
 
 SPREAD_FACTOR = 1.5  # a pair is within the band up to this x the largest seed-to-seed distance seen
-ACCURACY_MARGIN = 0.01  # the least accuracy gap the band allows (a few test images of the default data)
 VERDICT_RULE = (
     "verdicts: same = every aligned loss bit-identical; within spread = the two loss curves are no further "
     f"apart than {SPREAD_FACTOR:g}x the largest distance between two seeds of either framework at these "
