@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from . import legacy_env
 from .paths import LEGACY_PYTHON, REPO_ROOT
 
 LEGACY_FIX = "make legacy-setup"
@@ -61,10 +62,11 @@ def check_legacy(log_dir: str) -> NotRun | None:
         if os.path.exists(LEGACY_PYTHON):
             return None
         return NotRun(".venv-legacy is missing", "`make` is not installed to build it", "", "sudo apt-get install make")
-    make = ["make", "--no-print-directory", "-C", REPO_ROOT]
-    if subprocess.run([*make, "-q", "legacy-setup"], capture_output=True).returncode == 0:
+    if legacy_env.up_to_date():
         return None
-    return build(".venv-legacy could not be built", [*make, "legacy-setup"], log_dir, "legacy-setup", LEGACY_FIX)
+    return build(
+        ".venv-legacy could not be built", [*legacy_env.MAKE, "legacy-setup"], log_dir, "legacy-setup", LEGACY_FIX
+    )
 
 
 def check_caffe(log_dir: str, python: str = sys.executable) -> NotRun | None:

@@ -22,6 +22,14 @@ def in_legacy_env() -> bool:
     return os.path.realpath(sys.prefix) == os.path.realpath(LEGACY_VENV)
 
 
+MAKE = ["make", "--no-print-directory", "-C", REPO_ROOT]
+
+
+def up_to_date() -> bool:
+    """Whether .venv-legacy is built from the current requirements-legacy.txt (`make -q legacy-setup`)."""
+    return subprocess.run([*MAKE, "-q", "legacy-setup"], capture_output=True).returncode == 0
+
+
 def ensure_legacy_env() -> None:
     """Build or refresh .venv-legacy through the Makefile (a no-op when it is up to date)."""
     if shutil.which("make") is None:
@@ -30,15 +38,7 @@ def ensure_legacy_env() -> None:
         raise RuntimeError(
             "the legacy environment .venv-legacy is missing and `make` is not installed to build it; see docs/legacy.md"
         )
-    up_to_date = (
-        subprocess.run(
-            ["make", "--no-print-directory", "-C", REPO_ROOT, "-q", "legacy-setup"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ).returncode
-        == 0
-    )
-    if up_to_date:
+    if up_to_date():
         return
     print(
         "[legacy-setup] building .venv-legacy (theano-pymc, Lasagne, Keras 2; about a minute)",
@@ -46,7 +46,7 @@ def ensure_legacy_env() -> None:
         flush=True,
     )
     # make's own output goes to stderr: stdout stays the run's
-    build = subprocess.run(["make", "--no-print-directory", "-C", REPO_ROOT, "legacy-setup"], stdout=sys.stderr)
+    build = subprocess.run([*MAKE, "legacy-setup"], stdout=sys.stderr)
     if build.returncode != 0:
         raise RuntimeError(f"`make legacy-setup` failed (exit {build.returncode}); its output is above")
 
