@@ -221,16 +221,7 @@ def append_log_block(path: str, title: str, fields: list) -> None:
 def read_rows(path: str, run_id: Optional[str] = None) -> list:
     """Rows of a results CSV as dicts with numbers converted; one run's rows if run_id is given."""
     numeric = {"devices", "global_batch", "epoch", "step"}
-    floats = {
-        "loss",
-        "accuracy",
-        "learning_rate",
-        "step_time_ms",
-        "data_time_ms",
-        "samples_per_sec",
-        "wall_time_s",
-        "comm_time_ms",
-    }
+    floats = set(CSV_COLUMNS[CSV_COLUMNS.index("loss") :])  # every column after phase is a measurement
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
