@@ -1,8 +1,9 @@
 """Raw TensorFlow 2: the spec as tf.Variables and tf.nn ops (NHWC), trained by
 tf.function + GradientTape steps; no model.fit. `model.py` translates the spec
-(layer placement, split-independent dropout), `devices.py` picks devices and the
-tf.distribute strategy (MirroredStrategy; MultiWorkerMirroredStrategy from
-TF_CONFIG), `trainer.py` holds the steps, `train.py` runs them through the shared
+(layer placement, split-independent dropout), `tensor_parallel.py` its
+channel-split variant, `devices.py` picks devices and the tf.distribute strategy
+(MirroredStrategy; MultiWorkerMirroredStrategy from TF_CONFIG), `trainer.py` holds
+the steps (pipeline's micro-batches too), `train.py` runs them through the shared
 loop in algorithms/loop.py; `native.py` serves the benchmark."""
 
 from algorithms.contract import Support
@@ -12,7 +13,7 @@ from algorithms.errors import InputError
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
-        strategies=("single", "data", "model"),
+        strategies=("single", "data", "model", "tensor", "pipeline"),
         flags=(
             "--lr_scaling linear",
             "--warmup_steps",

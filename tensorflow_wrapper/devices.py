@@ -2,6 +2,8 @@
 
     single    the default device
     model     the plan's stages on GPUs 0..N-1, else on N logical CPU devices
+    pipeline  the same, fed micro-batches (trainer.py)
+    tensor    one channel shard per device, the same devices (tensor_parallel.py)
     data      MirroredStrategy over N GPUs, else over N logical CPU devices;
               with TF_CONFIG set, MultiWorkerMirroredStrategy across its workers
 
@@ -29,8 +31,9 @@ def local_devices(count: int) -> list:
         if len(gpus) < count:
             raise RuntimeError(f"--devices {count}: this machine has {len(gpus)} GPU(s)")
         return [f"/gpu:{i}" for i in range(count)]
-    if count > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    made = tf.config.get_logical_device_configuration(cpu) or []
+    if count > 1 and len(made) < count:  # once made (and initialised), more cannot be added; fewer are used as is
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
     return [f"/cpu:{i}" for i in range(count)]
 

@@ -63,20 +63,27 @@ class SpecModel(tf.Module):
             p = layer.padding
             return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if isinstance(layer, Conv2D):
-            p = self.folded_pads.get(index)
-            padding = [[0, 0], [p, p], [p, p], [0, 0]] if p else layer.padding.upper()
-            x = tf.nn.bias_add(tf.nn.conv2d(x, self.kernels[index], strides=1, padding=padding), self.biases[index])
-            return x if index in self.late_relus else ACTIVATIONS[self.network.activation(index)](x)
+            return self._conv(index, layer, x, self.kernels[index], self.biases[index])
         if isinstance(layer, MaxPool2D):
             x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
             return tf.nn.relu(x) if index - 1 in self.late_relus else x
         if isinstance(layer, Flatten):
             return tf.reshape(x, [tf.shape(x)[0], -1])
         if isinstance(layer, Dense):
-            return ACTIVATIONS[self.network.activation(index)](tf.matmul(x, self.kernels[index]) + self.biases[index])
+            return self._dense(index, x, self.kernels[index], self.biases[index])
         if isinstance(layer, Dropout):
             return dropout(x, layer.rate, index, step_seed, row_offset, step_rows) if training else x
         raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
+
+    def _conv(self, index, layer, x, kernel, bias):
+        """The convolution with these weights: the layer's, or (tensor parallel) a slice of its output channels."""
+        p = self.folded_pads.get(index)
+        padding = [[0, 0], [p, p], [p, p], [0, 0]] if p else layer.padding.upper()
+        x = tf.nn.bias_add(tf.nn.conv2d(x, kernel, strides=1, padding=padding), bias)
+        return x if index in self.late_relus else ACTIVATIONS[self.network.activation(index)](x)
+
+    def _dense(self, index, x, kernel, bias):
+        return ACTIVATIONS[self.network.activation(index)](tf.matmul(x, kernel) + bias)
 
 
 def build_model(network: Network, weights: list, seed: int, layer_devices: list | None = None) -> SpecModel:

@@ -4,6 +4,12 @@ every other framework, whatever the strategy.
 
     single, model   one fused step (gradients + apply); model parallel only pins
                     layers to devices (model.py)
+    tensor          the same fused step on a TensorParallelModel: each layer's
+                    channels on their device, joined by concat (tensor_parallel.py)
+    pipeline        model parallel's placement, each batch cut into micro-batches
+                    inside the fused step: their gradients summed, then one apply
+                    (GPipe); no micro-batch waits for another's backward, so
+                    TensorFlow's executor can run the stages side by side
     data            per replica: gradients of its slice, loss scaled by the global
                     batch; then one timed all-reduce (the comm_time_ms column);
                     then the optimizer applies the summed gradients on every replica
@@ -30,6 +36,7 @@ from algorithms.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import data_parallel_strategy, is_chief, local_devices, peers_checked, tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
+from tensorflow_wrapper.tensor_parallel import TensorParallelModel
 
 IMAGE_SPEC = tf.TensorSpec([None, 28, 28, 1], tf.float32)
 LABEL_SPEC = tf.TensorSpec([None], tf.int32)
@@ -39,15 +46,32 @@ ROWS_SPEC = tf.TensorSpec([], tf.int32)
 
 class TensorFlowTrainer:
     """`strategy`: a tf.distribute strategy for data parallel, None otherwise;
-    `layer_devices`: one device per layer for model parallel, None otherwise."""
+    `layer_devices`: one device per layer for model and pipeline parallel, None otherwise;
+    `micro_batches`: pipeline's micro-batches per batch; `shards` and `shard_devices`:
+    tensor parallel's plan.shards and one device per shard."""
 
-    def __init__(self, network, optimizer_spec, seed: int, strategy=None, layer_devices=None, jit_compile=False):
+    def __init__(
+        self,
+        network,
+        optimizer_spec,
+        seed: int,
+        strategy=None,
+        layer_devices=None,
+        jit_compile=False,
+        micro_batches=1,
+        shards=None,
+        shard_devices=None,
+    ):
         tf.random.set_seed(seed)
         self.seed, self.optimizer_steps = seed, 0
         self.data_parallel = strategy is not None
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.micro_batches = micro_batches
         with self.strategy.scope():
-            self.model = build_model(network, initial_weights(network, seed), seed, layer_devices)
+            if shards:
+                self.model = TensorParallelModel(network, initial_weights(network, seed), seed, shards, shard_devices)
+            else:
+                self.model = build_model(network, initial_weights(network, seed), seed, layer_devices)
             self.variables = self.model.weights_in_order
             self.optimizer = make_optimizer(optimizer_spec, pre_reduced=self.data_parallel)
             self.optimizer.build(self.variables)
@@ -67,7 +91,27 @@ class TensorFlowTrainer:
     # ------------------------------------------------------------------ step pieces
     def _gradients(self, images, labels, step_seed, row_offset, step_rows):
         """Gradients of this slice's share of the step's mean loss (sum / step_rows),
-        so summing them over slices gives the gradient of the whole step's mean."""
+        so summing them over slices gives the gradient of the whole step's mean.
+        Pipeline: the slice cut into micro-batches (split_sizes' rule, in the graph),
+        each one's gradients taken on its own, all summed."""
+        if self.micro_batches == 1:
+            return self._slice_gradients(images, labels, step_seed, row_offset, step_rows)
+        rows = tf.shape(labels)[0]
+        sizes = rows // self.micro_batches + tf.cast(tf.range(self.micro_batches) < rows % self.micro_batches, tf.int32)
+        starts = tf.cumsum(sizes, exclusive=True)
+        parts = [
+            self._slice_gradients(
+                images[starts[m] : starts[m] + sizes[m]],
+                labels[starts[m] : starts[m] + sizes[m]],
+                step_seed,
+                row_offset + starts[m],
+                step_rows,
+            )
+            for m in range(self.micro_batches)
+        ]
+        return tf.nest.map_structure(lambda *values: tf.add_n(list(values)), *parts)
+
+    def _slice_gradients(self, images, labels, step_seed, row_offset, step_rows):
         with tf.GradientTape() as tape:
             logits = self.model(images, True, step_seed, row_offset, step_rows)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
@@ -196,8 +240,14 @@ def build_trainer(config) -> TensorFlowTrainer:
     if plan.strategy == "data":
         strategy = data_parallel_strategy(plan.devices)
         return TensorFlowTrainer(config.network, config.optimizer, config.seed, strategy=strategy)
-    if plan.strategy == "model":
+    if plan.strategy in ("model", "pipeline"):
         devices = local_devices(plan.devices)
         layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages) for _ in range(first, stop)]
-        return TensorFlowTrainer(config.network, config.optimizer, config.seed, layer_devices=layer_devices)
+        return TensorFlowTrainer(
+            config.network, config.optimizer, config.seed, layer_devices=layer_devices, micro_batches=plan.micro_batches
+        )
+    if plan.strategy == "tensor":
+        return TensorFlowTrainer(
+            config.network, config.optimizer, config.seed, shards=plan.shards, shard_devices=local_devices(plan.devices)
+        )
     return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile)
