@@ -5,11 +5,22 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 through algorithms/loop.py."""
 
 from algorithms.contract import Support
+from algorithms.parallel import STRATEGIES
+
+# Caffe 1.0's only parallelism is multi-GPU data parallel (P2PSync), and this build is CPU_ONLY
+ONE_DEVICE = (
+    "caffe_script.py runs single only: this Caffe is a CPU_ONLY build, one device (Caffe's only parallelism "
+    "is multi-GPU data parallel); use torch_script.py or tensorflow_script.py for parallel strategies"
+)
 
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return Support(strategies=("single",), flags=("--checkpoint_every",))
+    return Support(
+        strategies=("single",),
+        flags=("--checkpoint_every",),
+        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy != "single"},
+    )
 
 
 def prepare_process(config, dataset) -> None:

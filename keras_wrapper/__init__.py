@@ -2,16 +2,31 @@
 chosen by KERAS_BACKEND). `model.py` translates the spec, `train.py` trains it
 with model.fit over the shared batch order, recording each step from a callback,
 `distribute.py` holds the data-parallel setups (MirroredStrategy on tensorflow,
-keras.distribution.DataParallel on jax)."""
+keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
+(keras.distribution.ModelParallel)."""
 
 import json
 import os
 
 from algorithms.contract import Support
+from algorithms.parallel import STRATEGIES
 from algorithms.errors import InputError
 
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
+# why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
+JAX_ONLY = (
+    "Keras's tensor parallel (keras.distribution.ModelParallel) runs on jax only; use KERAS_BACKEND=jax, "
+    "or tensorflow_script.py / torch_script.py --strategy tensor"
+)
+NO_PIPELINE = (
+    "Keras has no pipeline-parallel API (model.fit runs the whole model as one program per step); "
+    "use tensorflow_script.py or torch_script.py --strategy pipeline"
+)
+ONE_DEVICE_KERAS_2 = (
+    "Keras 2 on Theano runs on one CPU device here (Theano has no multi-device machinery, and Keras 2's "
+    "multi_gpu_model needs TensorFlow); use keras_script.py on Keras 3, tensorflow_script.py or torch_script.py"
+)
 
 
 def backend() -> str:
@@ -29,18 +44,33 @@ def backend() -> str:
 def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
-    if name in ("tensorflow", "jax"):
-        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS)
+    if name == "jax":
+        return Support(
+            strategies=("single", "data", "tensor", "hybrid"), flags=KERAS_3_FLAGS, advice={"pipeline": NO_PIPELINE}
+        )
+    if name == "tensorflow":
+        return Support(
+            strategies=("single", "data"),
+            flags=KERAS_3_FLAGS,
+            advice={"tensor": JAX_ONLY, "hybrid": JAX_ONLY, "pipeline": NO_PIPELINE},
+        )
     if name == "torch":
         return Support(
             strategies=("single",),
             flags=KERAS_3_FLAGS,
             advice={
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
-                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"
+                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
+                "tensor": JAX_ONLY,
+                "hybrid": JAX_ONLY,
+                "pipeline": NO_PIPELINE,
             },
         )
-    return Support(strategies=("single",), flags=("--checkpoint_every",))  # Keras 2 on Theano (legacy env)
+    return Support(  # Keras 2 on Theano (legacy env)
+        strategies=("single",),
+        flags=("--checkpoint_every",),
+        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"},
+    )
 
 
 def prepare_process(config, dataset) -> None:
@@ -54,7 +84,9 @@ def prepare_process(config, dataset) -> None:
             f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
             f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)"
         )
-    if config.plan.strategy != "data":
+    if config.plan.strategy in ("tensor", "hybrid"):
+        check_model_parallel(config, rows)
+    if config.plan.strategy not in ("data", "tensor", "hybrid"):
         return
     if accumulate > 1 and name == "tensorflow":
         raise InputError(
@@ -62,7 +94,7 @@ def prepare_process(config, dataset) -> None:
             "MirroredStrategy; use tensorflow_script.py or KERAS_BACKEND=jax"
         )
     devices = config.devices
-    if name == "jax" and rows % devices:
+    if name == "jax" and config.plan.strategy == "data" and rows % devices:
         raise InputError(
             f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
             f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
@@ -71,6 +103,32 @@ def prepare_process(config, dataset) -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if name == "jax" and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+
+
+def check_model_parallel(config, rows: int) -> None:
+    """What jax's ModelParallel cannot shard (keras_wrapper/distribute.py), refused before Keras loads."""
+    plan = config.plan
+    if plan.strategy == "hybrid" and plan.inner != "tensor":
+        raise InputError(
+            f"--strategy hybrid --inner {plan.inner}: Keras on jax runs hybrid as data x tensor parallel "
+            "(a 2-D DeviceMesh, batch x model); use --inner tensor"
+        )
+    width_flag = "--group" if plan.strategy == "hybrid" else "--devices"
+    for index, ranges in plan.shards.items():
+        width = ranges[-1][1]
+        if width % plan.group:
+            fits = [g for g in range(2, width + 1) if all(r[-1][1] % g == 0 for r in plan.shards.values())]
+            raise InputError(
+                f"{width_flag} {plan.group}: jax shards a layer's channels only evenly, and layer {index} of "
+                f"{config.network.name} has {width}; use {width_flag} "
+                + (" or ".join(str(g) for g in fits[:3]) if fits else "1 (tensorflow_script.py splits unevenly)")
+            )
+    if plan.replicas > 1 and rows % plan.replicas:
+        raise InputError(
+            f"--strategy hybrid: jax splits every batch evenly across the {plan.replicas} replicas, but the "
+            f"last batch of each epoch has {rows % config.batch_size} of the {rows} training rows; change "
+            f"--validation_split so that the training rows divide by {plan.replicas}"
+        )
 
 
 def launch(config, argv: list) -> None:

@@ -13,26 +13,38 @@ from keras import layers
 from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 
+def layer_name(index: int) -> str:
+    """Each Keras layer is named after its spec index, so its variables' paths
+    (`<network>/layer_3/kernel`) are known before it is built: tensor parallel's
+    LayoutMap (distribute.py) names them."""
+    return f"layer_{index}"
+
+
 def build_model(network: Network, weights: list) -> keras.Model:
     """A Sequential emitting logits (a final softmax is fused into the loss)."""
     model = keras.Sequential(name=network.name)
     model.add(compat.input_layer(network.input_shape))
     by_index = {}
     for index, layer in enumerate(network.layers):
+        name = layer_name(index)
         if isinstance(layer, ZeroPad2D):
-            keras_layer = layers.ZeroPadding2D(layer.padding)
+            keras_layer = layers.ZeroPadding2D(layer.padding, name=name)
         elif isinstance(layer, Conv2D):
             keras_layer = layers.Conv2D(
-                layer.filters, layer.kernel_size, padding=layer.padding, activation=network.activation(index)
+                layer.filters,
+                layer.kernel_size,
+                padding=layer.padding,
+                activation=network.activation(index),
+                name=name,
             )
         elif isinstance(layer, MaxPool2D):
-            keras_layer = layers.MaxPooling2D(layer.pool_size)
+            keras_layer = layers.MaxPooling2D(layer.pool_size, name=name)
         elif isinstance(layer, Flatten):
-            keras_layer = layers.Flatten()
+            keras_layer = layers.Flatten(name=name)
         elif isinstance(layer, Dense):
-            keras_layer = layers.Dense(layer.units, activation=network.activation(index))
+            keras_layer = layers.Dense(layer.units, activation=network.activation(index), name=name)
         elif isinstance(layer, Dropout):
-            keras_layer = layers.Dropout(layer.rate)
+            keras_layer = layers.Dropout(layer.rate, name=name)
         else:
             raise TypeError(f"keras_wrapper cannot translate {layer!r}")
         model.add(keras_layer)

@@ -70,14 +70,18 @@ def set_learning_rate(model, learning_rate: float) -> None:
     model.optimizer.learning_rate = learning_rate
 
 
-def make_model(network, optimizer_spec, seed: int, data_parallel_devices: int = 0, accumulate: int = 1):
-    """Built and compiled inside the data-parallel setup when `data_parallel_devices` is given."""
+def make_model(
+    network, optimizer_spec, seed: int, data_parallel_devices: int = 0, accumulate: int = 1, tensor_plan=None
+):
+    """Built and compiled inside the data-parallel setup when `data_parallel_devices` is
+    given, or inside ModelParallel for `tensor_plan` (a tensor or hybrid plan, jax)."""
     compat.set_random_seed(seed)  # dropout masks
-    if not data_parallel_devices:
+    if not data_parallel_devices and tensor_plan is None:
         return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec, accumulate)
-    from keras_wrapper.distribute import data_parallel
+    from keras_wrapper.distribute import data_parallel, tensor_parallel
 
-    with data_parallel(data_parallel_devices):
+    setup = tensor_parallel(network, tensor_plan) if tensor_plan else data_parallel(data_parallel_devices)
+    with setup:
         return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec, accumulate)
 
 
@@ -94,6 +98,7 @@ class KerasTrainer:
             config.seed,
             config.devices if config.plan.strategy == "data" else 0,
             config.accumulate,
+            config.plan if config.plan.strategy in ("tensor", "hybrid") else None,
         )
         self.recorder = None  # made for the session at the first fit_epoch
 

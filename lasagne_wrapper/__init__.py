@@ -5,11 +5,22 @@ backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 
 (and Keras 2.3.1); it is imported before lasagne."""
 
 from algorithms.contract import Support
+from algorithms.parallel import STRATEGIES
+
+# Theano compiles each function for one device, and Lasagne has no way to split a model or a batch
+ONE_DEVICE = (
+    "lasagne_script.py runs single only: Lasagne on Theano runs on one CPU device (Theano has no "
+    "multi-device machinery); use torch_script.py or tensorflow_script.py for parallel strategies"
+)
 
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return Support(strategies=("single",), flags=("--checkpoint_every",))
+    return Support(
+        strategies=("single",),
+        flags=("--checkpoint_every",),
+        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy != "single"},
+    )
 
 
 def prepare_process(config, dataset) -> None:
