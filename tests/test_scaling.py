@@ -72,3 +72,41 @@ def test_verdict_follows_the_one_and_a_half_rule():
     assert "don't add more" in verdicts(rows(slow))[0]
     assert "scaling pays" in verdicts(rows(fast))[0]
     assert "no 1- and 2-device pair" in verdicts([ScalingRow("b", 2, "data", "failed (exit 2)")])[0]
+
+
+@pytest.mark.slow  # three TensorFlow and jax processes
+@pytest.mark.parametrize("strategy, frameworks", [("tensor", "tensorflow,keras_jax"), ("pipeline", "tensorflow")])
+def test_scaling_report_runs_tensor_and_pipeline_beside_torch_in_tensorflow_and_keras_jax(
+    strategy, frameworks, small_data, tmp_path
+):
+    results = tmp_path / "results"
+    proc = run_script(
+        "scaling_report.py",
+        [
+            "--frameworks",
+            frameworks,
+            "--strategy",
+            strategy,
+            "--devices",
+            "2",
+            "--max_steps",
+            "4",
+            "--train",
+            str(small_data / "train.csv"),
+            "--test",
+            "none",
+            "--batch_size",
+            "32",
+            "--results_dir",
+            str(results),
+            "--run_id",
+            f"scaling-{strategy}",
+        ],
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with open(results / "scaling" / f"scaling-{strategy}.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["framework"], r["devices"], r["strategy"], r["status"]) for r in rows] == [
+        (name, "2", strategy, "ok") for name in frameworks.split(",")
+    ]
+    assert all(float(r["ms_per_step"]) > 0 for r in rows)
