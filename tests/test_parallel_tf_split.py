@@ -2,7 +2,7 @@
 One probe process compares the first optimizer step of each against one device at
 the same global batch, dropout on (the masks are drawn per row of the step, so they
 do not depend on the split): 2 and 3 devices, uneven channel shards and uneven
-micro-batches, --accumulate with pipeline; then trains 2 epochs of each through
+micro-batches, --accumulate with both; then trains 2 epochs of each through
 the wrapper's train().
 
     python -m tests.test_parallel_tf_split TRAIN_CSV RESULTS_DIR    # the probe, prints JSON
@@ -66,6 +66,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
         ("pipeline_2", pipeline(2, 4), ((0, 64),)),
         ("pipeline_3", pipeline(3, 5), ((0, 64),)),  # micro-batches of 13, 13, 13, 13, 12
         ("pipeline_2_accumulate", pipeline(2, 4), ((0, 32), (32, 64))),
+        ("tensor_2_accumulate", tensor(2), ((0, 32), (32, 64))),
     ):
         loss = step(other, parts)
         out[name] = {
@@ -115,7 +116,9 @@ def probed(small_data, tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1]), results
 
 
-@pytest.mark.parametrize("name", ["tensor_2", "tensor_3", "pipeline_2", "pipeline_3", "pipeline_2_accumulate"])
+@pytest.mark.parametrize(
+    "name", ["tensor_2", "tensor_3", "pipeline_2", "pipeline_3", "pipeline_2_accumulate", "tensor_2_accumulate"]
+)
 def test_one_step_equals_one_device_with_dropout_on(probed, name):
     result = probed[0]
     got = result[name]
