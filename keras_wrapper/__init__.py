@@ -19,6 +19,10 @@ JAX_ONLY = (
     "Keras's tensor parallel (keras.distribution.ModelParallel) runs on jax only; use KERAS_BACKEND=jax, "
     "or tensorflow_script.py / torch_script.py --strategy tensor"
 )
+HYBRID_JAX_ONLY = (
+    "Keras's hybrid parallel (data x tensor: keras.distribution.ModelParallel on a 2-D mesh) runs on jax only; "
+    "use KERAS_BACKEND=jax with --inner tensor, or torch_script.py --strategy hybrid"
+)
 NO_PIPELINE = (
     "Keras has no pipeline-parallel API (model.fit runs the whole model as one program per step); "
     "use tensorflow_script.py or torch_script.py --strategy pipeline"
@@ -52,7 +56,7 @@ def supported() -> Support:
         return Support(
             strategies=("single", "data"),
             flags=KERAS_3_FLAGS,
-            advice={"tensor": JAX_ONLY, "hybrid": JAX_ONLY, "pipeline": NO_PIPELINE},
+            advice={"tensor": JAX_ONLY, "hybrid": HYBRID_JAX_ONLY, "pipeline": NO_PIPELINE},
         )
     if name == "torch":
         return Support(
@@ -62,7 +66,7 @@ def supported() -> Support:
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
                 "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
                 "tensor": JAX_ONLY,
-                "hybrid": JAX_ONLY,
+                "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
             },
         )

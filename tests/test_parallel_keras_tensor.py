@@ -189,7 +189,7 @@ def test_tensor_and_hybrid_train_through_model_fit(probed, strategy, devices):
     "script, backend, argv, message",
     [
         ("keras_script.py", "tensorflow", ["--strategy", "tensor"], "--strategy tensor: Keras's tensor parallel"),
-        ("keras_script.py", "torch", ["--strategy", "hybrid", "--devices", "4"], "--strategy hybrid: Keras's tensor"),
+        ("keras_script.py", "torch", ["--strategy", "hybrid", "--devices", "4"], "--strategy hybrid: Keras's hybrid"),
         ("keras_script.py", "jax", ["--strategy", "pipeline"], "--strategy pipeline: Keras has no pipeline-parallel"),
         ("keras_script.py", "jax", ["--strategy", "hybrid", "--devices", "4"], "--strategy hybrid --inner model: "),
         ("keras_script.py", "jax", ["--strategy", "tensor", "--devices", "4"], "--devices 4: jax shards a layer's"),
