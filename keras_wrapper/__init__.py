@@ -12,6 +12,7 @@ from algorithms.errors import InputError
 
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
+KERAS_3_FLAGS += ("--lr_schedule",)
 
 
 def backend() -> str:
@@ -54,6 +55,12 @@ def prepare_process(config, dataset) -> None:
             f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
             f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)"
         )
+    for epoch, batch in config.batch_schedule if accumulate > 1 else ():
+        if rows % (batch * accumulate):
+            raise InputError(
+                f"--batch_schedule {epoch}:{batch} with --accumulate {accumulate}: Keras steps once per "
+                f"{accumulate} equal batches; {batch} x {accumulate} must divide the {rows} training rows"
+            )
     if config.plan.strategy != "data":
         return
     if accumulate > 1 and name == "tensorflow":
