@@ -3,6 +3,9 @@ its refusals, and --target_accuracy (time to accuracy)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,7 @@ from algorithms.data import Dataset
 from algorithms.frameworks import FRAMEWORKS, get
 from algorithms.recorder import read_rows, results_csv_name
 from algorithms.session import RunSession
+from algorithms.paths import REPO_ROOT
 from tests.conftest import csv_suffix, run_script
 
 SCHEDULE = "1:20,2:40"  # small_data at --validation_split 0.6: 240 training rows, 12 steps of 20, then 6 of 40
@@ -19,6 +23,10 @@ BATCHES = ((1, 20), (2, 40))
 TRAIN_ROWS = 240
 SLOW = {"keras_torch", "keras_jax", "keras_tensorflow", "tensorflow", "caffe"}  # 10-30 s each on 2 busy cores
 MAIN = [framework for framework in FRAMEWORKS if framework.venv == "main"]
+
+
+def run_module(args: list):
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
 
 
 def run_schedule(framework, small_data, tmp_path, extra=()):
@@ -151,3 +159,44 @@ def test_a_real_run_ends_at_the_validation_that_reaches_the_target(small_data, t
     assert [row["phase"] for row in rows] == ["train"] * 4 + ["val"]  # stopped after epoch 1 of 3
     log = (tmp_path / "results.log").read_text()
     assert f"{rows[-1]['wall_time_s']:.2f} s, 480 samples" in log
+
+
+def test_lr_schedule_and_linear_scaling_set_each_epochs_learning_rate(tmp_path):
+    flags = ["--batch_schedule", "1:50,2:100", "--lr_scaling", "linear", "--num_epochs", "3"]
+    config = parse_config(flags + ["--lr_schedule", "1:0.1,3:0.01"], "torch_script.py", "")
+    dataset = Dataset(np.zeros((200, 28, 28), np.float32), np.zeros(200, np.int32), np.zeros((5, 28, 28)), None)
+    session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"), record=False)
+    rates = []
+    for epoch in range(3):
+        session.begin_epoch(epoch)
+        rates.append(session.learning_rate)
+    # the preset's batch is 1000: lr x batch / 1000, on the epoch's --lr_schedule lr
+    assert rates == pytest.approx([0.1 * 50 / 1000, 0.1 * 100 / 1000, 0.01 * 100 / 1000])
+
+
+def test_the_batch_study_matches_each_lr_decay_with_a_batch_growth():
+    from algorithms.batch_study import arm_flags, parse_study_args
+
+    name, args, epochs, forwarded = parse_study_args(["--batch", "50", "--factor", "5", "--threads", "1"])
+    assert (name, epochs, forwarded) == ("torch", [3, 5], ["--threads", "1"])
+    arms = arm_flags(args, epochs, 0.05)
+    assert arms["lr decay"][-4:] == ["--batch_size", "50", "--lr_schedule", "1:0.05,3:0.01,5:0.002"]
+    assert arms["batch growth"][-4:] == ["--batch_schedule", "1:50,3:250,5:1250", "--learning_rate", "0.05"]
+
+
+def test_the_batch_study_refuses_a_framework_without_an_lr_hook():
+    result = run_module(["algorithms.batch_study", "--framework", "caffe"])
+    assert result.returncode == 2 and "no per-step lr hook" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_batch_study_prints_both_arms_and_plots(small_data, tmp_path):
+    args = ["algorithms.batch_study", "--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
+    args += ["--batch", "120", "--num_epochs", "2", "--decay_epochs", "2", "--results_dir", str(tmp_path / "r")]
+    result = run_module(args + ["--threads", "2", "--quiet"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = result.stdout[result.stdout.index("arm  ") :].splitlines()
+    decay, growth = table[2].split(), table[3].split()
+    assert decay[:6] == ["lr", "decay", "120", "0.05", "->", "0.025"] and decay[6] == "8"  # 4 + 4 updates
+    assert growth[:7] == ["batch", "growth", "120", "->", "240", "0.05", "6"]  # 4 + 2
+    assert list((tmp_path / "r" / "batch_study").glob("*.png"))
