@@ -369,7 +369,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     hygiene.add_argument(
         "--batch_schedule",
         type=_batch_schedule,
-        default=(),
+        default=None,
         metavar="EPOCH:BATCH,...",
         help="the global batch by epoch, e.g. 1:128,3:256,5:512 (epochs 1-2 at 128, 3-4 at 256, then 512); "
         "it changes only at epoch boundaries; with --lr_scaling linear the lr follows it. Replaces --batch_size",
@@ -377,7 +377,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     hygiene.add_argument(
         "--lr_schedule",
         type=_lr_schedule,
-        default=(),
+        default=None,
         metavar="EPOCH:LR,...",
         help="step decay: the learning rate by epoch, e.g. 1:0.05,3:0.01 (replaces --learning_rate)",
     )
@@ -442,6 +442,7 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         network = network.without_dropout()
     defaults = network.training
     batch_size = args.batch_size or defaults.batch_size
+    args.batch_schedule, args.lr_schedule = args.batch_schedule or (), args.lr_schedule or ()
     batch_size = _check_schedules(args, defaults.epochs, batch_size)
     plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
     check_batch_schedule(plan, args.batch_schedule)
