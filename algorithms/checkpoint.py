@@ -35,6 +35,14 @@ def checkpoint_root(results_dir: str, run_id: str, csv_name: str) -> str:
 
 def shared_settings(config) -> dict:
     """What must not change between a run and its resumption."""
+    return _unscheduled_settings(config) | {
+        flag: ",".join(f"{epoch}:{value:g}" for epoch, value in schedule)
+        for flag, schedule in (("batch_schedule", config.batch_schedule), ("lr_schedule", config.lr_schedule))
+        if schedule  # only when given: checkpoints written before these flags still resume
+    }
+
+
+def _unscheduled_settings(config) -> dict:
     return {
         "network": config.network.name,
         "train": os.path.abspath(config.train),

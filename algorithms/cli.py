@@ -12,7 +12,9 @@ from typing import Optional
 
 from .errors import InputError
 from .paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
+from .data import batch_size_at
 from .parallel import INNER_STRATEGIES, STRATEGIES, LearningRateSchedule, ParallelPlan, linear_scale, make_plan
+from .parallel import check_batch_schedule
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from .threads import MALLOC_POLICIES
 
@@ -51,6 +53,16 @@ class RunConfig:
     threads: int = os.cpu_count() or 1
     compile: bool = False
     malloc: str = "reuse"
+    batch_schedule: tuple = ()  # ((first epoch, global batch), ...) from --batch_schedule, 1-based epochs
+    lr_schedule: tuple = ()  # ((first epoch, learning rate), ...) from --lr_schedule
+    target_accuracy: Optional[float] = None
+
+    def batch_at(self, epoch: int) -> int:
+        """--batch_size of the 0-based `epoch` (the --batch_schedule phase it is in)."""
+        return batch_size_at(self.batch_schedule, epoch) if self.batch_schedule else self.batch_size
+
+    def effective_batch_at(self, epoch: int) -> int:
+        return self.batch_at(epoch) * self.accumulate
 
     @property
     def effective_batch(self) -> int:
@@ -62,7 +74,13 @@ class RunConfig:
             linear_scale(self.effective_batch, self.network.training.batch_size) if self.lr_scaling == "linear" else 1.0
         )
         return LearningRateSchedule(
-            self.optimizer.learning_rate, scale, self.warmup_steps, self.reduce_lr_on_plateau, self.plateau_factor
+            self.optimizer.learning_rate,
+            scale,
+            self.warmup_steps,
+            self.reduce_lr_on_plateau,
+            self.plateau_factor,
+            reference_batch=self.network.training.batch_size if self.lr_scaling == "linear" else 0,
+            epoch_rates=self.lr_schedule,
         )
 
     def uses(self) -> dict:
@@ -75,6 +93,7 @@ class RunConfig:
             "--checkpointing": self.checkpointing,
             "--dp_impl dataparallel": self.dp_impl == "dataparallel",
             "--compile": self.compile,
+            "--lr_schedule": bool(self.lr_schedule),
         }
 
     def describe(self) -> str:
@@ -104,8 +123,48 @@ class RunConfig:
             )
             + (" checkpointing" if self.checkpointing else "")
             + (" parity" if self.parity else "")
+            + (f" batch_schedule={_schedule_text(self.batch_schedule)}" if self.batch_schedule else "")
+            + (f" lr_schedule={_schedule_text(self.lr_schedule)}" if self.lr_schedule else "")
+            + (f" target_accuracy={self.target_accuracy:g}" if self.target_accuracy is not None else "")
             + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else "")
         )
+
+
+def _schedule_text(schedule: tuple) -> str:
+    return ",".join(f"{epoch}:{value:g}" for epoch, value in schedule)
+
+
+def _epoch_table(text: str, cast, flag: str) -> tuple:
+    """'1:128,3:256' -> ((1, 128), (3, 256)): from each listed epoch (1-based) on, that
+    value; epoch 1 first, epochs rising, values positive."""
+    entries = []
+    for item in text.split(","):
+        epoch, colon, value = item.strip().partition(":")
+        try:
+            entry = (int(epoch), cast(value))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected EPOCH:VALUE pairs like 1:128,3:256, got {item.strip()!r}")
+        if not colon or entry[1] <= 0 or entry[1] == float("inf"):
+            raise argparse.ArgumentTypeError(f"{item.strip()!r}: the value after the epoch must be positive")
+        entries.append(entry)
+    epochs = [epoch for epoch, _ in entries]
+    if epochs[0] != 1 or epochs != sorted(set(epochs)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the epochs must start at 1 and rise (e.g. 1:128,3:256,5:512 for {flag})"
+        )
+    return tuple(entries)
+
+
+def _batch_schedule(text: str) -> tuple:
+    return _epoch_table(text, int, "--batch_schedule")
+
+
+def _lr_schedule(text: str) -> tuple:
+    return _epoch_table(text, float, "--lr_schedule")
+
+
+def _accuracy(text: str) -> float:
+    return _number(text, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
 
 
 def _positive_int(text: str) -> int:
@@ -308,6 +367,28 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     )
     hygiene.add_argument("--plateau_factor", type=_fraction, default=0.5, help="see --reduce_lr_on_plateau")
     hygiene.add_argument(
+        "--batch_schedule",
+        type=_batch_schedule,
+        default=None,
+        metavar="EPOCH:BATCH,...",
+        help="the global batch by epoch, e.g. 1:128,3:256,5:512 (epochs 1-2 at 128, 3-4 at 256, then 512); "
+        "it changes only at epoch boundaries; with --lr_scaling linear the lr follows it. Replaces --batch_size",
+    )
+    hygiene.add_argument(
+        "--lr_schedule",
+        type=_lr_schedule,
+        default=None,
+        metavar="EPOCH:LR,...",
+        help="step decay: the learning rate by epoch, e.g. 1:0.05,3:0.01 (replaces --learning_rate)",
+    )
+    hygiene.add_argument(
+        "--target_accuracy",
+        type=_accuracy,
+        default=None,
+        help="time to accuracy (DAWNBench): stop at the first validation accuracy at or above this, "
+        "recording the wall time and the samples it took",
+    )
+    hygiene.add_argument(
         "--checkpointing",
         action="store_true",
         help="gradient checkpointing: recompute activations in the backward pass to save memory",
@@ -336,6 +417,22 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_schedules(args, preset_epochs: int, batch_size):
+    """The schedules against the other flags; returns the first epoch's batch."""
+    if args.batch_schedule and args.batch_size is not None:
+        raise InputError("--batch_schedule and --batch_size: the schedule sets the batch of every epoch; give one")
+    if args.lr_schedule and args.learning_rate is not None:
+        raise InputError("--lr_schedule and --learning_rate: the schedule sets the lr of every epoch; give one")
+    num_epochs = args.num_epochs or preset_epochs
+    for flag, schedule in (("--batch_schedule", args.batch_schedule), ("--lr_schedule", args.lr_schedule)):
+        if schedule and schedule[-1][0] > num_epochs:
+            raise InputError(
+                f"{flag} {_schedule_text(schedule)}: epoch {schedule[-1][0]} is past the run's {num_epochs} "
+                "epochs; raise --num_epochs or drop that entry"
+            )
+    return args.batch_schedule[0][1] if args.batch_schedule else batch_size
+
+
 def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig:
     """Flags to a RunConfig; argparse itself exits with status 2 on a malformed flag."""
     parser = build_parser(prog, description)
@@ -345,10 +442,15 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         network = network.without_dropout()
     defaults = network.training
     batch_size = args.batch_size or defaults.batch_size
+    args.batch_schedule, args.lr_schedule = args.batch_schedule or (), args.lr_schedule or ()
+    batch_size = _check_schedules(args, defaults.epochs, batch_size)
     plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
+    check_batch_schedule(plan, args.batch_schedule)
     optimizer = defaults.optimizer
     if args.learning_rate is not None:
         optimizer = replace(optimizer, learning_rate=args.learning_rate)
+    if args.lr_schedule:
+        optimizer = replace(optimizer, learning_rate=args.lr_schedule[0][1])
     test = None if args.test.lower() in ("", "none") else args.test
     results_dir = os.path.abspath(args.results_dir)
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
@@ -389,4 +491,7 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         threads=args.threads,
         compile=args.compile,
         malloc=args.malloc,
+        batch_schedule=args.batch_schedule,
+        lr_schedule=args.lr_schedule,
+        target_accuracy=args.target_accuracy,
     )

@@ -122,6 +122,15 @@ def steps_to_accuracy(run: Run, threshold: float) -> Optional[int]:
     return next((step for step, _, accuracy in run.val if accuracy >= threshold), None)
 
 
+def time_to_accuracy(run: Run, threshold: float) -> tuple:
+    """DAWNBench's measure: (wall seconds, training samples) at the first validation row
+    reaching `threshold`, or (None, None)."""
+    for (_, _, accuracy), progress in zip(run.val, run.val_progress):
+        if accuracy >= threshold:
+            return progress
+    return None, None
+
+
 def verdict(pair: PairDiff, bands: dict) -> tuple:
     """(word, [the evidence]) by VERDICT_RULE; `bands` from run_to_run_bands."""
     if pair.identical:
@@ -224,7 +233,9 @@ def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = No
 def format_report(report: dict) -> str:
     lines = ["runs:"]
     thresholds = report["thresholds"]
-    header = ["run", "steps", "final val acc", "best val acc", "test acc"] + [f"steps to {t:g}" for t in thresholds]
+    header = ["run", "steps", "final val acc", "best val acc", "test acc"] + [
+        f"{what} to {t:g}" for t in thresholds for what in ("steps", "s", "samples")
+    ]
     table = []
     for run in report["runs"]:
         val_acc = [accuracy for _, _, accuracy in run.val]
@@ -236,7 +247,11 @@ def format_report(report: dict) -> str:
                 _fmt(max(val_acc) if val_acc else None),
                 _fmt(run.test_accuracy),
             ]
-            + [_fmt(steps_to_accuracy(run, t), "d") for t in thresholds]
+            + [
+                cell
+                for t in thresholds
+                for cell in (_fmt(steps_to_accuracy(run, t), "d"), *_time_cells(time_to_accuracy(run, t)))
+            ]
         )
     lines += text_table(header, table)
     for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
@@ -310,6 +325,11 @@ def text_table(header: list, rows: list) -> list:
         "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
         for r in [header] + rows
     ]
+
+
+def _time_cells(progress: tuple) -> tuple:
+    wall, samples = progress
+    return _fmt(wall, ".1f"), _fmt(samples, ",d")
 
 
 def _fmt(value, spec=".4f") -> str:

@@ -77,6 +77,12 @@ class Trainer(Protocol):
 
     def load_checkpoint(self, folder: str) -> None: ...
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """--batch_schedule: the next epoch's batches are `batch_size` rows (all replicas):
+        re-trace, re-compile or reshape for that shape now (outside every step's time),
+        leaving the weights, optimizer and RNG as they were; nothing where the framework
+        needs nothing."""
+
 
 @runtime_checkable
 class FitTrainer(Protocol):
@@ -93,6 +99,8 @@ class FitTrainer(Protocol):
     def save_checkpoint(self, folder: str) -> None: ...
 
     def load_checkpoint(self, folder: str) -> None: ...
+
+    def prepare_batch(self, batch_size: int) -> None: ...
 
 
 PACKAGE_NAMES = ("supported", "prepare_process", "launch")

@@ -395,6 +395,13 @@ def batch_order(num_samples: int, batch_size: int, epoch: int, seed: int) -> lis
     return [permutation[start : start + batch_size] for start in range(0, num_samples, batch_size)]
 
 
+def batch_size_at(schedule: tuple, epoch: int) -> int:
+    """The batch of the 0-based `epoch` under a --batch_schedule ((first epoch, batch), ...),
+    1-based epochs: the last entry starting at or before it. Each epoch is still one
+    batch_order permutation, so every training sample is seen once per epoch."""
+    return [batch for first, batch in schedule if first <= epoch + 1][-1]
+
+
 def steps_per_epoch(num_samples: int, batch_size: int) -> int:
     return -(-num_samples // batch_size)
 

@@ -115,6 +115,16 @@ def run_step(
     return learning_rate
 
 
+def begin_epoch(trainer, session: RunSession, epoch: int) -> None:
+    """A new --batch_schedule phase: the wrapper prepares the new batch shape (re-trace,
+    re-compile, blob reshape) here, timed on its own, so no step's time holds it."""
+    batch = session.begin_epoch(epoch)
+    if batch is not None:
+        start = time.perf_counter()
+        trainer.prepare_batch(batch)
+        session.batch_prepared(batch, (time.perf_counter() - start) * 1000.0)
+
+
 def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
     config = session.config
 
@@ -129,6 +139,7 @@ def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
     prefetcher = Prefetcher(session.dataset)
     try:
         for epoch in range(start_epoch, config.num_epochs):
+            begin_epoch(trainer, session, epoch)
             steps = session.optimizer_batches(epoch)
             for index in range(start_index if epoch == start_epoch else 0, len(steps)):
                 next_parts = steps[index + 1] if index + 1 < len(steps) else None
@@ -153,6 +164,7 @@ def train_by_epochs(trainer: FitTrainer, session: RunSession) -> dict:
     if session.resume_from:
         trainer.load_checkpoint(session.resume_from)
     for epoch in range(start_epoch, config.num_epochs):
+        begin_epoch(trainer, session, epoch)
         first = start_index if epoch == start_epoch else 0
         steps = session.optimizer_batches(epoch)[first:]
         if steps:  # empty when resumed exactly at the end of an epoch: only its validation is left

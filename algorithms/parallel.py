@@ -213,6 +213,22 @@ def _check_divisible(batch: int, parts: int, what: str) -> None:
         )
 
 
+def check_batch_schedule(plan: ParallelPlan, schedule: tuple) -> None:
+    """Every batch of a --batch_schedule must split as --batch_size must."""
+    parts = plan.replicas
+    for epoch, batch in schedule:
+        if batch % parts:
+            lower, upper = batch - batch % parts, batch + parts - batch % parts
+            raise InputError(
+                f"--batch_schedule {epoch}:{batch}: {batch} does not divide evenly across the {parts} "
+                f"data-parallel replicas; use {epoch}:{lower or upper} or {epoch}:{upper}"
+            )
+        if plan.micro_batches > batch:
+            raise InputError(
+                f"--batch_schedule {epoch}:{batch}: fewer samples than the {plan.micro_batches} micro-batches"
+            )
+
+
 # --------------------------------------------------------------------------- schedule
 
 
@@ -221,13 +237,17 @@ class LearningRateSchedule:
     """lr for each optimizer step: the preset's lr, scaled linearly with the global
     batch (Goyal et al. 2017) when asked, ramped up linearly over the warm-up steps,
     and multiplied by `plateau_factor` each time validation loss stops improving
-    for `plateau_patience` epochs."""
+    for `plateau_patience` epochs. Per epoch (`start_epoch`): `epoch_rates` (--lr_schedule)
+    replace the base lr, and with `reference_batch` (--lr_scaling linear) the scale
+    follows the epoch's global batch (--batch_schedule)."""
 
     base: float
     scale: float = 1.0
     warmup_steps: int = 0
     plateau_patience: int = 0
     plateau_factor: float = 0.5
+    reference_batch: int = 0
+    epoch_rates: tuple = ()
     _plateau_multiplier: float = 1.0
     _best_val: float = float("inf")
     _epochs_without_gain: int = 0
@@ -240,6 +260,13 @@ class LearningRateSchedule:
         """`step` counts optimizer steps from 0."""
         warm = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
         return self.peak * warm * self._plateau_multiplier
+
+    def start_epoch(self, epoch: int, global_batch: int) -> None:
+        """`epoch` 0-based; `global_batch` that epoch's samples per optimizer step."""
+        if self.epoch_rates:
+            self.base = [rate for first, rate in self.epoch_rates if first <= epoch + 1][-1]
+        if self.reference_batch:
+            self.scale = linear_scale(global_batch, self.reference_batch)
 
     def end_epoch(self, val_loss: float) -> bool:
         """Feeds one validation loss; True when the lr was just reduced."""

@@ -53,6 +53,12 @@ def check_batch_fits(config, train_rows: int) -> None:
     """A step of more samples than the training rows would train on all of them and
     record the larger batch. The preset's own batch is let through (every step then
     takes the whole training set): small test files run at the preset settings."""
+    for epoch, batch in config.batch_schedule:
+        if batch * config.accumulate > train_rows:
+            raise InputError(
+                f"--batch_schedule {epoch}:{batch}: more than the {train_rows} training rows of {config.train}; "
+                f"use {epoch}:{train_rows // config.accumulate} or less"
+            )
     if config.effective_batch <= train_rows:
         return
     rows = f"the {train_rows} training rows of {config.train} (after --validation_split {config.validation_split:g})"

@@ -28,6 +28,7 @@ class Run:
     losses: np.ndarray
     val: list = field(default_factory=list)  # (step, loss, accuracy), one per epoch
     test_accuracy: Optional[float] = None
+    val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
 
     @property
     def settings(self) -> tuple:
@@ -64,7 +65,20 @@ def load_run(spec: str) -> Run:
         losses=np.array([r["loss"] for r in train]),
         val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
         test_accuracy=test[-1] if test else None,
+        val_progress=val_progress(rows),
     )
+
+
+def val_progress(rows: list) -> list:
+    """(wall_time_s, training samples stepped on so far) at each validation row; a train
+    row's samples are samples_per_sec x step_time_ms (its batch, the last smaller one too)."""
+    progress, samples = [], 0
+    for row in rows:
+        if row["phase"] == "train" and row["samples_per_sec"] is not None:
+            samples += round(row["samples_per_sec"] * row["step_time_ms"] / 1000.0)
+        elif row["phase"] == "val":
+            progress.append((row["wall_time_s"], samples))
+    return progress
 
 
 def losses_at(run: Run, steps: np.ndarray) -> np.ndarray:

@@ -111,6 +111,10 @@ class RunSession:
         self.finished = False
         self._say = print if record else (lambda *args, **kwargs: None)
         self.resume_position = (0, 0)  # (epoch, index of the next optimizer step in it)
+        self.samples_seen = 0  # training samples stepped on so far (time to accuracy)
+        self.target_reached: Optional[dict] = None  # --target_accuracy: where validation first reached it
+        self.batch_phases: list = []  # --batch_schedule: (epoch, batch, warm-up ms or None) per phase run
+        self._epoch_batch: Optional[int] = None
         if resume_state is not None:
             self._restore(resume_state)
             self.recorded_step = self.step
@@ -147,6 +151,7 @@ class RunSession:
                     "epochs_without_gain": self.schedule._epochs_without_gain,
                 },
                 "best_val_loss": self._best_val_loss,
+                "samples_seen": self.samples_seen,
                 "epochs_without_gain": self._epochs_without_gain,
                 "last_val": self.last_val,
                 "last_train": self.last_train,
@@ -163,6 +168,7 @@ class RunSession:
         self.schedule._best_val = schedule["best_val"]
         self.schedule._epochs_without_gain = schedule["epochs_without_gain"]
         self._best_val_loss, self._epochs_without_gain = state["best_val_loss"], state["epochs_without_gain"]
+        self.samples_seen = state.get("samples_seen", 0)
         self.last_val = tuple(state["last_val"]) if state["last_val"] else None
         self.last_train = tuple(state["last_train"]) if state["last_train"] else None
         self._say(
@@ -183,13 +189,40 @@ class RunSession:
     def optimizer_batches(self, epoch: int) -> list:
         """One list per optimizer step of `--accumulate` index arrays (the shared
         batch order at batch_size x accumulate, each cut into accumulate parts), so
-        accumulating K batches sees exactly the samples of one K x batch step."""
+        accumulating K batches sees exactly the samples of one K x batch step. The
+        batch is the epoch's (--batch_schedule)."""
         config = self.config
-        steps = batch_order(len(self.dataset.train_x), config.effective_batch, epoch, config.seed)
-        return [
-            [indices[start : start + config.batch_size] for start in range(0, len(indices), config.batch_size)]
-            for indices in steps
-        ]
+        batch = config.batch_at(epoch)
+        steps = batch_order(len(self.dataset.train_x), batch * config.accumulate, epoch, config.seed)
+        return [[indices[start : start + batch] for start in range(0, len(indices), batch)] for indices in steps]
+
+    def begin_epoch(self, epoch: int) -> Optional[int]:
+        """Called by the loop before an epoch's first step: the epoch's global batch goes
+        into the rows and the lr schedule (--batch_schedule, --lr_schedule). Returns the
+        new --batch_size when it differs from the previous epoch this process ran (the
+        wrapper then prepares that shape, outside any step's time), else None."""
+        config = self.config
+        batch = config.batch_at(epoch)
+        self.steps_per_epoch = steps_per_epoch(len(self.dataset.train_x), batch * config.accumulate)
+        self.schedule.start_epoch(epoch, batch * config.accumulate)
+        if self.record:
+            self.csv.identity["global_batch"] = batch * config.accumulate
+        changed = self._epoch_batch is not None and batch != self._epoch_batch
+        if config.batch_schedule and (changed or self._epoch_batch is None):
+            self.batch_phases.append((epoch, batch, None))
+        self._epoch_batch = batch
+        return batch if changed else None
+
+    def batch_prepared(self, batch: int, warm_up_ms: float) -> None:
+        """The wrapper's re-trace / re-compile / reshape for a new batch took this long."""
+        epoch = self.batch_phases[-1][0]
+        self.batch_phases[-1] = (epoch, batch, warm_up_ms)
+        if not self.config.quiet:
+            self._say(f"  epoch {epoch + 1}: batch {batch}, prepared in {warm_up_ms:.0f} ms (not in step_time_ms)")
+
+    def _steps_before(self, epoch: int) -> int:
+        rows, config = len(self.dataset.train_x), self.config
+        return sum(steps_per_epoch(rows, config.effective_batch_at(e)) for e in range(epoch))
 
     def train_step(
         self,
@@ -206,6 +239,7 @@ class RunSession:
         where the strategy can measure it."""
         learning_rate = self.learning_rate
         self.step += 1
+        self.samples_seen += batch_size
         self.step_times_ms.append(step_time_ms)
         self._epoch_losses.append(loss)
         self._epoch_accs.append(accuracy)
@@ -248,6 +282,7 @@ class RunSession:
 
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
         count = len(self.dataset.val_x)
+        self._val_wall = self.wall()  # the val row's: time to accuracy is read back from it
         previous_losses = (self.last_train[0], self.last_val[0]) if self.last_train and self.last_val else None
         self.csv.write(
             epoch=epoch + 1,
@@ -258,7 +293,7 @@ class RunSession:
             learning_rate=self.learning_rate,
             step_time_ms=val_time_ms,
             samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
-            wall_time_s=self.wall(),
+            wall_time_s=self._val_wall,
         )
         self.last_val = (val_loss, val_accuracy)
         if self._epoch_losses:
@@ -275,7 +310,7 @@ class RunSession:
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
         if epoch_steps:
-            updates_before, train_count = epoch * self.steps_per_epoch, len(self.dataset.train_x)
+            updates_before, train_count = self._steps_before(epoch), len(self.dataset.train_x)
             self._diagnose(
                 stuck_loss_problem(
                     EpochEvidence(
@@ -283,7 +318,7 @@ class RunSession:
                         updates=self.step,
                         updates_before=updates_before,
                         samples=epoch * train_count
-                        + min(train_count, (self.step - updates_before) * self.config.effective_batch),
+                        + min(train_count, (self.step - updates_before) * self.config.effective_batch_at(epoch)),
                         samples_before=epoch * train_count,
                         train_loss=self.last_train[0],
                         val_loss=val_loss,
@@ -296,6 +331,27 @@ class RunSession:
                 )
             )
         self._after_validation(epoch, val_loss)
+        self._check_target(epoch, val_accuracy)
+
+    def _check_target(self, epoch: int, val_accuracy: float) -> None:
+        """--target_accuracy: the first validation at or above it ends the run (DAWNBench's
+        time to accuracy: wall time since the session started, validation included)."""
+        target = self.config.target_accuracy
+        if target is None or self.target_reached or val_accuracy < target:
+            return
+        self.target_reached = {
+            "epoch": epoch + 1,
+            "step": self.step,
+            "wall_s": self._val_wall,
+            "samples": self.samples_seen,
+            "accuracy": val_accuracy,
+        }
+        self.stopped_early = True
+        self._say(
+            f"  target accuracy {target:g} reached: val_acc {val_accuracy:.4f} at epoch {epoch + 1}, "
+            f"step {self.step}, {self.target_reached['wall_s']:.1f} s, {self.samples_seen:,} samples",
+            flush=True,
+        )
 
     def _diagnose(self, problem: Optional[str]) -> None:
         if problem:
@@ -449,9 +505,38 @@ class RunSession:
                 ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
                 ("csv", self.csv_path),
                 ("predictions", summary["test_predictions"] or "none"),
-            ],
+            ]
+            + self._schedule_log_lines(),
         )
         self._logged = True
+
+    def _schedule_log_lines(self) -> list:
+        lines = []
+        if self.config.batch_schedule:
+            lines.append(
+                (
+                    "batch schedule",
+                    "; ".join(
+                        f"epoch {epoch + 1}: batch {batch}"
+                        + ("" if ms is None else f", re-trace/compile/reshape {ms:.0f} ms (outside step_time_ms)")
+                        for epoch, batch, ms in self.batch_phases
+                    ),
+                )
+            )
+        target = self.config.target_accuracy
+        if target is not None:
+            reached = self.target_reached
+            lines.append(
+                (
+                    "time to accuracy",
+                    f"{target:g} not reached in {self.step} steps, {self.samples_seen:,} samples"
+                    if reached is None
+                    else f"{target:g} reached at epoch {reached['epoch']}, step {reached['step']}: "
+                    f"{reached['wall_s']:.2f} s, {reached['samples']:,} samples "
+                    f"(val accuracy {reached['accuracy']:.4f})",
+                )
+            )
+        return lines
 
     def _print_summary(self, summary: dict) -> None:
         def fmt(values, index):

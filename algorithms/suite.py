@@ -26,8 +26,11 @@ from .frameworks import NAMES, get
 from .paths import BASELINE_DIR, REPO_ROOT
 from .recorder import read_rows, results_csv_name, run_ids, summarize_rows
 from .run import prepare
+from .runs import val_progress
 from .session import new_run_id
 from .tensorboard import export_run
+
+TABLE_ACCURACY = 0.9  # the table's time-to-accuracy columns, unless --target_accuracy names another
 
 
 def parse_suite_args(argv):
@@ -184,6 +187,8 @@ def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
 def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     """Prints the table; returns the CSVs of the runs that finished."""
     header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
+    accuracy = config.target_accuracy or TABLE_ACCURACY
+    header += tuple(f"{what} to {accuracy:g}" for what in ("steps", "s", "samples"))
     lines, finished = [], []
     for name in names:
         framework, backend = get(name).framework, get(name).backend
@@ -194,7 +199,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
         path = os.path.join(config.results_dir, results_csv_name(config.network.name, framework, backend))
         rows = read_rows(path, run_id) if os.path.exists(path) else []
         if code != 0 or not rows:
-            lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}"))
+            lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
             continue
         finished.append(path)
         s = summarize_rows(rows)
@@ -208,6 +213,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
                 _fmt(s["median_ms"], ".1f"),
                 _fmt(s["samples_per_sec"], ".0f"),
                 f"{wall:.0f}",
+                *to_accuracy_cells(rows, accuracy),
             )
         )
     widths = [max(len(str(row[i])) for row in [header] + lines if len(row) == len(header)) for i in range(len(header))]
@@ -223,6 +229,16 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
         f"summaries: {config.results_log}"
     )
     return finished
+
+
+def to_accuracy_cells(rows: list, threshold: float) -> tuple:
+    """Steps, wall seconds and training samples to the first validation row at or above
+    `threshold` (DAWNBench's time to accuracy), or dashes."""
+    val = [row for row in rows if row["phase"] == "val"]
+    for row, (wall, samples) in zip(val, val_progress(rows)):
+        if row["accuracy"] >= threshold:
+            return str(row["step"]), f"{wall:.1f}", f"{samples:,}"
+    return "-", "-", "-"
 
 
 def _fmt(value, spec=".4f"):

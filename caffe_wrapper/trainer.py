@@ -99,6 +99,14 @@ class CaffeTrainer:
     def load_checkpoint(self, folder: str) -> None:
         self.solver.restore(os.path.join(folder, "snapshot.solverstate"))  # weights, history, iteration
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """Caffe's blobs have a fixed batch: the train net's input blobs reshaped to the
+        new one, and the net with them (every layer's top blobs reallocated)."""
+        net = self.solver.net
+        net.blobs["data"].reshape(batch_size, *net.blobs["data"].data.shape[1:])
+        net.blobs["label"].reshape(batch_size)
+        net.reshape()
+
     def logits(self, images):
         feed(self.deploy, images)
         return self.deploy.forward()[LOGITS].copy()

@@ -31,6 +31,7 @@ ONE_DEVICE_KERAS_2 = (
     "Keras 2 on Theano runs on one CPU device here (Theano has no multi-device machinery, and Keras 2's "
     "multi_gpu_model needs TensorFlow); use keras_script.py on Keras 3, tensorflow_script.py or torch_script.py"
 )
+KERAS_3_FLAGS += ("--lr_schedule",)
 
 
 def backend() -> str:
@@ -90,6 +91,12 @@ def prepare_process(config, dataset) -> None:
         )
     if config.plan.strategy in ("tensor", "hybrid"):
         check_model_parallel(config, rows)
+    for epoch, batch in config.batch_schedule if accumulate > 1 else ():
+        if rows % (batch * accumulate):
+            raise InputError(
+                f"--batch_schedule {epoch}:{batch} with --accumulate {accumulate}: Keras steps once per "
+                f"{accumulate} equal batches; {batch} x {accumulate} must divide the {rows} training rows"
+            )
     if config.plan.strategy not in ("data", "tensor", "hybrid"):
         return
     if accumulate > 1 and name == "tensorflow":

@@ -115,7 +115,7 @@ class KerasTrainer:
         self.model.fit(
             data.train_x[order][..., None],
             data.train_y[order],
-            batch_size=self.config.batch_size,
+            batch_size=len(batches[0]),  # the epoch's (--batch_schedule): fit takes one batch size per call
             epochs=epoch + 1,
             initial_epoch=epoch,
             shuffle=False,
@@ -125,6 +125,20 @@ class KerasTrainer:
 
     def set_learning_rate(self, learning_rate: float) -> None:
         set_learning_rate(self.model, learning_rate)
+
+    def prepare_batch(self, batch_size: int) -> None:
+        """Keras 3 traces (tensorflow) or jit-compiles (jax) fit's train step for each
+        batch shape: one fit on one batch of zeros here, then every variable (weights,
+        optimizer slots and counters, dropout seed state) put back. Keras 2 on Theano and
+        Keras on torch run any shape as it comes."""
+        if compat.KERAS_2 or keras.backend.backend() == "torch":
+            return
+        variables = list(self.model.variables) + list(self.model.optimizer.variables)
+        saved = [keras.ops.convert_to_numpy(variable.value) for variable in variables]
+        zeros = np.zeros((batch_size, 28, 28, 1), np.float32)
+        self.model.fit(zeros, np.zeros(batch_size, np.int32), batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        for variable, value in zip(variables, saved):
+            variable.assign(value)
 
     def logits(self, images):
         return np.asarray(self.model.predict(images[..., None], batch_size=self.config.batch_size, verbose=0))

@@ -61,6 +61,10 @@ class LasagneTrainer:
             for index, variable in enumerate(self.state_variables):
                 variable.set_value(saved[f"arr_{index}"])
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """Nothing: the compiled Theano function's shapes are symbolic, any batch runs
+        without a recompile."""
+
     def logits(self, images):
         return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))
 

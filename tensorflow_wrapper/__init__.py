@@ -21,6 +21,7 @@ def supported() -> Support:
             "--accumulate",
             "--checkpoint_every",
             "--compile",
+            "--lr_schedule",
         ),
     )
 

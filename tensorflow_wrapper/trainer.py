@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from algorithms.contract import StepResult
@@ -65,6 +66,7 @@ class TensorFlowTrainer:
         tf.random.set_seed(seed)
         self.seed, self.optimizer_steps = seed, 0
         self.data_parallel = strategy is not None
+        self.jit_compile = jit_compile
         self.strategy = strategy or tf.distribute.get_strategy()
         self.micro_batches = micro_batches
         with self.strategy.scope():
@@ -206,6 +208,21 @@ class TensorFlowTrainer:
         comm_ms = (time.perf_counter() - start) * 1000.0
         self._replica_apply(gradients)
         return StepResult(loss, float(correct) / step_rows, comm_ms)
+
+    def prepare_batch(self, batch_size: int) -> None:
+        """The single-device step functions take any batch (their input signatures leave
+        it None): nothing to do. XLA (--compile) compiles each shape, and the data-parallel
+        functions (reduce_retracing) re-trace for a new replica slice: one step on zeros
+        of the new shape here, then every variable and the dropout-seed counter put back."""
+        if not (self.jit_compile or self.data_parallel):
+            return
+        variables = list(self.variables) + list(self.optimizer.variables)
+        saved, steps = [variable.numpy() for variable in variables], self.optimizer_steps
+        self.step([self.to_batch(np.zeros((batch_size, 28, 28), np.float32), np.zeros(batch_size, np.int32))])
+        with self.strategy.scope():
+            for variable, value in zip(variables, saved):
+                variable.assign(value)
+        self.optimizer_steps = steps
 
     def save_checkpoint(self, folder: str) -> None:
         """TensorFlow's own checkpoint: weights, optimizer slots and the step counter

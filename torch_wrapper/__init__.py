@@ -21,6 +21,7 @@ def supported() -> Support:
             "--dp_impl dataparallel",
             "--checkpoint_every",
             "--compile",
+            "--lr_schedule",
         ),
     )
 

@@ -9,6 +9,7 @@ global batch's mean loss, as on one device."""
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import nullcontext
 
@@ -103,6 +104,20 @@ class _StrategyTrainer:
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
+
+    def prepare_batch(self, batch_size: int) -> None:
+        """Eager PyTorch runs any batch as it comes: nothing to do. A torch.compile'd
+        model (--compile) re-compiles for a new shape at its first call: one step on zeros
+        of the new shape here, then the weights, optimizer state and RNG put back."""
+        if not isinstance(self._state_module(), torch._dynamo.eval_frame.OptimizedModule):
+            return
+        saved = copy.deepcopy((self._state_module().state_dict(), self.optimizer.state_dict()))
+        rng = torch.get_rng_state()
+        zeros = np.zeros((batch_size, 28, 28), np.float32)
+        self.step([self.to_batch(zeros, np.zeros(batch_size, np.int64))])
+        self._state_module().load_state_dict(saved[0])
+        self.optimizer.load_state_dict(saved[1])
+        torch.set_rng_state(rng)
 
     def _exchange_gradients(self) -> None:
         if self.gradient_group is not None:

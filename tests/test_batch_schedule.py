@@ -1,0 +1,202 @@
+"""--batch_schedule in every framework of the main env (the legacy ones: tests/legacy),
+its refusals, and --target_accuracy (time to accuracy)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from algorithms.cli import parse_config
+from algorithms.contract import Runtime
+from algorithms.data import Dataset
+from algorithms.frameworks import FRAMEWORKS, get
+from algorithms.recorder import read_rows, results_csv_name
+from algorithms.session import RunSession
+from algorithms.paths import REPO_ROOT
+from tests.conftest import csv_suffix, run_script
+
+SCHEDULE = "1:20,2:40"  # small_data at --validation_split 0.6: 240 training rows, 12 steps of 20, then 6 of 40
+BATCHES = ((1, 20), (2, 40))
+TRAIN_ROWS = 240
+SLOW = {"keras_torch", "keras_jax", "keras_tensorflow", "tensorflow", "caffe"}  # 10-30 s each on 2 busy cores
+MAIN = [framework for framework in FRAMEWORKS if framework.venv == "main"]
+
+
+def run_module(args: list):
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def run_schedule(framework, small_data, tmp_path, extra=()):
+    """A 2-epoch run at SCHEDULE; returns (rows, results.log text)."""
+    lr_flags = ["--lr_scaling", "linear"] if "--lr_scaling linear" in framework_flags(framework) else []
+    args = [
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        "none",
+        "--num_epochs",
+        "2",
+        "--validation_split",
+        "0.6",
+    ]
+    args += ["--batch_schedule", SCHEDULE, "--results_dir", str(tmp_path / "results"), "--threads", "2", "--quiet"]
+    result = run_script(framework.script, args + lr_flags + list(extra), framework.env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name = results_csv_name("cnn2d_3layer_fullconnected_3layer", framework.framework, framework.backend)
+    return read_rows(str(tmp_path / "results" / name)), (tmp_path / "results.log").read_text()
+
+
+def framework_flags(framework) -> tuple:
+    from algorithms.capabilities import capabilities
+
+    return next(flags for name, _, flags in capabilities() if name == framework.name)
+
+
+def check_schedule_rows(rows: list, log: str, lr_follows: bool) -> None:
+    """Each epoch's rows carry its batch, its steps cover the training rows once, the
+    lr doubles with the batch under --lr_scaling linear, and results.log names the
+    phases with the time the new shape took to prepare."""
+    learning_rates = []
+    for epoch, batch in BATCHES:
+        train = [row for row in rows if row["phase"] == "train" and row["epoch"] == epoch]
+        val = [row for row in rows if row["phase"] == "val" and row["epoch"] == epoch]
+        assert {row["global_batch"] for row in train + val} == {batch}
+        assert len(train) == TRAIN_ROWS // batch
+        assert sum(round(row["samples_per_sec"] * row["step_time_ms"] / 1000) for row in train) == TRAIN_ROWS
+        learning_rates.append({row["learning_rate"] for row in train})
+    if lr_follows:
+        ((first,), (second,)) = learning_rates
+        assert second == pytest.approx(2 * first)
+    assert "batch schedule: epoch 1: batch 20; epoch 2: batch 40, re-trace/compile/reshape " in log
+
+
+@pytest.mark.parametrize(
+    "framework",
+    [pytest.param(f, marks=pytest.mark.slow) if f.name in SLOW else f for f in MAIN],
+    ids=[csv_suffix(f) for f in MAIN],
+)
+def test_a_schedules_batches_are_in_every_row_and_each_epoch_covers_the_data_once(framework, small_data, tmp_path):
+    rows, log = run_schedule(framework, small_data, tmp_path)
+    check_schedule_rows(rows, log, "--lr_scaling linear" in framework_flags(framework))
+
+
+@pytest.mark.slow
+def test_torch_data_parallel_follows_the_schedule(small_data, tmp_path):
+    rows, log = run_schedule(get("torch"), small_data, tmp_path, ["--strategy", "data", "--devices", "2"])
+    check_schedule_rows(rows, log, lr_follows=True)
+
+
+@pytest.mark.parametrize("script", ["torch_script.py", "tensorflow_script.py"])
+def test_a_scheduled_batch_that_does_not_split_across_the_devices_is_refused(script, small_data, tmp_path):
+    args = ["--train", str(small_data / "train.csv"), "--strategy", "data", "--devices", "2"]
+    result = run_script(script, args + ["--batch_schedule", "1:40,2:81", "--results_dir", str(tmp_path)])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --batch_schedule 2:81: 81 does not divide evenly across the 2 data-parallel replicas; use 2:80 or 2:82"
+    ]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--batch_schedule", "2:40"], "the epochs must start at 1 and rise"),
+        (["--batch_schedule", "1:40,3:80", "--num_epochs", "2"], "epoch 3 is past the run's 2 epochs"),
+        (["--batch_schedule", "1:40", "--batch_size", "40"], "give one"),
+        (["--target_accuracy", "1.5"], "must be in (0, 1]"),
+    ],
+)
+def test_bad_schedules_are_one_line_errors(flags, message, small_data):
+    result = run_script("torch_script.py", ["--train", str(small_data / "train.csv"), *flags])
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_every_epoch_of_a_schedule_is_one_permutation_cut_at_its_batch(tmp_path):
+    config = parse_config(
+        ["--batch_schedule", "1:8,2:16,4:30", "--num_epochs", "4", "--accumulate", "2"], "torch_script.py", ""
+    )
+    rows = 100
+    dataset = Dataset(np.zeros((rows, 28, 28), np.float32), np.zeros(rows, np.int32), np.zeros((5, 28, 28)), None)
+    session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"), record=False)
+    for epoch, batch in enumerate((8, 16, 16, 30)):
+        steps = session.optimizer_batches(epoch)
+        parts = [part for step in steps for part in step]
+        assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(rows))
+        assert all(len(part) == batch for part in parts[:-1]) and len(steps) == -(-rows // (2 * batch))
+
+
+def test_target_accuracy_stops_at_the_first_validation_at_or_above_it(tmp_path):
+    config = parse_config(["--target_accuracy", "0.6", "--results_dir", str(tmp_path / "r")], "torch_script.py", "")
+    val = np.zeros((10, 28, 28), np.float32)
+    dataset = Dataset(np.zeros((50, 28, 28), np.float32), np.zeros(50, np.int32), val, np.zeros(10, np.int32))
+    session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"))
+    reached = []
+    for epoch, accuracy in enumerate((0.3, 0.59999, 0.6, 0.7)):
+        session.begin_epoch(epoch)
+        for _ in range(5):
+            session.train_step(epoch, 1.0, 0.5, 1.0, 0.0, 10)
+        session.end_epoch(epoch, 1.0 - epoch / 10, accuracy, 1.0)
+        reached.append(session.should_stop())
+        if session.should_stop():
+            break
+    assert reached == [False, False, True]
+    assert session.target_reached["epoch"] == 3 and session.target_reached["samples"] == 150
+    session.finish(None, None, None)
+    log = (tmp_path / "results.log").read_text()
+    assert "time to accuracy: 0.6 reached at epoch 3, step 15: " in log and "150 samples" in log
+
+
+def test_a_real_run_ends_at_the_validation_that_reaches_the_target(small_data, tmp_path):
+    args = ["--train", str(small_data / "train.csv"), "--test", "none", "--num_epochs", "3", "--batch_size", "120"]
+    args += ["--target_accuracy", "0.01", "--results_dir", str(tmp_path / "results"), "--threads", "2"]
+    result = run_script("torch_script.py", args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"))
+    assert [row["phase"] for row in rows] == ["train"] * 4 + ["val"]  # stopped after epoch 1 of 3
+    log = (tmp_path / "results.log").read_text()
+    assert f"{rows[-1]['wall_time_s']:.2f} s, 480 samples" in log
+
+
+def test_lr_schedule_and_linear_scaling_set_each_epochs_learning_rate(tmp_path):
+    flags = ["--batch_schedule", "1:50,2:100", "--lr_scaling", "linear", "--num_epochs", "3"]
+    config = parse_config(flags + ["--lr_schedule", "1:0.1,3:0.01"], "torch_script.py", "")
+    dataset = Dataset(np.zeros((200, 28, 28), np.float32), np.zeros(200, np.int32), np.zeros((5, 28, 28)), None)
+    session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"), record=False)
+    rates = []
+    for epoch in range(3):
+        session.begin_epoch(epoch)
+        rates.append(session.learning_rate)
+    # the preset's batch is 1000: lr x batch / 1000, on the epoch's --lr_schedule lr
+    assert rates == pytest.approx([0.1 * 50 / 1000, 0.1 * 100 / 1000, 0.01 * 100 / 1000])
+
+
+def test_the_batch_study_matches_each_lr_decay_with_a_batch_growth():
+    from algorithms.batch_study import arm_flags, parse_study_args
+
+    name, args, epochs, forwarded = parse_study_args(["--batch", "50", "--factor", "5", "--threads", "1"])
+    assert (name, epochs, forwarded) == ("torch", [3, 5], ["--threads", "1"])
+    arms = arm_flags(args, epochs, 0.05)
+    assert arms["lr decay"][-4:] == ["--batch_size", "50", "--lr_schedule", "1:0.05,3:0.01,5:0.002"]
+    assert arms["batch growth"][-4:] == ["--batch_schedule", "1:50,3:250,5:1250", "--learning_rate", "0.05"]
+
+
+def test_the_batch_study_refuses_a_framework_without_an_lr_hook():
+    result = run_module(["algorithms.batch_study", "--framework", "caffe"])
+    assert result.returncode == 2 and "no per-step lr hook" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_batch_study_prints_both_arms_and_plots(small_data, tmp_path):
+    args = ["algorithms.batch_study", "--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
+    args += ["--batch", "120", "--num_epochs", "2", "--decay_epochs", "2", "--results_dir", str(tmp_path / "r")]
+    result = run_module(args + ["--threads", "2", "--quiet"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = result.stdout[result.stdout.index("arm  ") :].splitlines()
+    decay, growth = table[2].split(), table[3].split()
+    assert decay[:6] == ["lr", "decay", "120", "0.05", "->", "0.025"] and decay[6] == "8"  # 4 + 4 updates
+    assert growth[:7] == ["batch", "growth", "120", "->", "240", "0.05", "6"]  # 4 + 2
+    assert list((tmp_path / "r" / "batch_study").glob("*.png"))
