@@ -51,6 +51,7 @@ class RunConfig:
     threads: int = os.cpu_count() or 1
     compile: bool = False
     malloc: str = "reuse"
+    ps_tasks: int = 1
 
     @property
     def effective_batch(self) -> int:
@@ -225,7 +226,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default="single",
         help="data: replicas share the batch; model: conv block | dense block on two devices; "
         "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
-        "hybrid: data x --inner",
+        "hybrid: data x --inner; ps: --devices workers update --ps_tasks parameter servers "
+        "asynchronously (tensorflow_script.py)",
     )
     parallel.add_argument(
         "--devices",
@@ -248,6 +250,12 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default="auto",
         help="data: 'dataparallel' asks for one process driving N GPUs (PyTorch's "
         "nn.DataParallel) instead of one process per device",
+    )
+    parallel.add_argument(
+        "--ps_tasks",
+        type=_positive_int,
+        default=1,
+        help="ps: parameter-server tasks holding the variables (tensorflow_script.py)",
     )
     parallel.add_argument(
         "--micro_batches",
@@ -389,4 +397,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         threads=args.threads,
         compile=args.compile,
         malloc=args.malloc,
+        ps_tasks=args.ps_tasks,
     )

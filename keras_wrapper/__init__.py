@@ -10,6 +10,11 @@ import os
 from algorithms.contract import Support
 from algorithms.errors import InputError
 
+# Keras 3 has no parameter-server training (keras-team/keras#18624)
+PS_ADVICE = {
+    "ps": "Keras 3 has no parameter-server training (keras-team/keras#18624); run tensorflow_script.py "
+    "--strategy ps (tf.distribute.ParameterServerStrategy in a custom loop)"
+}
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
 
@@ -30,17 +35,18 @@ def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
     if name in ("tensorflow", "jax"):
-        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS)
+        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS, advice=PS_ADVICE)
     if name == "torch":
         return Support(
             strategies=("single",),
             flags=KERAS_3_FLAGS,
             advice={
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
-                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"
+                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
+                **PS_ADVICE,
             },
         )
-    return Support(strategies=("single",), flags=("--checkpoint_every",))  # Keras 2 on Theano (legacy env)
+    return Support(strategies=("single",), flags=("--checkpoint_every",), advice=PS_ADVICE)  # Keras 2 on Theano
 
 
 def prepare_process(config, dataset) -> None:
