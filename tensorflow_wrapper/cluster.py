@@ -44,7 +44,9 @@ def enter_private_network_namespace() -> None:
     """In the forked child, before exec (the only moment a Python process is
     single-threaded, which unshare(CLONE_NEWUSER) requires): a new user + network
     namespace with loopback up. A refusal leaves the child where it was; the child
-    finds out with `network_note`."""
+    finds out with `network_note`. The chief gets SIGTERM (a recorded interruption)
+    should its launcher die."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     uid, gid = os.getuid(), os.getgid()
     if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return
@@ -70,9 +72,12 @@ def network_note() -> str:
 def run_chief_in_namespace(argv: list) -> int:
     """The command again, as the chief of the local cluster, in its own network
     namespace; this process only waits (it listens on nothing) and passes SIGTERM
-    and SIGINT on. Returns the chief's exit status."""
+    and SIGINT on, once: the chief has its own session, so a Ctrl-C reaches it (and
+    its servers) only through here. Returns the chief's exit status."""
     env = {**os.environ, PARENT_NAMESPACE_VARIABLE: os.readlink("/proc/self/ns/net")}
-    chief = subprocess.Popen([sys.executable, *argv], env=env, preexec_fn=enter_private_network_namespace)
+    chief = subprocess.Popen(
+        [sys.executable, *argv], env=env, preexec_fn=enter_private_network_namespace, start_new_session=True
+    )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, frame: chief.send_signal(received))
     while True:
@@ -131,14 +136,17 @@ def launch_local_ps(workers: int, ps_tasks: int, threads: int) -> dict:
 
 def serve(threads: int) -> None:
     """A worker or ps task of TF_CONFIG's cluster: serve until killed. Inter-op threads:
-    a worker runs closures of the coordinator's threads side by side."""
+    a parameter server holds a thread for each closure in flight (its part of the
+    closure's function waits there for the worker's gradients), so it needs one per
+    worker and one more, or the workers take turns."""
     os.environ.update(TASK_ENVIRONMENT)
     import tensorflow as tf
 
     config = json.loads(os.environ["TF_CONFIG"])
     task = config["task"]
+    workers = len(config["cluster"].get("worker", []))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    tf.config.threading.set_inter_op_parallelism_threads(max(threads, workers + 1))
     server = tf.distribute.Server(
         tf.train.ClusterSpec(config["cluster"]), job_name=task["type"], task_index=int(task["index"]), start=True
     )

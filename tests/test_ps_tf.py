@@ -201,8 +201,10 @@ def test_a_killed_parameter_server_stops_the_run_within_60_s_with_its_rows_kept(
         process.kill()
     print(f"the run stopped {time.monotonic() - killed_at:.1f} s after the kill")
     assert process.returncode not in (0, None)
-    last = stderr.strip().splitlines()[-1]
-    assert last.startswith("tensorflow_wrapper.ps.ParameterServerLost: /job:ps/replica:0/task:0"), stderr[-2000:]
+    # TensorFlow's own gRPC complaints may come after it (the servers share the chief's stderr)
+    lines = [line for line in stderr.splitlines() if "ParameterServerLost:" in line]
+    assert len(lines) == 1, stderr[-3000:]
+    assert lines[0].startswith("tensorflow_wrapper.ps.ParameterServerLost: /job:ps/replica:0/task:0"), lines
     assert "status:      failed: ParameterServerLost" in (tmp_path / "results.log").read_text()
     rows = train_rows(csv_path)
     assert len(rows) >= 5 and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
