@@ -147,7 +147,7 @@ class parameter_servers_checked:
         if kind is None or not issubclass(kind, (tf.errors.UnavailableError, tf.errors.CancelledError)):
             return False
         text = " ".join(str(getattr(error, "message", error)).split())
-        where = next((part for part in text.split() if "/job:ps" in part), "a parameter server")
+        where = next((part for part in text.split() if "/job:ps" in part), "a task of the cluster (no worker left?)")
         raise ParameterServerLost(
             f"{where.strip(':,')} stopped or is unreachable ({type(error).__name__}); its variables are gone, "
             "so the run stops: restart it (every finished row is kept)"
