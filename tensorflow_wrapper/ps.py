@@ -67,6 +67,9 @@ class ParameterServerTrainer:
             self.optimizer.build(self.variables)
             self.version = tf.Variable(0, dtype=tf.int64, name="version")
             self.applied = tf.Variable(tf.zeros([max(1, total_steps)], tf.int32), name="applied_per_step")
+            # each step's (loss, correct, staleness, worker), kept on the ps too: a closure's own
+            # outputs live on its worker, lost if that worker dies before the chief fetches them
+            self.outcomes = tf.Variable(tf.zeros([max(1, total_steps), 4], tf.float32), name="outcome_per_step")
         self._closure = tf.function(  # strategy.run: the optimizer's update needs a replica context
             lambda *args: self.strategy.run(self._on_worker, args=args),
             input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, STEP_SPEC, RATE_SPEC],
@@ -82,14 +85,22 @@ class ParameterServerTrainer:
                 loss = tf.reduce_mean(per_example)
         gradients = tape.gradient(loss, self.variables)
         self._closure_rate = learning_rate
-        iterations = self.optimizer.apply_gradients(zip(gradients, self.variables))
-        with tf.control_dependencies([tf.convert_to_tensor(iterations)]):  # counted once the update is applied
+        self.optimizer.apply_gradients(zip(gradients, self.variables))
+        # counted once every variable's update has landed: TensorFlow orders ops on one variable
+        # in program order, ops on different ones not, so a read after each update is the barrier
+        # (the reads stay on the ps: only their control edges are used)
+        landed = [tf.convert_to_tensor(v) for v in [*self.variables, *self.optimizer.variables]]
+        with tf.control_dependencies(landed):
             applied_version = self.version.assign_add(1)
             self.applied.scatter_nd_add([[step_index]], [1])
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.int32))
         staleness = applied_version - 1 - read_version
-        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return loss, correct, staleness, tf.cast(worker, tf.int64)
+        worker = tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64)
+        outcome = tf.stack(
+            [loss, tf.cast(correct, tf.float32), tf.cast(staleness, tf.float32), tf.cast(worker, tf.float32)]
+        )
+        self.outcomes.scatter_nd_update([[step_index]], [outcome])
+        return loss, correct, staleness, worker
 
     def schedule(self, images: np.ndarray, labels: np.ndarray, step_index: int):
         """Queues one step (0-based index in the run); returns its RemoteValue."""
@@ -104,10 +115,16 @@ class ParameterServerTrainer:
         with parameter_servers_checked():
             return self.coordinator.schedule(self._closure, args=args)
 
-    def result(self, remote, rows: int) -> tuple:
-        """(loss, accuracy, worker, staleness) of a scheduled step, once it is applied."""
+    def result(self, remote, rows: int, step_index: int) -> tuple:
+        """(loss, accuracy, worker, staleness) of a scheduled step, once it is applied;
+        from the ps's copy when the worker that ran it died before the fetch."""
         with parameter_servers_checked():
-            loss, correct, staleness, worker = remote.fetch()  # numpy values
+            try:
+                loss, correct, staleness, worker = remote.fetch()  # numpy values
+            except tf.errors.UnavailableError as error:
+                if "/job:ps" in str(error) or not int(self.applied[step_index].numpy()):
+                    raise
+                loss, correct, staleness, worker = self.outcomes[step_index].numpy()
         return float(loss), float(correct) / rows, int(worker), int(staleness)
 
     def set_learning_rate(self, learning_rate: float) -> None:
@@ -184,8 +201,8 @@ def train_ps(trainer: ParameterServerTrainer, session) -> dict:
 
     def record_oldest():
         nonlocal last_done
-        epoch, rows, remote = in_flight.popleft()
-        loss, accuracy, worker, staleness = trainer.result(remote, rows)
+        epoch, rows, step_index, remote = in_flight.popleft()
+        loss, accuracy, worker, staleness = trainer.result(remote, rows, step_index)
         done = time.perf_counter()
         updates_by_worker[worker] += 1
         session.train_step(
@@ -202,7 +219,7 @@ def train_ps(trainer: ParameterServerTrainer, session) -> dict:
                 break
             trainer.set_learning_rate(session.schedule.at(scheduled))
             images, labels = session.dataset.train_x[indices], session.dataset.train_y[indices]
-            in_flight.append((epoch, len(indices), trainer.schedule(images, labels, scheduled)))
+            in_flight.append((epoch, len(indices), scheduled, trainer.schedule(images, labels, scheduled)))
             scheduled += 1
             if len(in_flight) >= ROWS_IN_FLIGHT_PER_WORKER * trainer.workers:
                 record_oldest()
