@@ -53,6 +53,7 @@ class RunConfig:
     threads: int = os.cpu_count() or 1
     compile: bool = False
     malloc: str = "reuse"
+    ps_tasks: int = 1
     batch_schedule: tuple = ()  # ((first epoch, global batch), ...) from --batch_schedule, 1-based epochs
     lr_schedule: tuple = ()  # ((first epoch, learning rate), ...) from --lr_schedule
     target_accuracy: Optional[float] = None
@@ -284,7 +285,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default="single",
         help="data: replicas share the batch; model: conv block | dense block on two devices; "
         "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
-        "hybrid: data x --inner",
+        "hybrid: data x --inner; ps: --devices workers update --ps_tasks parameter servers "
+        "asynchronously (tensorflow_script.py)",
     )
     parallel.add_argument(
         "--devices",
@@ -307,6 +309,12 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default="auto",
         help="data: 'dataparallel' asks for one process driving N GPUs (PyTorch's "
         "nn.DataParallel) instead of one process per device",
+    )
+    parallel.add_argument(
+        "--ps_tasks",
+        type=_positive_int,
+        default=1,
+        help="ps: parameter-server tasks holding the variables (tensorflow_script.py)",
     )
     parallel.add_argument(
         "--micro_batches",
@@ -494,4 +502,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         batch_schedule=args.batch_schedule,
         lr_schedule=args.lr_schedule,
         target_accuracy=args.target_accuracy,
+        ps_tasks=args.ps_tasks,
     )

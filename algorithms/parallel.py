@@ -9,6 +9,9 @@ where, how channels are sharded or how a batch is cut.
     tensor    each parametric layer's output channels    shards (per layer index)
     pipeline  the layers into stages, fed micro-batches  stages, micro_batch_sizes
     hybrid    data x (model | tensor | pipeline)         replicas, group, inner, + the inner's fields
+    ps        nothing: `devices` workers each take whole   devices (workers)
+              batches and update parameter servers
+              asynchronously
 
 `devices` is the total: for hybrid it is replicas x group (group = devices per
 replica, 2 unless --group says otherwise).
@@ -26,7 +29,7 @@ from typing import Optional
 from .errors import InputError
 from .spec import Conv2D, Dense, Flatten, Network, ZeroPad2D
 
-STRATEGIES = ("single", "data", "model", "tensor", "pipeline", "hybrid")
+STRATEGIES = ("single", "data", "model", "tensor", "pipeline", "hybrid", "ps", "async", "localsgd")
 INNER_STRATEGIES = ("model", "tensor", "pipeline")
 FLOAT32_BYTES = 4
 
@@ -165,6 +168,8 @@ def make_plan(
                 "or pick a parallel --strategy"
             )
         return ParallelPlan("single", 1, global_batch)
+    if strategy == "ps":  # N workers each step on a whole batch, asynchronously; one worker is allowed
+        return ParallelPlan("ps", devices, global_batch)
     if devices < 2:
         raise InputError(f"--strategy {strategy} needs --devices 2 or more")
     if strategy == "data":

@@ -233,10 +233,14 @@ class RunSession:
         data_time_ms: float,
         batch_size: int,
         comm_time_ms: Optional[float] = None,
+        worker: int = 0,
+        staleness: int = 0,
     ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
         the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
-        where the strategy can measure it."""
+        where the strategy can measure it. `worker` and `staleness`: whose update
+        this is and how many other updates were applied between its read of the
+        parameters and its own (0 and 0 for synchronous strategies)."""
         learning_rate = self.learning_rate
         self.step += 1
         self.samples_seen += batch_size
@@ -255,6 +259,8 @@ class RunSession:
             samples_per_sec=batch_size * 1000.0 / step_time_ms,
             wall_time_s=self.wall(),
             comm_time_ms=comm_time_ms,
+            worker=worker,
+            staleness=staleness,
         )
         self.recorded_step = self.step
         if self.step == 1:

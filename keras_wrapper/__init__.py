@@ -12,6 +12,11 @@ from algorithms.contract import Support
 from algorithms.parallel import STRATEGIES
 from algorithms.errors import InputError
 
+# Keras 3 has no parameter-server training (keras-team/keras#18624)
+PS_ADVICE = {
+    "ps": "Keras 3 has no parameter-server training (keras-team/keras#18624); run tensorflow_script.py "
+    "--strategy ps (tf.distribute.ParameterServerStrategy in a custom loop)"
+}
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
 # why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
@@ -51,13 +56,15 @@ def supported() -> Support:
     name = backend()
     if name == "jax":
         return Support(
-            strategies=("single", "data", "tensor", "hybrid"), flags=KERAS_3_FLAGS, advice={"pipeline": NO_PIPELINE}
+            strategies=("single", "data", "tensor", "hybrid"),
+            flags=KERAS_3_FLAGS,
+            advice={"pipeline": NO_PIPELINE, **PS_ADVICE},
         )
     if name == "tensorflow":
         return Support(
             strategies=("single", "data"),
             flags=KERAS_3_FLAGS,
-            advice={"tensor": JAX_ONLY, "hybrid": HYBRID_JAX_ONLY, "pipeline": NO_PIPELINE},
+            advice={"tensor": JAX_ONLY, "hybrid": HYBRID_JAX_ONLY, "pipeline": NO_PIPELINE, **PS_ADVICE},
         )
     if name == "torch":
         return Support(
@@ -69,12 +76,13 @@ def supported() -> Support:
                 "tensor": JAX_ONLY,
                 "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
+                **PS_ADVICE,
             },
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
         flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"},
+        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"} | PS_ADVICE,
     )
 
 

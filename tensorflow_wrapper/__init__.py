@@ -4,7 +4,13 @@ tf.function + GradientTape steps; no model.fit. `model.py` translates the spec
 channel-split variant, `devices.py` picks devices and the tf.distribute strategy
 (MirroredStrategy; MultiWorkerMirroredStrategy from TF_CONFIG), `trainer.py` holds
 the steps (pipeline's micro-batches too), `train.py` runs them through the shared
-loop in algorithms/loop.py; `native.py` serves the benchmark."""
+loop in algorithms/loop.py; `ps.py` is --strategy ps (ParameterServerStrategy and
+its ClusterCoordinator, with its own asynchronous loop), `cluster.py` starts its
+processes; `native.py` serves the benchmark."""
+
+import json
+import os
+import sys
 
 from algorithms.contract import Support
 from algorithms.errors import InputError
@@ -13,7 +19,7 @@ from algorithms.errors import InputError
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
-        strategies=("single", "data", "model", "tensor", "pipeline"),
+        strategies=("single", "data", "model", "tensor", "pipeline", "ps"),
         flags=(
             "--lr_scaling linear",
             "--warmup_steps",
@@ -33,7 +39,36 @@ def prepare_process(config, dataset) -> None:
             "--compile: tensorflow_script.py compiles the single-device step "
             "(--strategy single, no --accumulate); drop --compile"
         )
+    if config.plan.strategy != "ps":
+        return
+    for flag, used in (
+        ("--accumulate", config.accumulate > 1),
+        ("--checkpoint_every", config.checkpoint_every > 0),
+        ("--resume", bool(config.resume)),
+    ):
+        if used:
+            raise InputError(f"{flag}: not available with --strategy ps (asynchronous updates); drop {flag}")
 
 
 def launch(config, argv: list) -> None:
-    """Multi-worker runs are started one process per worker by the user (TF_CONFIG)."""
+    """--strategy ps: without TF_CONFIG, starts the local cluster and becomes its chief;
+    with TF_CONFIG, a worker or ps task serves here until killed (never returns).
+    Multi-worker data parallel is started one process per worker by the user (TF_CONFIG)."""
+    if config.plan.strategy != "ps":
+        return
+    from tensorflow_wrapper import cluster
+
+    task = json.loads(os.environ["TF_CONFIG"]).get("task", {}) if os.environ.get("TF_CONFIG", "").strip() else None
+    if task is None and cluster.PARENT_NAMESPACE_VARIABLE not in os.environ:
+        sys.exit(cluster.run_chief_in_namespace([sys.argv[0], *argv]))
+    if task is None:
+        started = cluster.launch_local_ps(config.devices, config.ps_tasks, config.threads)
+        os.environ[cluster.NOTE_VARIABLE] = started["note"]
+        if not started["note"].startswith("private"):
+            print(f"warning: --strategy ps: {started['note']}", file=sys.stderr, flush=True)
+        return
+    if task.get("type") in ("worker", "ps"):
+        cluster.serve(max(1, config.threads))
+        sys.exit(0)
+    if task.get("type") != "chief":
+        raise InputError(f"TF_CONFIG task type {task.get('type')!r}: --strategy ps runs chief, worker and ps tasks")

@@ -122,4 +122,9 @@ def describe_devices() -> str:
         task = cluster.get("task", {})
         workers = sum(len(hosts) for hosts in cluster.get("cluster", {}).values())
         text += f"; multi-worker: {task.get('type')} {task.get('index')} of {workers} tasks"
+        jobs = cluster.get("cluster", {})
+        if "ps" in jobs:
+            text += f" ({len(jobs.get('worker', []))} workers, {len(jobs['ps'])} parameter servers)"
+        if os.environ.get("CNN_PARALLEL_PS_NETWORK"):  # set by cluster.py's local launcher
+            text += f"; {os.environ['CNN_PARALLEL_PS_NETWORK']}"
     return text

@@ -99,17 +99,19 @@ def dropout(x, rate: float, layer_index: int, step_seed, row_offset, step_rows):
     return x * tf.cast(uniform >= rate, x.dtype) / (1.0 - rate)
 
 
-def make_optimizer(spec, pre_reduced: bool = False):
+def make_optimizer(spec, pre_reduced: bool = False, learning_rate=None):
     """TensorFlow's optimizer for the spec (tf.keras.optimizers, the TF2 standard).
     pre_reduced: the trainer sums gradients across replicas itself (a separate, timed
-    all-reduce), so the optimizer must not all-reduce them a second time."""
+    all-reduce), so the optimizer must not all-reduce them a second time.
+    learning_rate: in place of the spec's, e.g. a callable Keras calls at each apply."""
     if spec.name == "sgd":
         cls, kwargs = tf.keras.optimizers.SGD, dict(momentum=spec.momentum, nesterov=spec.nesterov)
     elif spec.name == "adam":
         cls, kwargs = tf.keras.optimizers.Adam, dict(beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon)
     else:
         raise ValueError(f"unknown optimizer {spec.name!r}")
-    return (_pre_reduced(cls) if pre_reduced else cls)(spec.learning_rate, **kwargs)
+    rate = spec.learning_rate if learning_rate is None else learning_rate
+    return (_pre_reduced(cls) if pre_reduced else cls)(rate, **kwargs)
 
 
 def _pre_reduced(optimizer_class):

@@ -18,6 +18,7 @@ from algorithms.init import initial_weights
 from algorithms.loop import train_by_hand
 from tensorflow_wrapper.devices import describe_devices, is_chief, signal_of_any_worker, tf_config
 from tensorflow_wrapper.model import build_model
+from tensorflow_wrapper.ps import build_ps_trainer, train_ps
 from tensorflow_wrapper.trainer import build_trainer
 
 
@@ -29,11 +30,13 @@ def describe_runtime() -> Runtime:
 
 def records(config) -> bool:
     """In a multi-worker data-parallel run (TF_CONFIG) only the chief records; every
-    worker trains."""
+    worker trains. In a ps run only the chief (the coordinator) gets here."""
     return config.plan.strategy != "data" or is_chief(tf_config())
 
 
 def train(session):
+    if session.config.plan.strategy == "ps":
+        return train_ps(build_ps_trainer(session), session)
     trainer = build_trainer(session.config)
     if tf_config():  # workers in separate processes: a signal to any stops all after the same step
         install_signal_handlers()  # again: the strategy's coordination service took SIGTERM (preemption notices)

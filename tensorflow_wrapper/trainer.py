@@ -235,9 +235,29 @@ class TensorFlowTrainer:
         self._checkpoint().write(os.path.join(folder, "tensorflow"))
 
     def load_checkpoint(self, folder: str) -> None:
+        """Every worker of a multi-worker run reads the chief's checkpoint (the same
+        --results_dir: one machine, or a shared file system), then they check that
+        they all restored the same step."""
         checkpoint = self._checkpoint()
         checkpoint.read(os.path.join(folder, "tensorflow")).assert_existing_objects_matched()
         self.optimizer_steps = int(checkpoint.optimizer_steps.numpy())
+        if self.data_parallel and tf_config():
+            with peers_checked():
+                self._check_same_step(folder)
+
+    def _check_same_step(self, folder: str) -> None:
+        """The collectives only sum: every worker sees the sum of all replicas' steps, and
+        it equals replicas x its own on every worker only if all restored the same one."""
+        mine = tf.constant(self.optimizer_steps, tf.int64)
+        total = tf.function(lambda v: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None))(
+            self.strategy.experimental_distribute_values_from_function(lambda _: mine)
+        ).numpy()
+        if total != self.strategy.num_replicas_in_sync * self.optimizer_steps:
+            raise RuntimeError(
+                f"--resume: the workers restored different steps (this one {self.optimizer_steps} from {folder}): "
+                "every worker must read the chief's checkpoint, so give them the same --results_dir "
+                "on a shared file system"
+            )
 
     def _checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(

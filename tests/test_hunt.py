@@ -246,7 +246,7 @@ def test_a_disk_full_before_the_header_leaves_no_csv(small_data, tmp_path):
 @pytest.mark.parametrize(
     "content, expected",
     [
-        (",".join(CSV_COLUMNS[:-1]) + "\n", "other columns than this version writes (lacks comm_time_ms)"),
+        (",".join(CSV_COLUMNS[:-1]) + "\n", f"other columns than this version writes (lacks {CSV_COLUMNS[-1]})"),
         (",".join(CSV_COLUMNS) + "\nr0,torch,torch,cnn", "its last line is cut off (no line end)"),
     ],
 )

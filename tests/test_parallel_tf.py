@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.recorder import read_rows
+from algorithms.recorder import CSV_COLUMNS, read_rows
 from tests.conftest import REPO_ROOT, run_script
 
 pytestmark = pytest.mark.slow  # MirroredStrategy and TF_CONFIG multi-worker runs: `make test-fast` leaves them out
@@ -177,12 +177,12 @@ def start_workers(data, results, extra: list) -> list:
     return workers
 
 
-def workers_under_way(data, results) -> tuple:
-    """Two workers of a long run, once the chief has written its first rows."""
-    workers = start_workers(data, results, ["--num_epochs", "100"])
+def workers_under_way(data, results, extra=("--num_epochs", "100"), rows=3) -> tuple:
+    """Two workers of a long run, once the chief has written its first `rows` rows."""
+    workers = start_workers(data, results, list(extra))
     csv_path = results / f"{NETWORK}_tensorflow.csv"
     deadline = time.monotonic() + 180
-    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 3):
+    while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > rows):
         assert time.monotonic() < deadline and workers[0].poll() is None, workers[0].communicate()[1][-2000:]
         time.sleep(0.5)
     return workers, csv_path
@@ -301,6 +301,35 @@ def test_a_signal_to_one_worker_stops_both_after_the_same_step(small_data, tmp_p
     assert "status:      interrupted by SIGTERM" in (tmp_path / "results.log").read_text()
     rows = train_rows(csv_path)
     assert len(rows) >= 3 and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_a_multi_worker_run_stopped_and_resumed_repeats_its_rows_bit_for_bit(small_data, tmp_path):
+    """Parity mode: the chief checkpoints every 3 steps, SIGTERM to worker 1 stops both
+    after step K, both resume from the chief's checkpoint at step S < K (and check that
+    they restored the same step), and the steps S+1..K they train again give exactly
+    the rows the uninterrupted run wrote for them."""
+    results = tmp_path / "results"
+    flags = ["--parity", "--checkpoint_every", "3", "--num_epochs", "100"]
+    workers, csv_path = workers_under_way(small_data, results, flags, rows=8)
+    workers[1].send_signal(signal.SIGTERM)
+    outputs = [worker.communicate(timeout=60) for worker in workers]
+    assert [worker.returncode for worker in workers] == [128 + signal.SIGTERM] * 2, [e[-2000:] for _, e in outputs]
+    cut = [line.split(",") for line in csv_path.read_text().splitlines()[1:]]
+    stopped_at = len(cut)  # train rows only: the first epoch (15 steps) is not over
+    checkpoint = max(
+        int(name[len("step-") :]) for name in os.listdir(results / "checkpoints" / "multi-worker" / csv_path.stem)
+    )
+    assert 3 <= checkpoint < stopped_at, (checkpoint, stopped_at)
+    workers = start_workers(small_data, results, flags + ["--resume", "multi-worker", "--max_steps", "15"])
+    outputs = [worker.communicate(timeout=240) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert f"resuming run multi-worker at step {checkpoint + 1}" in outputs[0][0]
+    again = [line.split(",") for line in csv_path.read_text().splitlines()[1 + stopped_at :]]
+    step, loss, accuracy = (CSV_COLUMNS.index(name) for name in ("step", "loss", "accuracy"))
+    first = [(r[step], r[loss], r[accuracy]) for r in cut[checkpoint:]]
+    second = [(r[step], r[loss], r[accuracy]) for r in again[: stopped_at - checkpoint]]
+    assert first == second and len(first) >= 1
+    assert [r[step] for r in again if r[CSV_COLUMNS.index("phase")] == "train"][-1] == "15"
 
 
 @pytest.mark.parametrize("strategy", ["hybrid"])
