@@ -51,6 +51,7 @@ class RunConfig:
     threads: int = os.cpu_count() or 1
     compile: bool = False
     malloc: str = "reuse"
+    tuned: str = ""  # --tuned: "" (the framework's defaults), "best", or a setting of algorithms/tuning.py
 
     @property
     def effective_batch(self) -> int:
@@ -93,6 +94,7 @@ class RunConfig:
             f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
             + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
             + (" compile" if self.compile else "")
+            + (f" tuned={self.tuned}" if self.tuned else "")
             + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
             + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
             + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
@@ -276,6 +278,16 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "on every step's activations); release: glibc's default, large blocks go back "
         "to the kernel when freed. Recorded in results.log",
     )
+    speed.add_argument(
+        "--tuned",
+        nargs="?",
+        const="best",
+        default="",
+        metavar="SETTING",
+        help="the framework's best measured CPU setting (XLA/oneDNN flags, OpenMP, torch.compile mode; "
+        "the table is algorithms/tuning.py), or the named one of its settings; recorded in results.log. "
+        "Without it: the framework's defaults",
+    )
     hygiene = parser.add_argument_group("large-batch training")
     hygiene.add_argument(
         "--accumulate",
@@ -389,4 +401,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         threads=args.threads,
         compile=args.compile,
         malloc=args.malloc,
+        tuned=args.tuned,
     )
