@@ -84,7 +84,11 @@ def main(argv=None) -> int:
         if time.monotonic() > deadline:
             write({**run, "status": "not run: over the time budget"})
             continue
-        write({**fit_run(plan, dataset, run), "device": device_name(backend), "versions": versions})
+        try:
+            row = fit_run(plan, dataset, run)
+        except Exception as error:  # noqa: BLE001  (the row says what failed; the next batch still runs)
+            row = {**run, "status": f"failed: {type(error).__name__}: {str(error)[:160]}"}
+        write({**row, "device": device_name(backend), "versions": versions})
     return 0
 
 

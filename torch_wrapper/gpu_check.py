@@ -23,6 +23,8 @@ from algorithms.init import initial_weights
 from algorithms.spec import get_network
 from torch_wrapper.model import build_model, make_optimizer
 
+CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")
+
 
 def set_tf32(enabled: bool) -> None:
     """fp32 is IEEE float32 in matmuls and convolutions; tf32 lets both use TF32 tensor cores."""
@@ -110,10 +112,7 @@ def cudnn_study(plan: dict, dataset, device: torch.device, batch: int) -> list:
     deterministic=True, each run twice from the same seed: drift between the two runs
     of a setting, and its speed."""
     rows = []
-    for label, benchmark, deterministic in (
-        ("cudnn.benchmark=True", True, False),
-        ("cudnn.deterministic=True", False, True),
-    ):
+    for label, benchmark, deterministic in zip(CUDNN_MODES, (True, False), (False, True)):
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = benchmark, deterministic
         first, second = (
             train_run(plan, dataset, device, {"kind": "cudnn", "mode": label, "precision": "fp32", "batch": batch})
@@ -158,11 +157,17 @@ def main(argv=None) -> int:
         if time.monotonic() > deadline:
             write({**run, "status": "not run: over the time budget"})
             continue
-        if run["kind"] == "cudnn":
-            for row in cudnn_study(plan, dataset, device, run["batch"]):
-                write({**row, "status": "ok"})
-        else:
-            write({**train_run(plan, dataset, device, run), "status": "ok"})
+        try:  # one failing run (a compiler missing on the machine) leaves the others' rows
+            results = (
+                cudnn_study(plan, dataset, device, run["batch"])
+                if run["kind"] == "cudnn"
+                else [train_run(plan, dataset, device, run)]
+            )
+        except Exception as error:  # noqa: BLE001  (the row says what failed)
+            failed = [{**run, "mode": mode} for mode in CUDNN_MODES] if run["kind"] == "cudnn" else [run]
+            results = [{**row, "status": f"failed: {type(error).__name__}: {str(error)[:160]}"} for row in failed]
+        for row in results:
+            write({"status": "ok", **row})
     return 0
 
 
