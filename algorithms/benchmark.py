@@ -314,11 +314,14 @@ def main(argv=None) -> int:
         print(f"{name}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
         cheap = ["--gemm", "0"] + ([] if args.skip_compiled else ["--skip_compiled"])  # no GEMM, compile, 1 thread
         again = {DEFAULT: [full]}
-        for round_index in range(args.rounds):  # default and each setting in turn: the load drifts over both
-            for setting in ([DEFAULT] if round_index else []) + extra_settings(name, args):
+        extras = extra_settings(name, args)
+        for round_index in range(args.rounds if extras else 0):  # defaults and settings in turn: the load drifts
+            for setting in ([DEFAULT] if round_index else []) + extras:
                 flags = cheap + ([] if setting == DEFAULT else ["--tuned", setting])
-                again.setdefault(setting, []).append(run_probe(name, common + flags, args.timeout))
-                print(f"{name} {setting}: {again[setting][-1]['status']} ({time.perf_counter() - started:.0f} s)")
+                probe = run_probe(name, common + flags, args.timeout)
+                again.setdefault(setting, []).append(probe)
+                step = f", {probe['harness_ms']:.1f} ms/step" if probe["status"] == "ok" else ""
+                print(f"{name} {setting}: {probe['status']}{step} ({time.perf_counter() - started:.0f} s)", flush=True)
         results[name] = (median_probe(again.pop(DEFAULT), full), single)
         tuned.update({(name, setting): median_probe(probes) for setting, probes in again.items()})
     peak = max((full.get("gemm_gflops", 0.0) for full, _ in results.values()), default=0.0)

@@ -167,8 +167,7 @@ def measure(
         "threads": config.threads,
         "batch": config.batch_size,
         "thread_settings": environment + "; " + native_module.apply_threads(config),
-        "setting": tuned.split(":")[0] if tuned else "default",
-        "setting_text": tuned or "the framework's defaults",
+        "setting": tuned or "default",
         "flops_per_sample": config.network.train_flops_per_sample(),
     }
     session = RunSession(config, dataset, runtime)

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field, replace
 
 from .errors import InputError
 from .frameworks import FRAMEWORKS, Framework
+from .paths import REPO_ROOT
 from .threads import environment_text
 
 DEFAULT = "default"
 BEST = "best"  # what a bare --tuned asks for: TUNED's entry
-FLAG_LISTS = ("XLA_FLAGS", "TF_XLA_FLAGS")  # appended to (space-separated), never replaced
+# variables holding a list, appended to (with their separator), never replaced
+FLAG_LISTS = {"XLA_FLAGS": " ", "TF_XLA_FLAGS": " ", "THEANORC": os.pathsep}
 
 YNN_OFF = "--xla_cpu_experimental_ynn_fusion_type="  # XLA CPU's YNNPACK fusions off (empty list)
 
@@ -59,6 +61,16 @@ _OMP_SPIN = Setting(
     {"OMP_WAIT_POLICY": "ACTIVE", "OMP_PROC_BIND": "true"},
     why="OpenMP threads spin and stay on their core between ops (PyTorch's CPU tuning guide)",
 )
+_THEANO_OPENMP = Setting(
+    "openmp",
+    {"THEANORC": os.path.join(REPO_ROOT, "backends", "theano_openmp.rc")},
+    why="Theano's openmp=True: CorrMM's per-image loop and large elementwise ops on OMP_NUM_THREADS threads",
+)
+_BLAS_ONE_THREAD = Setting(
+    "blas_1_thread",
+    {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+    why="OpenBLAS on one thread: its GEMMs are small per image (Caffe's im2col per sample)",
+)
 
 # the documented switches measured, per framework (benchmark.py --candidates runs each)
 CANDIDATES = {
@@ -83,9 +95,9 @@ CANDIDATES = {
             why="torch.compile, Inductor benchmarking its kernel choices",
         ),
     ),
-    "lasagne": (),
-    "keras_theano": (),
-    "caffe": (),
+    "lasagne": (_THEANO_OPENMP,),
+    "keras_theano": (_THEANO_OPENMP,),
+    "caffe": (_BLAS_ONE_THREAD,),
 }
 
 # --tuned: the best measured setting of each framework ("default": none beat the defaults)
@@ -133,7 +145,7 @@ def apply(setting: Setting, environ=os.environ) -> str:
     the results.log line."""
     for name, value in setting.env.items():
         if name in FLAG_LISTS and environ.get(name):
-            environ[name] = f"{environ[name]} {value}"
+            environ[name] = f"{environ[name]}{FLAG_LISTS[name]}{value}"
         else:
             environ[name] = value
     return setting.describe()
