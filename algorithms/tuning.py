@@ -64,7 +64,8 @@ _OMP_SPIN = Setting(
 _THEANO_OPENMP = Setting(
     "openmp",
     {"THEANORC": os.path.join(REPO_ROOT, "backends", "theano_openmp.rc")},
-    why="Theano's openmp=True: CorrMM's per-image loop and large elementwise ops on OMP_NUM_THREADS threads",
+    why="Theano's openmp=True: CorrMM's per-image loop and large elementwise ops on OMP_NUM_THREADS threads "
+    "(theano-pymc 1.1's Elemwise C code does not compile with it: a measured failure, kept to show it)",
 )
 _BLAS_ONE_THREAD = Setting(
     "blas_1_thread",
@@ -100,7 +101,8 @@ CANDIDATES = {
     "caffe": (_BLAS_ONE_THREAD,),
 }
 
-# --tuned: the best measured setting of each framework ("default": none beat the defaults)
+# --tuned: the best measured setting of each framework ("default": none beat the defaults), as
+# results/benchmark/2026-12-01-tuned.md measured them (a candidate faster in every round, or none)
 TUNED = {
     "tensorflow": DEFAULT,
     "keras_tensorflow": DEFAULT,

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from algorithms import tuning
 from algorithms.frameworks import NAMES
 from tests.conftest import REPO_ROOT, run_script
@@ -87,6 +89,7 @@ def test_an_unknown_setting_is_one_line_and_status_2(small_data, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # two probe processes
 def test_benchmark_puts_a_setting_beside_the_defaults(small_data, tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(
