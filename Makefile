@@ -16,7 +16,7 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 # later one), e.g. `make legacy-setup LEGACY_PYTHON=python3.11` where python3 is another.
 LEGACY_PYTHON ?= $(PYTHON)
 
-.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift benchmark clean-results
+.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift benchmark clean-results gpu-check
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -106,6 +106,13 @@ drift: setup legacy-setup caffe
 # (results/benchmark/); under 10 minutes on 2 cores
 benchmark: setup legacy-setup caffe
 	$(PY) benchmark.py $(ARGS)
+
+# The one-command GPU check (docs/gpu.md): under 8 minutes on one GPU, with the machine's own
+# Python (torch and jax with CUDA; keras brought along, ARGS=--keras_path DIR); no setup, since a
+# GPU machine may have no network. ARGS=--dry-run: the same on CPU, tiny sizes (the tests run it).
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+gpu-check:
+	$(GPU_PYTHON) gpu_check.py $(ARGS)
 
 clean-results:
 	rm -rf results/*.csv results/predictions results.log

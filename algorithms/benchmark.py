@@ -23,10 +23,12 @@ from .data import ensure_default_data
 from .frameworks import NAMES, get
 from .paths import DEFAULT_DATA_DIR, REPO_ROOT, RESULTS_DIR
 from .threads import MALLOC_POLICIES
+from .tuning import CANDIDATES, DEFAULT, TUNED
 
 COLUMNS = [
     "framework",
     "backend",
+    "setting",
     "ms_per_step",
     "samples_per_sec",
     "gflops",
@@ -83,6 +85,27 @@ def parse_args(argv):
         default=MALLOC_POLICIES[0],
         help="every probe's --malloc (see the entry scripts' --help); release: glibc's default",
     )
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="beside each framework's defaults, a row at its tuned setting (--tuned of the entry scripts)",
+    )
+    parser.add_argument(
+        "--candidates",
+        nargs="?",
+        const="all",
+        default="",
+        metavar="NAMES",
+        help="beside each framework's defaults, a row at every candidate setting of algorithms/tuning.py "
+        "(the measurement that picks --tuned's), or at the comma-separated NAMES only",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --tuned or --candidates: probe the defaults and each setting this many times, in turn; "
+        "each row is the round with the median step",
+    )
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"))
     parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
@@ -118,12 +141,39 @@ def run_probe(name: str, probe_args: list, timeout: int) -> dict:
             return {**json.load(handle), "status": "ok"}
 
 
-def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float) -> dict:
+def extra_settings(name: str, args) -> list:
+    """The settings probed beside the defaults: the tuned one, or every candidate."""
+    if args.candidates:
+        wanted = None if args.candidates == "all" else args.candidates.split(",")
+        return [setting.name for setting in CANDIDATES[name] if wanted is None or setting.name in wanted]
+    return [TUNED[name]] if args.tuned and TUNED[name] != DEFAULT else []
+
+
+def median_probe(probes: list, full: dict = None) -> dict:
+    """Of one setting's rounds, the probe with the median harness step (the first
+    failure if none ran); with `full`, its GEMM, compiled paths and RSS are kept."""
+    ok = sorted((probe for probe in probes if probe["status"] == "ok"), key=lambda probe: probe["harness_ms"])
+    chosen = ok[(len(ok) - 1) // 2] if ok else probes[0]
+    if full is None or chosen is full or full["status"] != "ok":
+        return chosen
+    timed = ("native_ms", "harness_ms", "ratio", "ratio_ci95", "outside_step_ms", "data_share", "steps_timed")
+    return {**full, **{key: chosen[key] for key in timed if key in chosen}, "rounds": len(probes)}
+
+
+def setting_label(name: str, setting: str) -> str:
+    """The table's setting cell: the name, marked where it is --tuned's choice."""
+    if setting == DEFAULT:
+        return "default (= tuned)" if TUNED[name] == DEFAULT else "default"
+    return f"{setting} (tuned)" if setting == TUNED[name] else setting
+
+
+def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float, setting: str = DEFAULT) -> dict:
     framework = get(name)
     row = {column: "" for column in COLUMNS}
     row.update(
         framework=framework.framework,
         backend=framework.backend,
+        setting=setting_label(name, setting),
         status=full["status"],
         machine_peak_gflops=f"{peak_gflops:.0f}",
     )
@@ -168,7 +218,7 @@ def print_table(rows: list) -> None:
         print("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
     for row in rows:
         if row["compiled"] or row["status"] != "ok":
-            print(f"  {row['framework']}/{row['backend']}: {row['compiled'] or row['status']}")
+            print(f"  {row['framework']}/{row['backend']} {row['setting']}: {row['compiled'] or row['status']}")
 
 
 def profiled(which: str, rows: list, names: list) -> list:
@@ -237,7 +287,7 @@ def main(argv=None) -> int:
         *data_flags,
         *(["--skip_compiled"] if args.skip_compiled else []),
     ]
-    results = {}
+    results, tuned = {}, {}
     for name in names:
         full = run_probe(name, common + ["--gemm", str(args.gemm)], args.timeout)
         single = (
@@ -261,12 +311,30 @@ def main(argv=None) -> int:
             if args.thread_steps
             else {"status": "skipped"}
         )
-        results[name] = (full, single)
         print(f"{name}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
+        cheap = ["--gemm", "0"] + ([] if args.skip_compiled else ["--skip_compiled"])  # no GEMM, compile, 1 thread
+        again = {DEFAULT: [full]}
+        extras = extra_settings(name, args)
+        for round_index in range(args.rounds if extras else 0):  # defaults and settings in turn: the load drifts
+            for setting in ([DEFAULT] if round_index else []) + extras:
+                flags = cheap + ([] if setting == DEFAULT else ["--tuned", setting])
+                probe = run_probe(name, common + flags, args.timeout)
+                again.setdefault(setting, []).append(probe)
+                step = f", {probe['harness_ms']:.1f} ms/step" if probe["status"] == "ok" else ""
+                print(f"{name} {setting}: {probe['status']}{step} ({time.perf_counter() - started:.0f} s)", flush=True)
+        results[name] = (median_probe(again.pop(DEFAULT), full), single)
+        tuned.update({(name, setting): median_probe(probes) for setting, probes in again.items()})
     peak = max((full.get("gemm_gflops", 0.0) for full, _ in results.values()), default=0.0)
-    rows = [table_row(name, full, single, args.batch_size, peak) for name, (full, single) in results.items()]
+    rows = []
+    for name, (full, single) in results.items():
+        rows.append(table_row(name, full, single, args.batch_size, peak))
+        for (tuned_name, setting), probe in tuned.items():
+            if tuned_name == name:  # against the default row's GEMM, measured in the same minutes
+                probe = {**probe, "gemm_gflops": full.get("gemm_gflops", 0.0)} if probe["status"] == "ok" else probe
+                rows.append(table_row(name, probe, {}, args.batch_size, peak, setting))
+    default_rows = [row for row in rows if row["setting"].startswith(DEFAULT)]  # one per name, in order
     profiles = {}
-    for name in profiled(args.profile, rows, names):
+    for name in profiled(args.profile, default_rows, names):
         profiles[name] = run_probe(
             name,
             [
@@ -303,7 +371,7 @@ def main(argv=None) -> int:
     )
     print_table(rows)
     if profiles:
-        print_profiles(profiles, rows, names)
+        print_profiles(profiles, default_rows, names)
         write_profiles(path.replace(".csv", "_profile.csv"), profiles)
     print(
         f"\ndata path ({args.data_rows} x 785 CSV): parse {data['csv_s']:.2f} s, binary cache {data['cache_s']:.3f} s: "

@@ -65,6 +65,8 @@ class RunConfig:
     def effective_batch_at(self, epoch: int) -> int:
         return self.batch_at(epoch) * self.accumulate
 
+    tuned: str = ""  # --tuned: "" (the framework's defaults), "best", or a setting of algorithms/tuning.py
+
     @property
     def effective_batch(self) -> int:
         """Samples per optimizer step: --batch_size x --accumulate."""
@@ -113,6 +115,7 @@ class RunConfig:
             f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
             + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
             + (" compile" if self.compile else "")
+            + (f" tuned={self.tuned}" if self.tuned else "")
             + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
             + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
             + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
@@ -343,6 +346,16 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "on every step's activations); release: glibc's default, large blocks go back "
         "to the kernel when freed. Recorded in results.log",
     )
+    speed.add_argument(
+        "--tuned",
+        nargs="?",
+        const="best",
+        default="",
+        metavar="SETTING",
+        help="the framework's best measured CPU setting (XLA/oneDNN flags, OpenMP, torch.compile mode; "
+        "the table is algorithms/tuning.py), or the named one of its settings; recorded in results.log. "
+        "Without it: the framework's defaults",
+    )
     hygiene = parser.add_argument_group("large-batch training")
     hygiene.add_argument(
         "--accumulate",
@@ -503,4 +516,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         lr_schedule=args.lr_schedule,
         target_accuracy=args.target_accuracy,
         ps_tasks=args.ps_tasks,
+        tuned=args.tuned,
     )

@@ -44,6 +44,7 @@ from .recorder import read_rows
 from .run import prepare
 from .session import RunSession
 from .threads import peak_rss_mb, set_malloc, set_thread_environment
+from .tuning import apply_tuned, resolve_tuned
 
 WARMUP_BLOCKS = 1  # the first native and harness blocks (compilation, caches) are not counted
 PROFILE_TOP = 12  # ops kept per profile
@@ -151,7 +152,9 @@ def measure(
     package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, xla_dump: str = ""
 ) -> dict:
     config, dataset = prepare(argv, "algorithms.probe", "")
+    config = resolve_tuned(config, package)
     environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
+    tuned = apply_tuned(config, package)  # before PACKAGE.native imports the framework
     if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
         os.environ["XLA_FLAGS"] = (
             f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
@@ -164,6 +167,7 @@ def measure(
         "threads": config.threads,
         "batch": config.batch_size,
         "thread_settings": environment + "; " + native_module.apply_threads(config),
+        "setting": tuned or "default",
         "flops_per_sample": config.network.train_flops_per_sample(),
     }
     session = RunSession(config, dataset, runtime)

@@ -34,6 +34,7 @@ from .paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from .recorder import check_writable
 from .session import RunSession
 from .threads import set_malloc, set_thread_environment
+from .tuning import apply_tuned, resolve_tuned
 
 
 def prepare(argv: Optional[list], prog: str, description: str):
@@ -83,6 +84,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_RESOURCE_ERROR
     try:
         check_supported(config, wrapper_module, prog)
+        config = resolve_tuned(config, wrapper_module.split(".")[0])
         package = importlib.import_module(wrapper_module.split(".")[0])
         package.prepare_process(config, dataset)
         package.launch(config, sys.argv[1:] if argv is None else list(argv))
@@ -92,6 +94,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     parity_notes = enable_parity(wrapper_module) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
+    apply_tuned(config, wrapper_module.split(".")[0])  # XLA and TensorFlow read their flags at import
     wrapper = importlib.import_module(wrapper_module)
     try:
         session = RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))

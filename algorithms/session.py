@@ -21,6 +21,7 @@ from .contract import Runtime
 from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settings, step_folder, write_state
 from .data import Dataset, batch_order, steps_per_epoch
 from .faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
+from .tuning import log_line as tuned_log_line
 from .threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
 from .recorder import WARMUP_STEPS, ResultsCsv, append_log_block, results_csv_name, steady_state_ms, write_predictions
 
@@ -508,6 +509,7 @@ class RunSession:
                 ),
                 ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
                 ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
+                ("tuned", tuned_log_line(config, self.framework, self.backend)),
                 ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
                 ("csv", self.csv_path),
                 ("predictions", summary["test_predictions"] or "none"),

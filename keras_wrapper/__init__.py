@@ -3,7 +3,8 @@ chosen by KERAS_BACKEND). `model.py` translates the spec, `train.py` trains it
 with model.fit over the shared batch order, recording each step from a callback,
 `distribute.py` holds the data-parallel setups (MirroredStrategy on tensorflow,
 keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
-(keras.distribution.ModelParallel)."""
+(keras.distribution.ModelParallel); `gpu_check.py` is the GPU check's Keras side
+(`make gpu-check`)."""
 
 import json
 import os

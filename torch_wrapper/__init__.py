@@ -2,7 +2,8 @@
 `model.py` translates the spec; `trainer.py` builds the trainer for the strategy;
 `train.py` runs it through the shared loop in algorithms/loop.py. Parallel
 strategies: `launch.py` (torchrun), `distributed.py` (process groups, collectives),
-`tensor_parallel.py`, `pipeline.py` (model and pipeline)."""
+`tensor_parallel.py`, `pipeline.py` (model and pipeline); `gpu_check.py` is the GPU
+check's torch side (`make gpu-check`)."""
 
 from algorithms.contract import Support
 from algorithms.errors import InputError

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from algorithms.init import initial_weights
 from algorithms.probe import HandStepHarness, compiled_pair_ms
 from algorithms.session import RunSession
+from algorithms.tuning import tuned_options
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import describe_runtime
@@ -33,7 +34,12 @@ class Native:
         self.model = build_model(config.network, initial_weights(config.network, config.seed))
         self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
         torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
-        self.forward = torch.compile(self.model) if compile_model else self.model
+        mode = tuned_options(config, "torch").get("torch.compile")  # as the trainer compiles under --tuned
+        self.forward = (
+            torch.compile(self.model, mode=None if mode in (None, "default") else mode)
+            if compile_model or mode
+            else self.model
+        )
         self.batches = {
             id(parts): (
                 torch.from_numpy(dataset.train_x[parts[0]][:, None]),

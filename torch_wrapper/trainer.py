@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from algorithms.contract import StepResult
 from algorithms.init import initial_weights
 from algorithms.parallel import layer_stages, split_ranges
+from algorithms.tuning import tuned_options
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import (
     CommClock,
@@ -204,8 +205,9 @@ def _build_trainer(config):
     if plan.strategy == "single" or config.dp_impl == "dataparallel":
         device = torch.device("cuda" if plan.strategy != "single" else "cpu")
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
-        if config.compile:  # --compile: torch.compile (Inductor); the first step compiles
-            model = torch.compile(model)
+        mode = tuned_options(config, "torch").get("torch.compile")  # --tuned compile / compile_max_autotune
+        if config.compile or mode:  # --compile: torch.compile (Inductor); the first step compiles
+            model = torch.compile(model, mode=None if mode in (None, "default") else mode)
         if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
             model = nn.DataParallel(model, device_ids=list(range(plan.devices)))
         return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, CommClock(False))
