@@ -62,6 +62,8 @@ class RunSession:
         self.versions, self.devices = runtime.versions, runtime.devices
         self.run_id = config.run_id or new_run_id()
         self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
+        if config.strategy in ("ps", "async") and not config.ps_sync:  # each worker's share is one update
+            self.steps_per_epoch *= config.plan.replicas
         csv_name = results_csv_name(config.network.name, framework, backend)
         self.csv_path = os.path.join(config.results_dir, csv_name)
         self.checkpoint_root = checkpoint_root(config.results_dir, self.run_id, csv_name)
@@ -200,10 +202,14 @@ class RunSession:
         data_time_ms: float,
         batch_size: int,
         comm_time_ms: Optional[float] = None,
+        worker: int = 0,
+        staleness: int = 0,
     ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
         the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
-        where the strategy can measure it."""
+        where the strategy can measure it. `worker` is whose update this is and
+        `staleness` how many other updates were applied between its read of the
+        parameters and its own (0 for a synchronous strategy, whose rank 0 records)."""
         learning_rate = self.learning_rate
         self.step += 1
         self.step_times_ms.append(step_time_ms)
@@ -221,6 +227,8 @@ class RunSession:
             samples_per_sec=batch_size * 1000.0 / step_time_ms,
             wall_time_s=self.wall(),
             comm_time_ms=comm_time_ms,
+            worker=worker,
+            staleness=staleness,
         )
         self.recorded_step = self.step
         if self.step == 1:

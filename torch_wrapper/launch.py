@@ -36,7 +36,7 @@ def launch(config, argv: list) -> None:
                 f"drop the flag to run DistributedDataParallel over {plan.devices} processes (gloo on CPU)"
             )
         return
-    if plan.strategy == "single":
+    if plan.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (workers.py)
         return
     script = os.path.abspath(sys.argv[0])
     threads = max(1, (os.cpu_count() or 1) // plan.devices)  # the ranks share this machine's cores
