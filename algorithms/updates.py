@@ -74,8 +74,8 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
             if not pending:
                 break
             update = pool.result(POLL_S)
+            pool.check(after=f"after {session.step} applied updates")  # the others may go on without it
             if update is None:
-                pool.check(after=f"after {session.step} applied updates")
                 continue
             pending -= 1
             free.append(update.worker if pool.slots > 1 else 0)

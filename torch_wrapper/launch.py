@@ -36,6 +36,8 @@ def launch(config, argv: list) -> None:
                 f"drop the flag to run DistributedDataParallel over {plan.devices} processes (gloo on CPU)"
             )
         return
+    if plan.strategy == "ps":  # TensorPipe logs every peer's disconnect; the run names the one that died
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     if plan.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (workers.py)
         return
     script = os.path.abspath(sys.argv[0])

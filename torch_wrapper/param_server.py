@@ -138,7 +138,16 @@ def _load_pulled(model, parameters: list) -> None:
 
 
 def _compute(images, labels, learning_rate, total, synchronous):
-    """One share: pull, forward and backward on it (loss scaled by 1 / total), push."""
+    """One share: pull, forward and backward on it (loss scaled by 1 / total), push.
+    A call to the server that fails returns its error's text (raised, rpc would print
+    a traceback here too; the coordinator names the process that died, once)."""
+    try:
+        return _pull_compute_push(images, labels, learning_rate, total, synchronous)
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+
+
+def _pull_compute_push(images, labels, learning_rate, total, synchronous):
     start = time.perf_counter()
     read_version, parameters = rpc.rpc_sync("ps", _pull)
     pulled = time.perf_counter()
@@ -218,12 +227,11 @@ class ParameterServerPool:
             return None
         try:
             results = [future.wait() for future in futures]
-        except RuntimeError:  # the call failed: name the process that died, if one did
-            deadline = time.monotonic() + DEATH_NOTICED_S
-            while time.monotonic() < deadline:
-                self.check("during an update")
-                time.sleep(0.2)
-            raise
+            failure = next((r for r in results if isinstance(r, str)), None)
+        except RuntimeError as error:  # the worker itself is gone
+            failure = str(error).splitlines()[0]
+        if failure is not None:
+            self._failed(failure, "during an update")
         loss_sum, correct, samples = (sum(r[i] for r in results) for i in range(3))
         return Update(
             worker=slot,
@@ -239,9 +247,20 @@ class ParameterServerPool:
     def check(self, after: str) -> None:
         self.processes.check(after)
 
+    def _failed(self, failure: str, when: str) -> None:
+        """A call failed: raises PeerLost naming the process that died, if one did."""
+        deadline = time.monotonic() + DEATH_NOTICED_S
+        while time.monotonic() < deadline:
+            self.check(when)
+            time.sleep(0.2)
+        raise RuntimeError(f"a parameter-server call failed {when}: {failure}")
+
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:
-        _, parameters = rpc.rpc_sync("ps", _pull)
+        try:
+            _, parameters = rpc.rpc_sync("ps", _pull)
+        except RuntimeError as error:
+            self._failed(str(error).splitlines()[0], "while the coordinator scored its parameters")
         _load_pulled(_MODEL, parameters)
         _MODEL.eval()
         return _MODEL(torch.from_numpy(images[:, None])).numpy()
