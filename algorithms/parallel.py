@@ -39,6 +39,17 @@ INNER_STRATEGIES = ("model", "tensor", "pipeline")
 # each worker applies its own part of every step: one worker is the one-device run
 WORKER_STRATEGIES = ("ps", "async", "localsgd")
 FLOAT32_BYTES = 4
+_WHERE_WORKER_STRATEGIES_RUN = {
+    "ps": "torch_script.py --strategy ps runs one (torch.distributed.rpc); "
+    "`python -m algorithms.capabilities` lists every framework that does",
+    "async": "torch_script.py --strategy async runs it (Hogwild: torch.multiprocessing, one model in shared memory)",
+    "localsgd": "torch_script.py --strategy localsgd --sync_every K runs it (torch's PeriodicModelAverager)",
+}
+
+
+def worker_strategy_advice(why: str, strategies=WORKER_STRATEGIES) -> dict:
+    """Support.advice for a framework that runs none of `strategies`: why, and which script does."""
+    return {strategy: f"{why}; {_WHERE_WORKER_STRATEGIES_RUN[strategy]}" for strategy in strategies}
 
 
 @dataclass(frozen=True)

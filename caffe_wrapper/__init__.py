@@ -5,11 +5,19 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 through algorithms/loop.py."""
 
 from algorithms.contract import Support
+from algorithms.parallel import worker_strategy_advice
 
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return Support(strategies=("single",), flags=("--checkpoint_every",))
+    return Support(
+        strategies=("single",),
+        flags=("--checkpoint_every",),
+        advice=worker_strategy_advice(
+            "Caffe 1.0's solver steps one process (its multi-GPU sync is synchronous), "
+            "with no parameter server or model averaging"
+        ),
+    )
 
 
 def prepare_process(config, dataset) -> None:

@@ -9,9 +9,16 @@ import os
 
 from algorithms.contract import Support
 from algorithms.errors import InputError
+from algorithms.parallel import worker_strategy_advice
 
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
+# model.fit applies every update itself, in step, and Keras has no parameter-server
+# training (keras-team/keras#18624) nor shared-memory or periodically averaged replicas
+NO_WORKER_STRATEGIES = worker_strategy_advice(
+    "Keras trains through model.fit, which applies every update in step (Keras 3 has no "
+    "parameter-server training: keras-team/keras#18624)"
+)
 
 
 def backend() -> str:
@@ -30,17 +37,20 @@ def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
     if name in ("tensorflow", "jax"):
-        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS)
+        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS, advice=NO_WORKER_STRATEGIES)
     if name == "torch":
         return Support(
             strategies=("single",),
             flags=KERAS_3_FLAGS,
             advice={
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
-                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"
+                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
+                **NO_WORKER_STRATEGIES,
             },
         )
-    return Support(strategies=("single",), flags=("--checkpoint_every",))  # Keras 2 on Theano (legacy env)
+    return Support(  # Keras 2 on Theano (legacy env)
+        strategies=("single",), flags=("--checkpoint_every",), advice=NO_WORKER_STRATEGIES
+    )
 
 
 def prepare_process(config, dataset) -> None:

@@ -5,11 +5,18 @@ backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 
 (and Keras 2.3.1); it is imported before lasagne."""
 
 from algorithms.contract import Support
+from algorithms.parallel import worker_strategy_advice
 
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return Support(strategies=("single",), flags=("--checkpoint_every",))
+    return Support(
+        strategies=("single",),
+        flags=("--checkpoint_every",),
+        advice=worker_strategy_advice(
+            "Lasagne runs one compiled Theano train function in one process, with no distributed runtime"
+        ),
+    )
 
 
 def prepare_process(config, dataset) -> None:

@@ -7,6 +7,7 @@ loop in algorithms/loop.py; `native.py` serves the benchmark."""
 
 from algorithms.contract import Support
 from algorithms.errors import InputError
+from algorithms.parallel import worker_strategy_advice
 
 
 def supported() -> Support:
@@ -20,6 +21,10 @@ def supported() -> Support:
             "--accumulate",
             "--checkpoint_every",
             "--compile",
+        ),
+        advice=worker_strategy_advice(
+            "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
+            ("async", "localsgd"),
         ),
     )
 

@@ -25,7 +25,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # the pro
 KILLED_RUN_MUST_END_S = 60
 EXIT_PEER_LOST = 4
 
-RUNS = {  # name: the strategy flags (one epoch of the small data, 17 steps of 32)
+RUNS = {  # name: the strategy flags (one epoch of the small data: 15 steps of 32)
     "single": [],
     "single_again": [],
     "data": ["--strategy", "data", "--devices", "2"],
