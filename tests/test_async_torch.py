@@ -4,6 +4,7 @@ go stale, and two async runs of one seed differ where two synchronous runs are
 bit-identical; every launcher's servers listen on loopback only; a killed parameter
 server or Hogwild worker ends the run with one line, its rows kept."""
 
+import csv
 import os
 import signal
 import subprocess
@@ -158,3 +159,32 @@ def test_a_killed_process_ends_the_run_in_one_line_within_a_minute_rows_kept(
     assert f"the rows of the {len(train)} finished steps are in {csv_path}" in stderr
     assert [r["step"] for r in train] == list(range(1, len(train) + 1))
     assert f"failed: {named}" in (tmp_path / "results.log").read_text()
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchronous_pair(small_data, tmp_path):
+    steps, run_id = 8, "asyncdrift"
+    proc = subprocess.run(
+        [sys.executable, "-m", "algorithms.drift", "--only", "torch", "--steps", str(steps), "--run_id", run_id]
+        + flags(small_data, tmp_path / "results", "--strategy", "async", "--devices", "2")
+        + ["--results_log", str(tmp_path / "results.log")],
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(tmp_path / "results" / f"{run_id}.csv") as handle:
+        report = {row["framework"]: row for row in csv.DictReader(handle)}
+    assert report["torch"]["bit_identical"] == "yes" and float(report["torch"]["run_to_run_max"]) == 0.0
+    row = report["torch --strategy async --devices 2"]
+    path = str(tmp_path / "results" / CSV_NAME)
+    pair = [losses([r for r in read_rows(path, f"{run_id}-async-{copy}") if r["phase"] == "train"]) for copy in "ab"]
+    assert int(row["steps"]) == steps and len(pair[0]) == len(pair[1]) == steps
+    assert float(row["run_to_run_max"]) == pytest.approx((np.abs(pair[1] - pair[0]) / np.abs(pair[0])).max())
+    assert row["bit_identical"] == ("yes" if pair[0].tolist() == pair[1].tolist() else "no")
+    assert row["cross_max"] == ""  # an update of half a batch is not a one-device step
+    assert "torch --strategy async --devices 2" in proc.stdout
