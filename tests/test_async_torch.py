@@ -28,12 +28,9 @@ EXIT_PEER_LOST = 4
 
 RUNS = {  # name: the strategy flags (one epoch of the small data: 15 steps of 32)
     "single": [],
-    "single_again": [],
-    "data": ["--strategy", "data", "--devices", "2"],
     "async_1": ["--strategy", "async", "--devices", "1"],
     "ps_1": ["--strategy", "ps", "--devices", "1"],
     "async": ["--strategy", "async", "--devices", "2"],
-    "async_again": ["--strategy", "async", "--devices", "2"],
     "ps": ["--strategy", "ps", "--devices", "2"],
     "ps_sync": ["--strategy", "ps", "--devices", "2", "--ps_sync"],
     "localsgd": ["--strategy", "localsgd", "--devices", "2", "--sync_every", "2"],
@@ -70,7 +67,7 @@ def losses(rows) -> np.ndarray:
     return np.array([r["loss"] for r in rows])
 
 
-@pytest.mark.parametrize("name", ["async", "ps", "ps_sync", "localsgd", "data"])
+@pytest.mark.parametrize("name", ["async", "ps", "ps_sync", "localsgd"])  # localsgd: the torchrun launcher
 def test_each_strategy_trains_and_listens_on_loopback_only(run, name):
     rows, sockets = run(name)
     single, _ = run("single")
@@ -96,14 +93,8 @@ def test_two_workers_apply_stale_updates_and_the_synchronous_ones_none(run):
     for name in ("async", "ps"):
         rows, _ = run(name)
         assert max(r["staleness"] for r in rows) > 0, [r["staleness"] for r in rows]
-    for name in ("ps_sync", "localsgd", "data"):
+    for name in ("ps_sync", "localsgd"):
         assert {r["staleness"] for r in run(name)[0]} == {0}
-
-
-def test_two_async_runs_of_one_seed_differ_where_two_synchronous_runs_are_bit_identical(run):
-    assert losses(run("single")[0]).tolist() == losses(run("single_again")[0]).tolist()
-    first, again = losses(run("async")[0]), losses(run("async_again")[0])
-    assert first.tolist() != again.tolist()  # which update lands first is the scheduler's choice
 
 
 # --------------------------------------------------------------------------- faults
@@ -164,12 +155,14 @@ def test_a_killed_process_ends_the_run_in_one_line_within_a_minute_rows_kept(
 # --------------------------------------------------------------------------- drift
 
 
-def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchronous_pair(small_data, tmp_path):
-    steps, run_id = 8, "asyncdrift"
+@pytest.fixture(scope="module")
+def drift(small_data, tmp_path_factory):
+    """The drift command on torch with --strategy async: two synchronous runs, two async ones."""
+    results, run_id = tmp_path_factory.mktemp("drift"), "asyncdrift"
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.drift", "--only", "torch", "--steps", str(steps), "--run_id", run_id]
-        + flags(small_data, tmp_path / "results", "--strategy", "async", "--devices", "2")
-        + ["--results_log", str(tmp_path / "results.log")],
+        [sys.executable, "-m", "algorithms.drift", "--only", "torch", "--steps", str(DRIFT_STEPS), "--run_id", run_id]
+        + flags(small_data, results / "results", "--strategy", "async", "--devices", "2")
+        + ["--results_log", str(results / "results.log")],
         cwd=REPO_ROOT,
         env=ENV,
         capture_output=True,
@@ -177,14 +170,60 @@ def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchr
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(tmp_path / "results" / f"{run_id}.csv") as handle:
+    with open(results / "results" / f"{run_id}.csv") as handle:
         report = {row["framework"]: row for row in csv.DictReader(handle)}
+
+    def pair(prefix):
+        path = str(results / "results" / CSV_NAME)
+        return [losses([r for r in read_rows(path, f"{prefix}-{copy}") if r["phase"] == "train"]) for copy in "ab"]
+
+    return report, pair(run_id), pair(f"{run_id}-async"), proc.stdout
+
+
+DRIFT_STEPS = 30  # two epochs of the small data synchronously, one of updates with two workers
+
+
+def test_two_async_runs_of_one_seed_differ_where_two_synchronous_runs_are_bit_identical(drift):
+    _, synchronous, asynchronous, _ = drift
+    assert len(synchronous[0]) == len(asynchronous[0]) == DRIFT_STEPS
+    assert synchronous[0].tolist() == synchronous[1].tolist()
+    assert asynchronous[0].tolist() != asynchronous[1].tolist()  # which update lands first is the scheduler's
+
+
+def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchronous_pair(drift):
+    report, _, (first, second), stdout = drift
     assert report["torch"]["bit_identical"] == "yes" and float(report["torch"]["run_to_run_max"]) == 0.0
     row = report["torch --strategy async --devices 2"]
-    path = str(tmp_path / "results" / CSV_NAME)
-    pair = [losses([r for r in read_rows(path, f"{run_id}-async-{copy}") if r["phase"] == "train"]) for copy in "ab"]
-    assert int(row["steps"]) == steps and len(pair[0]) == len(pair[1]) == steps
-    assert float(row["run_to_run_max"]) == pytest.approx((np.abs(pair[1] - pair[0]) / np.abs(pair[0])).max())
-    assert row["bit_identical"] == ("yes" if pair[0].tolist() == pair[1].tolist() else "no")
+    assert int(row["steps"]) == DRIFT_STEPS and row["bit_identical"] == "no"
+    assert float(row["run_to_run_max"]) == pytest.approx((np.abs(second - first) / np.abs(first)).max())
     assert row["cross_max"] == ""  # an update of half a batch is not a one-device step
-    assert "torch --strategy async --devices 2" in proc.stdout
+    assert "torch --strategy async --devices 2" in stdout
+
+
+# --------------------------------------------------------------------------- scaling report
+
+
+def test_the_scaling_report_runs_async_at_equal_samples_with_throughput_from_wall_time(small_data, tmp_path):
+    results, steps = tmp_path / "results", 4
+    proc = subprocess.run(
+        [sys.executable, "scaling_report.py", "--frameworks", "torch", "--strategy", "async", "--devices", "2"]
+        + ["--max_steps", str(steps), "--run_id", "scaling-async"]
+        + flags(small_data, results)[:-1],  # the report sets --quiet itself
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(results / "scaling" / "scaling-async.csv") as handle:
+        (two,) = csv.DictReader(handle)
+    assert two["strategy"] == "async"
+    runs = results / "scaling" / "scaling-async"
+    train = [r for r in read_rows(str(runs / "torch_x2" / CSV_NAME)) if r["phase"] == "train"]
+    assert len(train) == 2 * steps  # 2 updates of half a batch per batch: the single run's samples
+    rate = (len(train) - 1) / (train[-1]["wall_time_s"] - train[0]["wall_time_s"])
+    assert float(two["updates_per_sec"]) == pytest.approx(rate)
+    assert float(two["samples_per_sec"]) == pytest.approx(rate * 16)  # 16 samples per update
+    assert float(two["staleness_p95"]) >= float(two["staleness_median"]) >= 0 and float(two["val_accuracy"]) > 0
+    assert "stale p50/p95" in proc.stdout
