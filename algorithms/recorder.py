@@ -70,7 +70,11 @@ class ResultsCsv:
             self.close()
             raise ResourceError(cannot_write(path, error, "--results_dir")) from None
         if not created:
-            self._fd = _upgraded_if_older(self._fd, path)
+            try:
+                self._fd = _upgraded_if_older(self._fd, path)
+            except OSError as error:  # the folder does not take the rewritten file
+                self.close()
+                raise ResourceError(cannot_write(path, error, "--results_dir")) from None
             problem = _existing_csv_problem(self._fd)
             if problem:
                 self.close()
@@ -142,14 +146,18 @@ def _upgraded_if_older(fd: int, path: str) -> int:
                     return fd
                 directory = os.path.dirname(path)
                 temporary_fd, temporary = tempfile.mkstemp(dir=directory, prefix=".upgrade-")
-                with os.fdopen(temporary_fd, "w", newline="") as out:
-                    out.write(",".join(CSV_COLUMNS) + "\n")
-                    for row in csv.DictReader(lines):
-                        out.write(",".join(row.get(column) or "" for column in CSV_COLUMNS) + "\n")
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.chmod(temporary, os.fstat(fd).st_mode & 0o777)
-                os.replace(temporary, path)
+                try:
+                    with os.fdopen(temporary_fd, "w", newline="") as out:
+                        out.write(",".join(CSV_COLUMNS) + "\n")
+                        for row in csv.DictReader(lines):
+                            out.write(",".join(row.get(column) or "" for column in CSV_COLUMNS) + "\n")
+                        out.flush()
+                        os.fsync(out.fileno())
+                    os.chmod(temporary, os.fstat(fd).st_mode & 0o777)
+                    os.replace(temporary, path)
+                except BaseException:  # a full disk: the old file stays as it was, no copy left beside it
+                    _remove_quietly(temporary)
+                    raise
                 reopened = os.open(path, os.O_RDWR | os.O_APPEND)
                 missing = [column for column in CSV_COLUMNS if column not in names]
                 print(

@@ -147,3 +147,23 @@ def test_updates_per_second_come_from_wall_time_and_staleness_from_its_column():
     summary = summarize_rows(train)
     assert summary["updates_per_sec"] == pytest.approx(2.0)  # 10 intervals in 5 s, whatever each step's time
     assert (summary["staleness_median"], summary["staleness_p95"]) == (1, 3)
+
+
+def test_an_older_file_that_cannot_be_rewritten_is_a_one_line_resource_error_and_stays_as_it_was(tmp_path):
+    import resource
+    import signal
+
+    from algorithms.errors import ResourceError
+
+    path = tmp_path / "net_torch.csv"
+    text = old_schema_file(path)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(text) // 2, limits[1]))  # the rewritten copy cannot be written
+    try:
+        with pytest.raises(ResourceError, match="net_torch.csv: cannot be written"):
+            ResultsCsv(str(path), {"run_id": "new", **IDENTITY})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert path.read_text() == text and [p.name for p in tmp_path.iterdir()] == ["net_torch.csv"]
