@@ -19,9 +19,10 @@ run twice synchronously on one device (the bit-identical pairs and the
 cross-framework band), and the first of them that runs S also runs it twice with the
 same seed: its row ("torch async x2") is the run-to-run divergence of S, which for
 the asynchronous strategies (ps, async) is the order the scheduler applied the
-updates in. --steps then counts its applied updates; update k of both runs is the
-same share of the same batch, so their losses are comparable step by step (its
-cross-framework columns are empty: an update is not a one-device step).
+updates in. --steps then counts its applied updates, compared in the order they were
+applied: the k-th of either run comes from the same batch, but which worker's share
+landed k-th, and on which parameters, is the scheduler's choice, so the difference
+holds both (its cross-framework columns are empty: an update is not a one-device step).
 
 Written under --results_dir (default results/drift/): the rows of every run, and
 <run id>.csv (the table), <run id>_steps.csv (every step's differences) and
