@@ -16,7 +16,7 @@ whole run (torch's TCPStore binds the wildcard address), and none of torch's ser
 authenticates. So: the rendezvous is a FileStore (c10d backend, store_type=file), the
 agent hosts no store for the ranks (TORCH_DISABLE_SHARE_RDZV_TCP_STORE), rank 0
 hosts it on a socket bound to 127.0.0.1 (distributed.join_process_group), and gloo
-binds the loopback interface."""
+(and nccl's bootstrap, on GPUs) binds the loopback interface."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def launch(config, argv: list) -> None:
         return
     script = os.path.abspath(sys.argv[0])
     threads = max(1, (os.cpu_count() or 1) // plan.devices)  # the ranks share this machine's cores
-    env = {"OMP_NUM_THREADS": str(threads), **os.environ, **LOOPBACK_ENVIRONMENT}
+    # nccl's bootstrap sockets on GPUs: loopback too, unless the user named an interface
+    env = {"OMP_NUM_THREADS": str(threads), "NCCL_SOCKET_IFNAME": "lo", **os.environ, **LOOPBACK_ENVIRONMENT}
     # a fresh file per run (a stale one would hold an old rendezvous), left in the temporary folder
     rendezvous = os.path.join(tempfile.mkdtemp(prefix="cnn-parallel-rendezvous-"), "store")
     command = [
