@@ -18,6 +18,8 @@ from .parallel import check_batch_schedule
 from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from .threads import MALLOC_POLICIES
 
+DEFAULT_SYNC_EVERY = 4
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -66,6 +68,8 @@ class RunConfig:
         return self.batch_at(epoch) * self.accumulate
 
     tuned: str = ""  # --tuned: "" (the framework's defaults), "best", or a setting of algorithms/tuning.py
+    sync_every: int = 0  # localsgd: local steps between parameter averages
+    ps_sync: bool = False  # ps: the server applies the sum of all workers' gradients at once
 
     @property
     def effective_batch(self) -> int:
@@ -130,6 +134,8 @@ class RunConfig:
             + (f" batch_schedule={_schedule_text(self.batch_schedule)}" if self.batch_schedule else "")
             + (f" lr_schedule={_schedule_text(self.lr_schedule)}" if self.lr_schedule else "")
             + (f" target_accuracy={self.target_accuracy:g}" if self.target_accuracy is not None else "")
+            + (f" sync_every={self.sync_every}" if self.strategy == "localsgd" else "")
+            + (" ps_sync" if self.ps_sync else "")
             + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else "")
         )
 
@@ -288,8 +294,10 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default="single",
         help="data: replicas share the batch; model: conv block | dense block on two devices; "
         "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
-        "hybrid: data x --inner; ps: --devices workers update --ps_tasks parameter servers "
-        "asynchronously (tensorflow_script.py)",
+        "hybrid: data x --inner; ps: workers pull parameters from parameter servers and push "
+        "gradients (torch: one server over rpc; tensorflow: --ps_tasks servers, ParameterServerStrategy); "
+        "async: Hogwild, processes updating one shared model without locks; "
+        "localsgd: replicas step alone, averaged every --sync_every steps",
     )
     parallel.add_argument(
         "--devices",
@@ -324,6 +332,19 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         type=_count,
         default=0,
         help="pipeline: micro-batches per batch (0: twice the number of stages)",
+    )
+    parallel.add_argument(
+        "--sync_every",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help=f"localsgd: average the replicas' parameters every K local steps (default {DEFAULT_SYNC_EVERY})",
+    )
+    parallel.add_argument(
+        "--ps_sync",
+        action="store_true",
+        help="ps: the server waits for every worker's gradient and applies their sum once "
+        "(synchronous), instead of applying each as it arrives",
     )
     speed = parser.add_argument_group("speed")
     speed.add_argument(
@@ -479,6 +500,10 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         raise InputError(
             f"--run_id {args.run_id} --resume {args.resume}: a resumed run keeps its run id; drop --run_id"
         )
+    if args.sync_every is not None and args.strategy != "localsgd":
+        raise InputError(f"--sync_every {args.sync_every}: only --strategy localsgd averages every K steps; drop it")
+    if args.ps_sync and args.strategy != "ps":
+        raise InputError(f"--ps_sync with --strategy {args.strategy}: only --strategy ps has a server; drop it")
     return RunConfig(
         network=network,
         optimizer=optimizer,
@@ -517,4 +542,6 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         target_accuracy=args.target_accuracy,
         ps_tasks=args.ps_tasks,
         tuned=args.tuned,
+        sync_every=(args.sync_every or DEFAULT_SYNC_EVERY) if args.strategy == "localsgd" else 0,
+        ps_sync=args.ps_sync,
     )

@@ -1,6 +1,7 @@
 """Run-to-run drift next to cross-framework drift, in parity mode.
 
     python -m algorithms.drift [--only torch,tensorflow] [--steps 100] [any entry-script flag]
+    python -m algorithms.drift --only torch,tensorflow --strategy async --devices 2
 
 Each framework trains twice with `--parity --max_steps N` (shared init, the same
 batches, dropout off, deterministic kernels where offered). Step by step the
@@ -13,6 +14,16 @@ If run-to-run stays at zero while cross-framework grows, the frameworks differ
 only in how they order float32 arithmetic; a run-to-run difference means the
 framework itself is not reproducible, and that drift is part of every comparison.
 
+With --strategy S (and its --devices, --ps_sync, --sync_every), the frameworks still
+run twice synchronously on one device (the bit-identical pairs and the
+cross-framework band), and the first of them that runs S also runs it twice with the
+same seed: its row ("torch async x2") is the run-to-run divergence of S, which for
+the asynchronous strategies (ps, async) is the order the scheduler applied the
+updates in. --steps then counts its applied updates, compared in the order they were
+applied: the k-th of either run comes from the same batch, but which worker's share
+landed k-th, and on which parameters, is the scheduler's choice, so the difference
+holds both (its cross-framework columns are empty: an update is not a one-device step).
+
 Written under --results_dir (default results/drift/): the rows of every run, and
 <run id>.csv (the table), <run id>_steps.csv (every step's differences) and
 <run id>.png (both differences on a log scale).
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import os
 import sys
 from typing import Optional
@@ -62,6 +74,31 @@ def train_losses(path: str, run_id: str) -> tuple:
 def aligned(a: tuple, b: tuple) -> tuple:
     steps, ia, ib = np.intersect1d(a[0], b[0], return_indices=True)
     return steps, a[1][ia], b[1][ib]
+
+
+STRATEGY_FLAGS = ("--strategy", "--devices", "--ps_sync", "--sync_every")  # the pair --strategy adds
+
+
+def measure_strategy(results_dir: str, results_log: str, network: str, name: str, label: str, run_id: str) -> dict:
+    """The run-to-run divergence of the two runs of `name` with the --strategy flags."""
+    framework = get(name)
+    path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
+    first, second = train_losses(path, run_id + "-a"), train_losses(path, run_id + "-b")
+    if first[0].size == 0 or second[0].size == 0:
+        return {"name": label, "failed": True}
+    steps, a, b = aligned(first, second)
+    empty = np.array([], dtype=np.float64)
+    return {
+        "name": label,
+        "failed": False,
+        "steps": steps,
+        "run_to_run": relative_difference(a, b),
+        "cross_steps": empty.astype(int),
+        "cross": empty,
+        "identical": bool(np.array_equal(a, b)),
+        "notes": read_log_field(results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity")
+        or "",
+    }
 
 
 def measure(results_dir: str, results_log: str, network: str, names: list, run_id: str) -> list:
@@ -108,7 +145,7 @@ def table_rows(measured: list) -> list:
             "framework": item["name"],
             "steps": int(item["steps"].size),
             "bit_identical": "yes" if item["identical"] else "no",
-            "run_to_run_max": float(item["run_to_run"].max()),
+            "run_to_run_max": float(item["run_to_run"].max()) if item["run_to_run"].size else None,
             "cross_step1": float(item["cross"][0]) if item["cross"].size else None,
             "cross_max": float(item["cross"].max()) if item["cross"].size else None,
         }
@@ -145,7 +182,7 @@ def format_drift(rows: list, measured: list, reference: str) -> str:
                 row["framework"],
                 str(row["steps"]),
                 row["bit_identical"],
-                f"{row['run_to_run_max']:.2e}",
+                _sci(row["run_to_run_max"]),
                 firsts[0],
                 _sci(row["cross_step1"]),
                 _sci(row["cross_max"]),
@@ -222,17 +259,36 @@ def plot_drift(measured: list, reference: str, path: str) -> None:
     plt.close(figure)
 
 
-def without_flag(flags: list, name: str) -> list:
-    """`flags` minus `name VALUE` / `name=VALUE`."""
+def without_flag(flags: list, name: str, takes_value: bool = True) -> list:
+    """`flags` minus `name VALUE` / `name=VALUE` (or a bare `name`)."""
     kept, skip = [], False
     for flag in flags:
         if skip:
             skip = False
         elif flag == name:
-            skip = True
+            skip = takes_value
         elif not flag.startswith(name + "="):
             kept.append(flag)
     return kept
+
+
+def split_strategy(flags: list) -> tuple:
+    """(flags without the --strategy ones, those flags, the strategy or None)."""
+    rest = flags
+    for name in STRATEGY_FLAGS:
+        rest = without_flag(rest, name, takes_value=name != "--ps_sync")
+    moved = [flag for flag in flags if flag not in rest]
+    strategy = next((moved[i + 1] for i, flag in enumerate(moved[:-1]) if flag == "--strategy"), None)
+    strategy = strategy or next((flag.split("=", 1)[1] for flag in moved if flag.startswith("--strategy=")), None)
+    return rest, moved, strategy
+
+
+def runs_strategy(name: str, strategy: str) -> bool:
+    from .capabilities import environment
+
+    framework = get(name)
+    with environment(framework.env):
+        return strategy in importlib.import_module(framework.package).supported().strategies
 
 
 def parse_args(argv: list) -> tuple:
@@ -264,11 +320,18 @@ def parse_args(argv: list) -> tuple:
 
 def main(argv=None) -> int:
     names, steps, forwarded = parse_args(list(sys.argv[1:] if argv is None else argv))
+    forwarded, strategy_flags, strategy = split_strategy(forwarded)
     forwarded += ["--parity", "--max_steps", str(steps)]
     try:
         config, dataset = prepare(forwarded, "python -m algorithms.drift", "")
+        if strategy:  # the strategy's own flag checks, before anything runs
+            prepare(forwarded + strategy_flags, "python -m algorithms.drift", "")
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    strategist = next((name for name in names if strategy and runs_strategy(name, strategy)), None)
+    if strategy and strategist is None:
+        print(f"error: --strategy {strategy}: none of {', '.join(names)} runs it; add torch to --only", file=sys.stderr)
         return EXIT_INPUT_ERROR
     if not any(flag.startswith(("--num_epochs", "--epochs")) for flag in forwarded):
         per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
@@ -285,7 +348,21 @@ def main(argv=None) -> int:
             run_framework(
                 name, forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"], f"[{index}/{len(names)} run {copy}] "
             )
+    label = f"{strategist} {' '.join(strategy_flags)}" if strategist else ""
+    if strategist:
+        for copy in ("a", "b"):
+            run_framework(
+                strategist,
+                forwarded + strategy_flags + ["--run_id", f"{run_id}-{strategy}-{copy}", "--quiet"],
+                f"[{label} run {copy}] ",
+            )
     measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id)
+    if strategist:
+        measured.append(
+            measure_strategy(
+                config.results_dir, config.results_log, config.network.name, strategist, label, f"{run_id}-{strategy}"
+            )
+        )
     rows = table_rows(measured)
     # the reference is the first framework whose two runs finished
     reference = next((item["name"] for item in measured if not item["failed"]), names[0])

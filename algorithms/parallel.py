@@ -9,9 +9,14 @@ where, how channels are sharded or how a batch is cut.
     tensor    each parametric layer's output channels    shards (per layer index)
     pipeline  the layers into stages, fed micro-batches  stages, micro_batch_sizes
     hybrid    data x (model | tensor | pipeline)         replicas, group, inner, + the inner's fields
-    ps        nothing: `devices` workers each take whole   devices (workers)
-              batches and update parameter servers
-              asynchronously
+    ps        the batch, across `replicas` workers that  replicas, per_replica_batch
+              pull parameters from servers and push
+              gradients to it (applied as they arrive,
+              or after all of them with --ps_sync)
+    async     the batch, across `replicas` processes     replicas, per_replica_batch
+              updating one shared model without locks
+    localsgd  the batch, across `replicas` copies that   replicas, per_replica_batch
+              step alone, averaged every --sync_every
 
 `devices` is the total: for hybrid it is replicas x group (group = devices per
 replica, 2 unless --group says otherwise).
@@ -31,7 +36,20 @@ from .spec import Conv2D, Dense, Flatten, Network, ZeroPad2D
 
 STRATEGIES = ("single", "data", "model", "tensor", "pipeline", "hybrid", "ps", "async", "localsgd")
 INNER_STRATEGIES = ("model", "tensor", "pipeline")
+# each worker applies its own part of every step: one worker is the one-device run
+WORKER_STRATEGIES = ("ps", "async", "localsgd")
 FLOAT32_BYTES = 4
+_WHERE_WORKER_STRATEGIES_RUN = {
+    "ps": "torch_script.py --strategy ps (torch.distributed.rpc) and tensorflow_script.py --strategy ps "
+    "(ParameterServerStrategy) run one",
+    "async": "torch_script.py --strategy async runs it (Hogwild: torch.multiprocessing, one model in shared memory)",
+    "localsgd": "torch_script.py --strategy localsgd --sync_every K runs it (torch's PeriodicModelAverager)",
+}
+
+
+def worker_strategy_advice(why: str, strategies=WORKER_STRATEGIES) -> dict:
+    """Support.advice for a framework that runs none of `strategies`: why, and which script does."""
+    return {strategy: f"{why}; {_WHERE_WORKER_STRATEGIES_RUN[strategy]}" for strategy in strategies}
 
 
 @dataclass(frozen=True)
@@ -168,8 +186,9 @@ def make_plan(
                 "or pick a parallel --strategy"
             )
         return ParallelPlan("single", 1, global_batch)
-    if strategy == "ps":  # N workers each step on a whole batch, asynchronously; one worker is allowed
-        return ParallelPlan("ps", devices, global_batch)
+    if strategy in WORKER_STRATEGIES:
+        _check_divisible(global_batch, devices, "--devices")
+        return ParallelPlan(strategy, devices, global_batch, replicas=devices)
     if devices < 2:
         raise InputError(f"--strategy {strategy} needs --devices 2 or more")
     if strategy == "data":

@@ -15,6 +15,7 @@ import fcntl
 import tempfile
 import os
 import statistics
+import sys
 from typing import Optional
 
 import numpy as np
@@ -69,6 +70,11 @@ class ResultsCsv:
             self.close()
             raise ResourceError(cannot_write(path, error, "--results_dir")) from None
         if not created:
+            try:
+                self._fd = _upgraded_if_older(self._fd, path)
+            except OSError as error:  # the folder does not take the rewritten file
+                self.close()
+                raise ResourceError(cannot_write(path, error, "--results_dir")) from None
             problem = _existing_csv_problem(self._fd)
             if problem:
                 self.close()
@@ -106,6 +112,63 @@ def append_whole(fd: int, data: bytes, path: str, only_if_empty: bool = False) -
         raise
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _is_older_schema(names: list) -> bool:
+    """An earlier version's header: some of today's columns, in today's order, the
+    identity and measurement columns among them (columns are only ever added)."""
+    return (
+        names != CSV_COLUMNS
+        and {"run_id", "phase", "loss"} <= set(names)
+        and names == [column for column in CSV_COLUMNS if column in names]
+    )
+
+
+def _upgraded_if_older(fd: int, path: str) -> int:
+    """A results CSV an earlier version wrote (fewer columns: before `worker` and
+    `staleness`, say) is rewritten with today's header, each old row's new fields
+    left empty (read_rows reads them as a synchronous run's: worker 0, staleness
+    0), so new rows can be appended; a note says so. Under the file's lock, written
+    to a temporary file and renamed over it; a run that waited for the lock finds
+    the path renamed and reopens it. Returns the descriptor to append to."""
+    while True:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:  # another run upgraded it while this one waited
+                reopened = os.open(path, os.O_RDWR | os.O_APPEND)
+            else:
+                with open(os.dup(fd), "rb") as handle:
+                    handle.seek(0)
+                    text = handle.read().decode("utf-8", "replace")
+                lines = text.splitlines()
+                names = lines[0].split(",") if lines else []
+                if not text.endswith("\n") or not _is_older_schema(names):
+                    return fd
+                directory = os.path.dirname(path)
+                temporary_fd, temporary = tempfile.mkstemp(dir=directory, prefix=".upgrade-")
+                try:
+                    with os.fdopen(temporary_fd, "w", newline="") as out:
+                        out.write(",".join(CSV_COLUMNS) + "\n")
+                        for row in csv.DictReader(lines):
+                            out.write(",".join(row.get(column) or "" for column in CSV_COLUMNS) + "\n")
+                        out.flush()
+                        os.fsync(out.fileno())
+                    os.chmod(temporary, os.fstat(fd).st_mode & 0o777)
+                    os.replace(temporary, path)
+                except BaseException:  # a full disk: the old file stays as it was, no copy left beside it
+                    _remove_quietly(temporary)
+                    raise
+                reopened = os.open(path, os.O_RDWR | os.O_APPEND)
+                missing = [column for column in CSV_COLUMNS if column not in names]
+                print(
+                    f"note: {path} was written by an earlier version without the {', '.join(missing)} "
+                    "columns; rewritten with them (empty in its old rows)",
+                    file=sys.stderr,
+                )
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        fd = reopened
 
 
 def _existing_csv_problem(fd: int) -> Optional[str]:
@@ -222,17 +285,21 @@ def append_log_block(path: str, title: str, fields: list) -> None:
 
 def read_rows(path: str, run_id: Optional[str] = None) -> list:
     """Rows of a results CSV as dicts with numbers converted; one run's rows if run_id is given."""
-    numeric = {"devices", "global_batch", "epoch", "step"}
-    floats = set(CSV_COLUMNS[CSV_COLUMNS.index("loss") :])  # every column after phase is a measurement
+    numeric = {"devices", "global_batch", "epoch", "step", "worker", "staleness"}
+    # every column after phase is a measurement
+    floats = set(CSV_COLUMNS[CSV_COLUMNS.index("loss") :]) - numeric
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
             if run_id is not None and row["run_id"] != run_id:
                 continue
-            for key in numeric:
+            for key in numeric - {"worker", "staleness"}:
                 row[key] = int(row[key]) if row[key] else None
             for key in floats:
                 row[key] = float(row[key]) if row.get(key) else None
+            for key in ("worker", "staleness"):  # absent in files of earlier versions, which ran synchronously
+                value = row.get(key)
+                row[key] = int(value) if value else (0 if row["phase"] == "train" else None)
             rows.append(row)
     return _latest_per_step(rows)
 
@@ -297,6 +364,20 @@ def summarize_rows(rows: list) -> dict:
         "test_accuracy": test[-1]["accuracy"] if test else None,
         "median_ms": median_ms,
         "samples_per_sec": batch * 1000.0 / median_ms if median_ms else None,
+        **update_rates(train),
+    }
+
+
+def update_rates(train: list) -> dict:
+    """Applied updates per second of wall time (the asynchronous strategies' workers
+    overlap, so a step's own time does not give it), and the staleness of the updates
+    (median, 95th percentile), from a run's train rows."""
+    span = train[-1]["wall_time_s"] - train[0]["wall_time_s"] if len(train) > 1 else 0.0
+    staleness = sorted(r["staleness"] or 0 for r in train)
+    return {
+        "updates_per_sec": (len(train) - 1) / span if span > 0 else None,
+        "staleness_median": statistics.median(staleness) if staleness else None,
+        "staleness_p95": staleness[min(len(staleness) - 1, int(0.95 * len(staleness)))] if staleness else None,
     }
 
 

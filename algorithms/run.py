@@ -21,7 +21,7 @@ from typing import Optional
 from .cli import parse_config
 from .contract import Support
 from .data import default_test_labels, ensure_default_data, load_dataset
-from .errors import EXIT_INPUT_ERROR, EXIT_RESOURCE_ERROR, InputError, ResourceError
+from .errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
 from .faults import (
     exit_status,
     install_signal_handlers,
@@ -149,6 +149,13 @@ def train_session(wrapper, session: RunSession) -> int:
             file=sys.stderr,
         )
         return exit_status(interruption)
+    except PeerLost as lost:
+        session.finish(None, None, None, status=f"failed: {lost}")
+        print(
+            f"\nerror: {lost}; the rows of the {session.step} finished steps are in {session.csv_path}",
+            file=sys.stderr,
+        )
+        return EXIT_PEER_LOST
     except BaseException as error:
         if is_out_of_space(error):
             return out_of_space(session, error)

@@ -9,6 +9,13 @@ the seeds' rule: under 1.5x at 2 devices, adding devices does not pay.
 
 Works with any framework of the registry (algorithms/frameworks.py) whose entry script accepts
 `--strategy STRATEGY --devices N`; a framework that refuses is reported, not fatal.
+
+The asynchronous strategies (ps, async) apply N updates of 1/N batch per global batch,
+and their workers overlap: their --max_steps is N x the report's (the same samples
+seen), and their throughput comes from the rows' wall time (updates/s x samples per
+update), not from one update's time. Every row also shows updates/s, the staleness of
+the applied updates (median, 95th percentile), the last validation accuracy and the
+run's wall time, so strategies can be set side by side at equal samples seen.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from .errors import EXIT_INPUT_ERROR, InputError
 from .frameworks import NAMES, get
 from .parallel import STRATEGIES, ring_allreduce_bytes
 from .paths import REPO_ROOT, RESULTS_DIR
-from .recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms
+from .recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms, update_rates
 from .run import prepare
 from .session import new_run_id
 from .suite import framework_names, print_help_with_entry_flags
@@ -50,6 +57,32 @@ class ScalingRow:
     comm_ms: Optional[float] = None  # median measured communication per step
     predicted_allreduce_mb: Optional[float] = None  # ring all-reduce volume each replica sends per step
     effective_mb_per_s: Optional[float] = None  # predicted volume / measured communication time
+    updates_per_sec: Optional[float] = None  # applied updates per second of wall time
+    staleness_median: Optional[float] = None
+    staleness_p95: Optional[float] = None
+    val_accuracy: Optional[float] = None  # the last validation pass
+    wall_s: Optional[float] = None  # from the session's start to its last row
+
+
+ASYNCHRONOUS = ("ps", "async")  # each worker's 1/N share of a batch is an update of its own
+
+
+def without_strategy_flags(forwarded: list) -> list:
+    """`forwarded` minus --ps_sync and --sync_every K, which only their strategy takes
+    (the 1-device run is --strategy single)."""
+    kept, skip = [], False
+    for arg in forwarded:
+        if skip:
+            skip = False
+        elif arg == "--sync_every":
+            skip = True
+        elif arg != "--ps_sync" and not arg.startswith("--sync_every="):
+            kept.append(arg)
+    return kept
+
+
+def updates_per_batch(strategy: str, devices: int, forwarded: list) -> int:
+    return devices if strategy in ASYNCHRONOUS and devices > 1 and "--ps_sync" not in forwarded else 1
 
 
 def replicas_of(strategy: str, devices: int, group: int) -> int:
@@ -107,7 +140,7 @@ def run_one(
     results_dir = os.path.join(directory, f"{name}_x{devices}")
     run_id = f"{report_id}-{name}-x{devices}"
     flags = [
-        *forwarded,
+        *(without_strategy_flags(forwarded) if devices == 1 else forwarded),
         "--strategy",
         "single" if devices == 1 else strategy,
         "--devices",
@@ -120,6 +153,9 @@ def run_one(
         run_id,
         "--quiet",
     ]
+    if updates_per_batch(strategy, devices, forwarded) > 1:  # the same samples as the others' steps
+        steps = int(flags[flags.index("--max_steps") + 1]) * devices
+        flags[flags.index("--max_steps") + 1] = str(steps)
     print(f"  {name} x{devices}: python {framework.script} {' '.join(flags)}", flush=True)
     threads_env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads * devices)}
     proc = subprocess.run(
@@ -133,7 +169,7 @@ def run_one(
         print(f"    failed (exit {proc.returncode}): {last_line[:200]}", flush=True)
     csv_path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
     rows = read_rows(csv_path, run_id) if os.path.exists(csv_path) else []
-    return proc.returncode, [row for row in rows if row["phase"] == "train"]
+    return proc.returncode, rows
 
 
 def without_own_flags(forwarded: list) -> list:
@@ -151,11 +187,21 @@ def without_own_flags(forwarded: list) -> list:
 
 
 def summarize(
-    name: str, strategy: str, devices: int, code: int, train: list, param_count: int, group: int
+    name: str, strategy: str, devices: int, code: int, rows: list, param_count: int, group: int
 ) -> ScalingRow:
+    """`rows`: the run's rows (train and val)."""
+    train = [row for row in rows if row["phase"] == "train"]
+    val = [row for row in rows if row["phase"] == "val"]
     if code != 0 or not train:
         return ScalingRow(name, devices, "single" if devices == 1 else strategy, f"failed (exit {code})")
+    rates = update_rates(train)
     ms = steady_state_ms([row["step_time_ms"] for row in train])
+    samples_per_sec = train[0]["global_batch"] * 1000.0 / ms
+    overlapping = train[0]["strategy"] in ASYNCHRONOUS and len({row["worker"] for row in train}) > 1
+    if overlapping and rates["updates_per_sec"]:  # one update's time says nothing of N overlapping workers
+        samples_per_update = statistics.median(row["samples_per_sec"] * row["step_time_ms"] / 1000.0 for row in train)
+        samples_per_sec = rates["updates_per_sec"] * samples_per_update
+        ms = train[0]["global_batch"] * 1000.0 / samples_per_sec  # per global batch's worth of samples
     comm = [row["comm_time_ms"] for row in train[WARMUP_STEPS:] or train if row["comm_time_ms"] is not None]
     replicas = replicas_of(strategy, devices, group) if devices > 1 else 1
     predicted = ring_allreduce_bytes(param_count, replicas) / 1e6 if replicas > 1 else None
@@ -166,10 +212,13 @@ def summarize(
         train[0]["strategy"],
         "ok",
         ms,
-        train[0]["global_batch"] * 1000.0 / ms,
+        samples_per_sec,
         comm_ms=comm_ms,
         predicted_allreduce_mb=predicted,
         effective_mb_per_s=predicted / comm_ms * 1000.0 if predicted and comm_ms else None,
+        **rates,
+        val_accuracy=val[-1]["accuracy"] if val else None,
+        wall_s=max(row["wall_time_s"] for row in rows if row["wall_time_s"] is not None),
     )
 
 
@@ -214,6 +263,10 @@ def format_table(rows: list) -> str:
         "comm ms",
         "ring all-reduce MB",
         "effective MB/s",
+        "updates/s",
+        "stale p50/p95",
+        "val acc",
+        "wall s",
     )
 
     def cell(value, spec):
@@ -231,6 +284,10 @@ def format_table(rows: list) -> str:
             cell(r.comm_ms, ".1f"),
             cell(r.predicted_allreduce_mb, ".2f"),
             cell(r.effective_mb_per_s, ".0f"),
+            cell(r.updates_per_sec, ".1f"),
+            "-" if r.staleness_median is None else f"{r.staleness_median:g}/{r.staleness_p95:g}",
+            cell(r.val_accuracy, ".4f"),
+            cell(r.wall_s, ".1f"),
         )
         for r in rows
     ]
@@ -295,7 +352,9 @@ def main(argv=None) -> int:
     strategy, max_steps = args.strategy, args.max_steps
     forwarded = [*without_own_flags(forwarded), "--max_steps", max_steps]
     try:
-        config, dataset = prepare([*forwarded, "--results_dir", args.results_dir], "scaling_report.py", "")
+        config, dataset = prepare(
+            [*without_strategy_flags(forwarded), "--results_dir", args.results_dir], "scaling_report.py", ""
+        )
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR

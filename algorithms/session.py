@@ -63,6 +63,8 @@ class RunSession:
         self.versions, self.devices = runtime.versions, runtime.devices
         self.run_id = config.run_id or new_run_id()
         self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
+        if config.strategy in ("ps", "async") and not config.ps_sync:  # each worker's share is one update
+            self.steps_per_epoch *= config.plan.replicas
         csv_name = results_csv_name(config.network.name, framework, backend)
         self.csv_path = os.path.join(config.results_dir, csv_name)
         self.checkpoint_root = checkpoint_root(config.results_dir, self.run_id, csv_name)
@@ -205,6 +207,8 @@ class RunSession:
         config = self.config
         batch = config.batch_at(epoch)
         self.steps_per_epoch = steps_per_epoch(len(self.dataset.train_x), batch * config.accumulate)
+        if config.strategy in ("ps", "async") and not config.ps_sync:  # as in __init__: one update per share
+            self.steps_per_epoch *= config.plan.replicas
         self.schedule.start_epoch(epoch, batch * config.accumulate)
         if self.record:
             self.csv.identity["global_batch"] = batch * config.accumulate
@@ -239,9 +243,9 @@ class RunSession:
     ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
         the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
-        where the strategy can measure it. `worker` and `staleness`: whose update
-        this is and how many other updates were applied between its read of the
-        parameters and its own (0 and 0 for synchronous strategies)."""
+        where the strategy can measure it. `worker` is whose update this is and
+        `staleness` how many other updates were applied between its read of the
+        parameters and its own (0 for a synchronous strategy, whose rank 0 records)."""
         learning_rate = self.learning_rate
         self.step += 1
         self.samples_seen += batch_size

@@ -5,7 +5,7 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 through algorithms/loop.py."""
 
 from algorithms.contract import Support
-from algorithms.parallel import STRATEGIES
+from algorithms.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Caffe 1.0's only parallelism is multi-GPU data parallel (P2PSync), and this build is CPU_ONLY
 ONE_DEVICE = (
@@ -19,7 +19,11 @@ def supported() -> Support:
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy != "single"},
+        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
+        | worker_strategy_advice(
+            "Caffe 1.0's solver steps one process (its multi-GPU sync is synchronous), "
+            "with no parameter server or model averaging"
+        ),
     )
 
 

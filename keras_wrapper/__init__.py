@@ -12,6 +12,7 @@ import os
 from algorithms.contract import Support
 from algorithms.parallel import STRATEGIES
 from algorithms.errors import InputError
+from algorithms.parallel import worker_strategy_advice
 
 # Keras 3 has no parameter-server training (keras-team/keras#18624)
 PS_ADVICE = {
@@ -38,6 +39,12 @@ ONE_DEVICE_KERAS_2 = (
     "multi_gpu_model needs TensorFlow); use keras_script.py on Keras 3, tensorflow_script.py or torch_script.py"
 )
 KERAS_3_FLAGS += ("--lr_schedule",)
+# model.fit applies every update itself, in step, and Keras has no parameter-server
+# training (keras-team/keras#18624) nor shared-memory or periodically averaged replicas
+NO_WORKER_STRATEGIES = worker_strategy_advice(
+    "Keras trains through model.fit, which applies every update in step (Keras 3 has no "
+    "parameter-server training: keras-team/keras#18624)"
+)
 
 
 def backend() -> str:
@@ -59,13 +66,19 @@ def supported() -> Support:
         return Support(
             strategies=("single", "data", "tensor", "hybrid"),
             flags=KERAS_3_FLAGS,
-            advice={"pipeline": NO_PIPELINE, **PS_ADVICE},
+            advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **PS_ADVICE},
         )
     if name == "tensorflow":
         return Support(
             strategies=("single", "data"),
             flags=KERAS_3_FLAGS,
-            advice={"tensor": JAX_ONLY, "hybrid": HYBRID_JAX_ONLY, "pipeline": NO_PIPELINE, **PS_ADVICE},
+            advice={
+                "tensor": JAX_ONLY,
+                "hybrid": HYBRID_JAX_ONLY,
+                "pipeline": NO_PIPELINE,
+                **NO_WORKER_STRATEGIES,
+                **PS_ADVICE,
+            },
         )
     if name == "torch":
         return Support(
@@ -77,13 +90,16 @@ def supported() -> Support:
                 "tensor": JAX_ONLY,
                 "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
+                **NO_WORKER_STRATEGIES,
                 **PS_ADVICE,
             },
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
         flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"} | PS_ADVICE,
+        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
+        | NO_WORKER_STRATEGIES
+        | PS_ADVICE,
     )
 
 

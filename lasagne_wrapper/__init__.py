@@ -5,7 +5,7 @@ backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 
 (and Keras 2.3.1); it is imported before lasagne."""
 
 from algorithms.contract import Support
-from algorithms.parallel import STRATEGIES
+from algorithms.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Theano compiles each function for one device, and Lasagne has no way to split a model or a batch
 ONE_DEVICE = (
@@ -19,7 +19,10 @@ def supported() -> Support:
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy != "single"},
+        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
+        | worker_strategy_advice(
+            "Lasagne runs one compiled Theano train function in one process, with no distributed runtime"
+        ),
     )
 
 

@@ -14,6 +14,7 @@ import sys
 
 from algorithms.contract import Support
 from algorithms.errors import InputError
+from algorithms.parallel import worker_strategy_advice
 
 
 def supported() -> Support:
@@ -28,6 +29,10 @@ def supported() -> Support:
             "--checkpoint_every",
             "--compile",
             "--lr_schedule",
+        ),
+        advice=worker_strategy_advice(
+            "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
+            ("async", "localsgd"),
         ),
     )
 
@@ -45,6 +50,7 @@ def prepare_process(config, dataset) -> None:
         ("--accumulate", config.accumulate > 1),
         ("--checkpoint_every", config.checkpoint_every > 0),
         ("--resume", bool(config.resume)),
+        ("--ps_sync", config.ps_sync),
     ):
         if used:
             raise InputError(f"{flag}: not available with --strategy ps (asynchronous updates); drop {flag}")

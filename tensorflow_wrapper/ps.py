@@ -33,6 +33,7 @@ import tensorflow as tf
 from algorithms.init import initial_weights
 from algorithms.loop import batched_logits, finish_with_test, validate
 from algorithms.errors import InputError
+from algorithms.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
@@ -215,7 +216,14 @@ def train_ps(trainer: ParameterServerTrainer, session) -> dict:
 
     for epoch in range(config.num_epochs):
         session.begin_epoch(epoch)  # --batch_schedule: workers re-trace at a new shape inside their first step
-        for (indices,) in session.optimizer_batches(epoch):
+        # each global batch is cut into one share per worker (the plan's per_replica_batch), as
+        # torch's ps does: one applied update is one worker's share, so equal epochs are equal samples
+        shares = [
+            indices[start:stop]
+            for (indices,) in session.optimizer_batches(epoch)
+            for start, stop in split_ranges(len(indices), config.plan.replicas)
+        ]
+        for indices in shares:
             if config.max_steps is not None and scheduled >= config.max_steps:
                 break
             trainer.set_learning_rate(session.schedule.at(scheduled))

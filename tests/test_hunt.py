@@ -246,7 +246,11 @@ def test_a_disk_full_before_the_header_leaves_no_csv(small_data, tmp_path):
 @pytest.mark.parametrize(
     "content, expected",
     [
-        (",".join(CSV_COLUMNS[:-1]) + "\n", f"other columns than this version writes (lacks {CSV_COLUMNS[-1]})"),
+        (
+            ",".join(CSV_COLUMNS[::-1]) + "\n",
+            "other columns than this version writes (has the columns in another order)",
+        ),
+        ("step,loss\n", "other columns than this version writes (lacks run_id, "),
         (",".join(CSV_COLUMNS) + "\nr0,torch,torch,cnn", "its last line is cut off (no line end)"),
     ],
 )

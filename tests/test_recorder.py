@@ -1,5 +1,7 @@
 """Result rows: appended, never rewritten; parsed back; a foreign file refused."""
 
+import os
+
 import pytest
 
 from algorithms.errors import InputError
@@ -79,3 +81,89 @@ def test_steady_state_median_skips_the_warmup_steps():
     times = [900.0, 500.0, 300.0] + [10.0, 12.0, 11.0]
     assert WARMUP_STEPS == 3 and steady_state_ms(times) == 11.0
     assert steady_state_ms([5.0, 7.0]) == 6.0  # too few steps: all of them
+
+
+OLD_COLUMNS = CSV_COLUMNS[: CSV_COLUMNS.index("comm_time_ms") + 1]  # the schema before worker and staleness
+
+
+def old_schema_file(path) -> str:
+    text = ",".join(OLD_COLUMNS) + "\n" + "old,torch,torch,net,single,1,4,1,1,train,2.3,0.5,0.05,10.0,1.0,400.0,0.1,\n"
+    text += "old,torch,torch,net,single,1,4,1,1,val,2.2,0.5,0.05,5.0,,800.0,0.2,\n"
+    path.write_text(text)
+    return text
+
+
+def test_rows_of_the_schema_before_worker_and_staleness_read_as_synchronous_ones(tmp_path):
+    path = tmp_path / "net_torch.csv"
+    old_schema_file(path)
+    train, val = read_rows(str(path))
+    assert (train["worker"], train["staleness"], train["loss"]) == (0, 0, 2.3)
+    assert (val["worker"], val["staleness"]) == (None, None)
+
+
+def test_appending_to_an_older_schema_file_rewrites_it_with_todays_columns_keeping_its_rows(tmp_path, capsys):
+    path = tmp_path / "net_torch.csv"
+    old_schema_file(path)
+    writer = ResultsCsv(str(path), {"run_id": "new", **IDENTITY, "strategy": "async"})
+    writer.write(epoch=1, step=1, phase="train", loss=2.0, worker=1, staleness=3)
+    writer.close()
+    assert "written by an earlier version without the worker, staleness columns" in capsys.readouterr().err
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(CSV_COLUMNS) and all(line.count(",") == len(CSV_COLUMNS) - 1 for line in lines)
+    old_train, old_val, new = read_rows(str(path))
+    assert (old_train["run_id"], old_train["loss"], old_train["wall_time_s"], old_train["staleness"]) == (
+        "old",
+        2.3,
+        0.1,
+        0,
+    )
+    assert old_val["phase"] == "val" and (new["worker"], new["staleness"], new["loss"]) == (1, 3, 2.0)
+    ResultsCsv(str(path), {"run_id": "again", **IDENTITY}).close()  # today's header: appended to as it is
+    assert path.read_text().splitlines()[: len(lines)] == lines
+
+
+def test_a_writer_that_opened_the_older_file_before_another_upgraded_it_appends_to_the_upgraded_one(tmp_path):
+    from algorithms.recorder import _upgraded_if_older
+
+    path = tmp_path / "net_torch.csv"
+    old_schema_file(path)
+    waiting_fd = os.open(str(path), os.O_RDWR | os.O_APPEND)  # a second run, opened before the first renamed it
+    first = ResultsCsv(str(path), {"run_id": "a", **IDENTITY})
+    upgraded = path.read_text()
+    second_fd = _upgraded_if_older(waiting_fd, str(path))
+    assert os.fstat(second_fd).st_ino == os.stat(path).st_ino and path.read_text() == upgraded  # no second rewrite
+    os.close(second_fd)
+    first.write(epoch=1, step=1, phase="train", loss=1.0)
+    first.close()
+    assert [r["run_id"] for r in read_rows(str(path))] == ["old", "old", "a"]
+
+
+def test_updates_per_second_come_from_wall_time_and_staleness_from_its_column():
+    train = [
+        {"phase": "train", "epoch": 1, "step": i + 1, "loss": 1.0, "accuracy": 0.5, "step_time_ms": 100.0,
+         "global_batch": 4, "wall_time_s": 10.0 + 0.5 * i, "staleness": s}
+        for i, s in enumerate([0, 1, 1, 2, 1, 0, 3, 1, 1, 1, 2])
+    ]  # fmt: skip
+    summary = summarize_rows(train)
+    assert summary["updates_per_sec"] == pytest.approx(2.0)  # 10 intervals in 5 s, whatever each step's time
+    assert (summary["staleness_median"], summary["staleness_p95"]) == (1, 3)
+
+
+def test_an_older_file_that_cannot_be_rewritten_is_a_one_line_resource_error_and_stays_as_it_was(tmp_path):
+    import resource
+    import signal
+
+    from algorithms.errors import ResourceError
+
+    path = tmp_path / "net_torch.csv"
+    text = old_schema_file(path)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(text) // 2, limits[1]))  # the rewritten copy cannot be written
+    try:
+        with pytest.raises(ResourceError, match="net_torch.csv: cannot be written"):
+            ResultsCsv(str(path), {"run_id": "new", **IDENTITY})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert path.read_text() == text and [p.name for p in tmp_path.iterdir()] == ["net_torch.csv"]

@@ -2,8 +2,19 @@
 `model.py` translates the spec; `trainer.py` builds the trainer for the strategy;
 `train.py` runs it through the shared loop in algorithms/loop.py. Parallel
 strategies: `launch.py` (torchrun), `distributed.py` (process groups, collectives),
-`tensor_parallel.py`, `pipeline.py` (model and pipeline); `gpu_check.py` is the GPU
+`tensor_parallel.py`, `pipeline.py` (model and pipeline); the asynchronous ones
+(this process records, its children update): `hogwild.py` (async), `param_server.py`
+(ps, over torch.distributed.rpc), both started by `workers.py`; localsgd is a
+torchrun strategy in `trainer.py`; `gpu_check.py` is the GPU
 check's torch side (`make gpu-check`)."""
+
+# what the strategies whose workers step alone cannot combine with, and why
+_NOT_WITH_WORKER_STRATEGIES = {
+    "--accumulate": "each worker applies its own batch share as it is done",
+    "--checkpointing": "it is not wired into the workers' models",
+    "--checkpoint_every": "the workers' optimizer states are not saved",
+    "--dp_impl dataparallel": "it is a data-parallel implementation",
+}
 
 from algorithms.contract import Support
 from algorithms.errors import InputError
@@ -12,7 +23,7 @@ from algorithms.errors import InputError
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
-        strategies=("single", "data", "model", "tensor", "pipeline", "hybrid"),
+        strategies=("single", "data", "model", "tensor", "pipeline", "hybrid", "ps", "async", "localsgd"),
         flags=(
             "--lr_scaling linear",
             "--warmup_steps",
@@ -28,7 +39,13 @@ def supported() -> Support:
 
 
 def prepare_process(config, dataset) -> None:
-    """--compile is the single-process model's torch.compile."""
+    """--compile is the single-process model's torch.compile; ps, async and localsgd
+    refuse what their workers do not do."""
+    if config.strategy in ("ps", "async", "localsgd"):
+        used = {**config.uses(), "--checkpoint_every": bool(config.checkpoint_every or config.resume)}
+        for flag, why in _NOT_WITH_WORKER_STRATEGIES.items():
+            if used.get(flag):
+                raise InputError(f"{flag} with --strategy {config.strategy}: not available ({why}); drop {flag}")
     if config.compile and config.plan.strategy != "single":
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "

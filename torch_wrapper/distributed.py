@@ -6,6 +6,7 @@ time spent communicating, and the collectives the strategies are built from."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +42,33 @@ def join_process_group() -> torch.device:
     else:
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        timeout = timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        store = _loopback_store(timeout)
+        if store is None:  # torchrun's agent store, or a store on another machine's address
+            dist.init_process_group(backend, timeout=timeout)
+        else:
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     return device
+
+
+def _loopback_store(timeout: timedelta):
+    """The ranks' TCPStore when torchrun leaves it to them on 127.0.0.1 (launch.py's
+    one-machine launch): rank 0 hosts it on a socket bound to loopback (TCPStore
+    itself would bind every interface), the others connect. None otherwise."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or os.environ.get("MASTER_ADDR") != "127.0.0.1":
+        return None
+    port, world = int(os.environ["MASTER_PORT"]), int(os.environ["WORLD_SIZE"])
+    if int(os.environ["RANK"]) != 0:
+        return dist.TCPStore("127.0.0.1", port, world, False, timeout=timeout)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(128)
+    store = dist.TCPStore(
+        "127.0.0.1", port, world, True, timeout=timeout, wait_for_workers=False, master_listen_fd=listener.detach()
+    )
+    return store
 
 
 def signal_of_any_rank(device: torch.device):

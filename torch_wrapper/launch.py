@@ -2,18 +2,44 @@
 in the process the user started:
 
 - not under torchrun, strategy other than single: this process re-executes itself
-  as `python -m torch.distributed.run --standalone --nproc_per_node N <script> <flags>`
-  (torchrun then starts N ranks of the same script, each one a worker);
+  as `python -m torch.distributed.run --nnodes 1 --nproc_per_node N <script> <flags>`
+  (torchrun then starts N ranks of the same script, each one a worker), every
+  server of it on 127.0.0.1 (`LOOPBACK_TORCHRUN`);
 - under torchrun (WORLD_SIZE set, e.g. a multi-node launch typed by the user):
   this process is a rank; the world size must be the plan's device count;
-- --dp_impl dataparallel: one process driving N GPUs with nn.DataParallel."""
+- --dp_impl dataparallel: one process driving N GPUs with nn.DataParallel;
+- async, ps: this process starts its own workers (workers.py), not torchrun.
+
+Nothing of a run it starts on one machine listens beyond loopback. `--standalone`
+would have torchrun's agent host its rendezvous TCPStore on every interface for the
+whole run (torch's TCPStore binds the wildcard address), and none of torch's servers
+authenticates. So: the rendezvous is a FileStore (c10d backend, store_type=file), the
+agent hosts no store for the ranks (TORCH_DISABLE_SHARE_RDZV_TCP_STORE), rank 0
+hosts it on a socket bound to 127.0.0.1 (distributed.join_process_group), and gloo
+(and nccl's bootstrap, on GPUs) binds the loopback interface."""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from algorithms.errors import InputError
+
+
+LOOPBACK_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def loopback_torchrun(rendezvous_file: str, processes: int) -> list:
+    """torchrun's flags for one machine with nothing listening beyond 127.0.0.1."""
+    return [
+        "--nnodes=1",
+        f"--nproc_per_node={processes}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={rendezvous_file}",
+        "--rdzv_conf=store_type=file",
+        "--local_addr=127.0.0.1",
+    ]
 
 
 def launch(config, argv: list) -> None:
@@ -36,24 +62,28 @@ def launch(config, argv: list) -> None:
                 f"drop the flag to run DistributedDataParallel over {plan.devices} processes (gloo on CPU)"
             )
         return
-    if plan.strategy == "single":
+    if plan.strategy == "ps":  # TensorPipe logs every peer's disconnect; the run names the one that died
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if plan.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (workers.py)
         return
     script = os.path.abspath(sys.argv[0])
     threads = max(1, (os.cpu_count() or 1) // plan.devices)  # the ranks share this machine's cores
-    env = {"OMP_NUM_THREADS": str(threads), **os.environ}
+    # nccl's bootstrap sockets on GPUs: loopback too, unless the user named an interface
+    env = {"OMP_NUM_THREADS": str(threads), "NCCL_SOCKET_IFNAME": "lo", **os.environ, **LOOPBACK_ENVIRONMENT}
+    # a fresh file per run (a stale one would hold an old rendezvous), left in the temporary folder
+    rendezvous = os.path.join(tempfile.mkdtemp(prefix="cnn-parallel-rendezvous-"), "store")
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={plan.devices}",
+        *loopback_torchrun(rendezvous, plan.devices),
         script,
         *argv,
     ]
     if not config.quiet:
         print(
-            f"launching {plan.devices} processes: torchrun --standalone --nproc_per_node={plan.devices} "
-            f"{os.path.basename(script)} ...",
+            f"launching {plan.devices} processes: torchrun --nnodes=1 --nproc_per_node={plan.devices} "
+            f"(on 127.0.0.1) {os.path.basename(script)} ...",
             flush=True,
         )
     sys.stdout.flush()

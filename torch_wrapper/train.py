@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from algorithms.contract import Runtime
 from algorithms.init import initial_weights
 from algorithms.loop import train_by_hand
+from backends.torch_backend import set_threads
 from torch_wrapper.distributed import describe_devices, global_rank, leave_process_group, signal_of_any_rank
 from torch_wrapper.model import build_model
 from torch_wrapper.trainer import build_trainer
@@ -27,11 +28,32 @@ def records(config) -> bool:
 
 
 def train(session):
+    if session.config.strategy in ("async", "ps"):  # this process records; its children update
+        return train_asynchronously(session)
     trainer = build_trainer(session.config)
     if dist.is_initialized():  # one process per device: a signal to any stops all after the same step
         session.signal_of_any_process = signal_of_any_rank(trainer.device)
     summary = train_by_hand(trainer, session)
     leave_process_group()
+    return summary
+
+
+def train_asynchronously(session):
+    from algorithms.updates import train_by_updates
+
+    config = session.config
+    set_threads(config.threads)  # this process scores the model between epochs, while the workers wait
+    if config.strategy == "async":
+        from torch_wrapper.hogwild import HogwildPool as Pool
+    else:
+        from torch_wrapper.param_server import ParameterServerPool as Pool
+    pool = Pool(config, session.dataset)
+    try:
+        summary = train_by_updates(pool, session)
+    except BaseException:  # a worker lost, a signal: end the others now
+        pool.close(graceful=False)
+        raise
+    pool.close()
     return summary
 
 

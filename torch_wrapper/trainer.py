@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.parallel import DistributedDataParallel
 
 from algorithms.contract import StepResult
@@ -158,6 +159,33 @@ class ModuleTrainer(_StrategyTrainer):
         return logits
 
 
+class LocalSGDTrainer(ModuleTrainer):
+    """--strategy localsgd: each rank steps its own copy of the model on its share of
+    the batch (the gradient of its own samples' mean: no gradient exchange), and
+    torch's PeriodicModelAverager averages the copies' parameters after every K-th
+    step (Lin et al. 2018, "Don't use large mini-batches, use local SGD"). Its
+    warm-up of K - 1 steps makes the first average come after step K, not step 1.
+    With SGD and K = 1 this is synchronous data parallel (the average of the
+    momentum updates is the momentum update of the average gradient) to float32."""
+
+    def __init__(self, model, optimizer, device, clock, sync_every, replica, replicas, data_group):
+        super().__init__(model, optimizer, device, clock, replica, replicas, data_group)
+        self.gradient_group = None  # never summed: each rank applies its own
+        self.averager = PeriodicModelAverager(period=sync_every, warmup_steps=sync_every - 1, process_group=data_group)
+
+    def to_batch(self, images, labels):
+        images, labels, _ = super().to_batch(images, labels)
+        return images, labels, len(labels)  # this rank's samples make its own step
+
+    def step(self, batches: list) -> StepResult:
+        result = super().step(batches)  # its loss and accuracy: summed over the ranks / one rank's samples
+        with self.clock.timing():
+            self.averager.average_parameters(self.model.parameters())
+        return StepResult(
+            result.loss / self.replicas, result.accuracy / self.replicas, result.comm_time_ms + self.clock.take()
+        )
+
+
 class PipelineTrainer(_StrategyTrainer):
     """One stage of a model- or pipeline-parallel replica (torch_wrapper/pipeline.py)."""
 
@@ -228,6 +256,10 @@ def _build_trainer(config):
             model.register_comm_hook(layout.data_group, _nccl_sum_hook)
         optimizer = make_optimizer(config.optimizer, model.parameters())
         return ModuleTrainer(model, optimizer, device, clock, **replica, ddp=True)
+    if inner == "localsgd":
+        model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
+        optimizer = make_optimizer(config.optimizer, model.parameters())
+        return LocalSGDTrainer(model, optimizer, device, clock, config.sync_every, **replica)
     if inner == "tensor":
         model = build_tensor_parallel(network, weights, plan.shards, layout, clock, config.checkpointing).to(device)
         return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, clock, **replica)
