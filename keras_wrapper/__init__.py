@@ -15,10 +15,6 @@ from algorithms.errors import InputError
 from algorithms.parallel import worker_strategy_advice
 
 # Keras 3 has no parameter-server training (keras-team/keras#18624)
-PS_ADVICE = {
-    "ps": "Keras 3 has no parameter-server training (keras-team/keras#18624); run tensorflow_script.py "
-    "--strategy ps (tf.distribute.ParameterServerStrategy in a custom loop)"
-}
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
 KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
 # why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
@@ -66,7 +62,7 @@ def supported() -> Support:
         return Support(
             strategies=("single", "data", "tensor", "hybrid"),
             flags=KERAS_3_FLAGS,
-            advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **PS_ADVICE},
+            advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES},
         )
     if name == "tensorflow":
         return Support(
@@ -77,7 +73,6 @@ def supported() -> Support:
                 "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
                 **NO_WORKER_STRATEGIES,
-                **PS_ADVICE,
             },
         )
     if name == "torch":
@@ -91,15 +86,12 @@ def supported() -> Support:
                 "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
                 **NO_WORKER_STRATEGIES,
-                **PS_ADVICE,
             },
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
         flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
-        | NO_WORKER_STRATEGIES
-        | PS_ADVICE,
+        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"} | NO_WORKER_STRATEGIES,
     )
 
 
