@@ -20,7 +20,7 @@ from tests.conftest import REPO_ROOT, run_script
 pytestmark = pytest.mark.slow  # several TensorFlow processes per run: `make test-fast` leaves them out
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
-BATCH = 32  # 480 training rows of the small data: 15 updates an epoch
+BATCH = 32  # 480 training rows of the small data: 15 global batches an epoch, each cut into one share per worker
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc/net/tcp* write them
 
 
@@ -99,12 +99,13 @@ def train_rows(csv_path) -> list:
 
 @pytest.fixture(scope="module")
 def two_workers_one_lost(small_data, tmp_path_factory):
-    """A 4-epoch run on 2 workers: its sockets read while it trains, then worker 1
-    killed after 20 updates."""
+    """A 4-epoch run on 2 workers at global batch 64 (each update one worker's share of
+    32; 16 updates an epoch): its sockets read while it trains, then worker 1 killed
+    after 20 updates."""
     directory = tmp_path_factory.mktemp("ps_two")
     results = directory / "results"
     csv_path = results / f"{NETWORK}_tensorflow.csv"
-    process = start(small_data, results, 2, ["--num_epochs", "4"])
+    process = start(small_data, results, 2, ["--num_epochs", "4", "--batch_size", "64"])
     try:
         wait_for_rows(process, csv_path, 3)
         chief = children(process.pid)[0]
@@ -134,7 +135,7 @@ def test_ps_trains_with_two_workers_and_their_updates_are_stale(two_workers_one_
     run = two_workers_one_lost
     assert run["returncode"] == 0, run["stderr"][-3000:]
     rows = run["rows"]
-    assert [r["step"] for r in rows] == list(range(1, 61))  # every update recorded, in order
+    assert [r["step"] for r in rows] == list(range(1, 65))  # every update recorded, in order
     assert {(r["strategy"], r["devices"]) for r in rows} == {("ps", 2)}
     assert {int(r["worker"]) for r in rows[:20]} == {0, 1}  # both workers applied updates before the kill
     staleness = [int(r["staleness"]) for r in rows]
