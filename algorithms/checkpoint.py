@@ -49,6 +49,7 @@ def shared_settings(config) -> dict:
         "learning_rate": config.optimizer.learning_rate,
         "lr_scaling": config.lr_scaling,
         "warmup_steps": config.warmup_steps,
+        "precision": config.precision,
     }
 
 

@@ -40,6 +40,7 @@ CSV_COLUMNS = [
     "samples_per_sec",
     "wall_time_s",
     "comm_time_ms",
+    "loss_scale",
 ]
 WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
 

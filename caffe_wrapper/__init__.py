@@ -6,10 +6,23 @@ through algorithms/loop.py."""
 
 from algorithms.contract import Support
 
+GRAPH_ONLY_FP32 = {
+    "--precision bf16": "Caffe trains in float32 only here; drop --precision",
+    "--precision fp16": "Caffe trains in float32 only here; drop --precision",
+    "--execution eager": "Caffe is graph-only (the whole step is built once, then run); "
+    "drop --execution or pass --execution graph",
+    "--compile": "Caffe is graph-only (the whole step is built once, then run); "
+    "drop --compile / --execution compiled or pass --execution graph",
+}
+
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
-    return Support(strategies=("single",), flags=("--checkpoint_every",))
+    return Support(
+        strategies=("single",),
+        flags=("--checkpoint_every", "--execution graph"),
+        advice=GRAPH_ONLY_FP32,
+    )
 
 
 def prepare_process(config, dataset) -> None:

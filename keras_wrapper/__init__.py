@@ -26,21 +26,56 @@ def backend() -> str:
         return "tensorflow"
 
 
+# --execution per backend: run_eagerly=True (eager), jit_compile=False on tensorflow (graph:
+# a tf.function), jit_compile=True (compiled: XLA, jax.jit, torch.compile; "--compile")
+MODE_FLAGS = {
+    "tensorflow": ("--execution eager", "--execution graph", "--compile"),
+    "jax": ("--execution eager", "--compile"),
+    "torch": ("--execution eager", "--compile"),
+}
+MODE_ADVICE = {
+    "jax": {
+        "--execution graph": "Keras on jax has no graph mode apart from its compiler: the train step is "
+        "jax.jit-compiled (the default, --execution compiled) or run eagerly (--execution eager)"
+    },
+    "torch": {
+        "--execution graph": "Keras on torch runs eager (its default) or compiled (torch.compile); "
+        "pass --execution eager or compiled"
+    },
+}
+PRECISION_FLAGS = ("--precision bf16", "--precision fp16")
+KERAS_2_ADVICE = {
+    "--precision bf16": "Keras 2 on Theano trains in float32 only here; drop --precision",
+    "--precision fp16": "Keras 2 on Theano trains in float32 only here; drop --precision",
+    "--execution eager": "Keras 2 on Theano is graph-only (one compiled Theano train function); "
+    "drop --execution or pass --execution graph",
+    "--compile": "Keras 2 on Theano is graph-only (one compiled Theano train function); "
+    "drop --compile / --execution compiled or pass --execution graph",
+}
+
+
 def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
     if name in ("tensorflow", "jax"):
-        return Support(strategies=("single", "data"), flags=KERAS_3_FLAGS)
+        return Support(
+            strategies=("single", "data"),
+            flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
+            advice=MODE_ADVICE.get(name, {}),
+        )
     if name == "torch":
         return Support(
             strategies=("single",),
-            flags=KERAS_3_FLAGS,
+            flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
             advice={
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
-                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax"
+                "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
+                **MODE_ADVICE["torch"],
             },
         )
-    return Support(strategies=("single",), flags=("--checkpoint_every",))  # Keras 2 on Theano (legacy env)
+    return Support(  # Keras 2 on Theano (legacy env)
+        strategies=("single",), flags=("--checkpoint_every", "--execution graph"), advice=KERAS_2_ADVICE
+    )
 
 
 def prepare_process(config, dataset) -> None:
@@ -53,6 +88,16 @@ def prepare_process(config, dataset) -> None:
             f"--accumulate {accumulate}: Keras steps once per {accumulate} equal batches, but the "
             f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
             f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)"
+        )
+    if config.precision == "fp16" and accumulate > 1:
+        raise InputError(
+            "--precision fp16 with --accumulate: Keras's loss-scale optimizer does not accumulate "
+            "gradients; use --precision bf16 (no loss scale needed) or drop --accumulate"
+        )
+    if config.execution and config.plan.strategy == "data":
+        raise InputError(
+            f"--execution {config.execution} with --strategy data: Keras's data parallel runs in "
+            "its default mode here; drop --execution / --compile"
         )
     if config.plan.strategy != "data":
         return

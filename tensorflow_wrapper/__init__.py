@@ -20,6 +20,10 @@ def supported() -> Support:
             "--accumulate",
             "--checkpoint_every",
             "--compile",
+            "--precision bf16",
+            "--precision fp16",
+            "--execution eager",
+            "--execution graph",
         ),
     )
 
@@ -30,6 +34,17 @@ def prepare_process(config, dataset) -> None:
         raise InputError(
             "--compile: tensorflow_script.py compiles the single-device step "
             "(--strategy single, no --accumulate); drop --compile"
+        )
+
+    if config.precision == "fp16" and config.plan.strategy != "single":
+        raise InputError(
+            f"--precision fp16 with --strategy {config.strategy}: tensorflow_script.py scales the fp16 "
+            "loss on one device only; use --precision bf16 (no loss scale needed) or --strategy single"
+        )
+    if config.execution == "eager" and config.plan.strategy == "data":
+        raise InputError(
+            "--execution eager with --strategy data: tensorflow_script.py runs data parallel as "
+            "tf.function graphs; drop --execution eager"
         )
 
 
