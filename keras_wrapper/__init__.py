@@ -94,6 +94,12 @@ def prepare_process(config, dataset) -> None:
             "--precision fp16 with --accumulate: Keras's loss-scale optimizer does not accumulate "
             "gradients; use --precision bf16 (no loss scale needed) or drop --accumulate"
         )
+    if config.compile and config.parity and name == "tensorflow":
+        # measured: under enable_op_determinism() XLA has no deterministic max-pool gradient
+        raise InputError(
+            "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
+            "gradient; drop --compile (--execution compiled) or --parity, or use KERAS_BACKEND=jax"
+        )
     if config.execution and config.plan.strategy == "data":
         raise InputError(
             f"--execution {config.execution} with --strategy data: Keras's data parallel runs in "

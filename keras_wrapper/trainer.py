@@ -69,8 +69,8 @@ class StepRecorder(keras.callbacks.Callback):
     def _loss_scale(self) -> tuple:
         """fp16 (a LossScaleOptimizer): the scale the step just used and whether it skipped
         the step, which halves the scale; (None, False) otherwise."""
-        optimizer = getattr(self.model, "optimizer", None)
-        if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = self.model.optimizer
+        if compat.KERAS_2 or not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):  # Keras 2: fp32 only
             return None, False
         if hasattr(self.model, "jax_state_sync"):
             self.model.jax_state_sync()  # jax's fit holds the scale outside the variable between steps

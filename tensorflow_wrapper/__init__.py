@@ -9,6 +9,14 @@ from algorithms.contract import Support
 from algorithms.errors import InputError
 
 
+# measured: enable_op_determinism() makes XLA refuse the max-pool gradient ("GPU MaxPool
+# gradient ops do not yet have a deterministic XLA implementation"), on CPU too
+PARITY_XLA = (
+    "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
+    "gradient; drop --compile (--execution compiled) or --parity"
+)
+
+
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
@@ -36,6 +44,8 @@ def prepare_process(config, dataset) -> None:
             "(--strategy single, no --accumulate); drop --compile"
         )
 
+    if config.compile and config.parity:
+        raise InputError(PARITY_XLA)
     if config.precision == "fp16" and config.plan.strategy != "single":
         raise InputError(
             f"--precision fp16 with --strategy {config.strategy}: tensorflow_script.py scales the fp16 "
