@@ -76,6 +76,7 @@ def test_bf16_trains_and_differs_from_fp32_by_bf16_rounding_only(small_data, tmp
     assert "bf16" in log_field(log, "precision") and all(r["loss_scale"] == "" for r in bf16)
 
 
+@pytest.mark.slow  # float16 convolutions on CPU: seconds per step
 def test_fp16_records_its_loss_scale_per_step_and_in_results_log(small_data, tmp_path):
     """LossScaleOptimizer's initial scale, 2^15, on every row (Keras's own optimizer: Keras's
     fp16 path uses the same class)."""
@@ -115,10 +116,13 @@ def test_torch_fp16_skips_a_step_whose_gradients_overflow(small_data):
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
 
+SLOW = pytest.mark.slow  # three Keras runs, each over 10 s on 2 busy cores
 EXECUTION_CASES = [
     ("tensorflow_script.py", None, ["eager", "graph", "compiled"], "tf.function"),
-    ("keras_script.py", {"KERAS_BACKEND": "tensorflow"}, ["eager", "graph", "compiled"], "run_eagerly=True"),
-    ("keras_script.py", {"KERAS_BACKEND": "jax"}, ["eager", "compiled"], "jax.jit"),
+    pytest.param(
+        "keras_script.py", {"KERAS_BACKEND": "tensorflow"}, ["eager", "graph", "compiled"], "run_eagerly", marks=SLOW
+    ),
+    pytest.param("keras_script.py", {"KERAS_BACKEND": "jax"}, ["eager", "compiled"], "jax.jit", marks=SLOW),
 ]
 
 
