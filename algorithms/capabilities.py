@@ -22,6 +22,10 @@ FLAGS = (
     "--compile",
     "--checkpoint_every",
     "--lr_schedule",
+    "--precision bf16",
+    "--precision fp16",
+    "--execution eager",
+    "--execution graph",
 )
 
 
@@ -55,8 +59,14 @@ def capabilities() -> list:
     return table
 
 
+def column_name(flag: str) -> str:
+    """The flag's name, with its value where several columns share the name (--precision bf16, fp16)."""
+    name = flag.split()[0]
+    return flag if sum(other.split()[0] == name for other in FLAGS) > 1 else name
+
+
 def markdown_table() -> str:
-    header = ["framework"] + [f"`{s}`" for s in STRATEGIES] + [f"`{flag.split()[0]}`" for flag in FLAGS]
+    header = ["framework"] + [f"`{s}`" for s in STRATEGIES] + [f"`{column_name(flag)}`" for flag in FLAGS]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for name, strategies, flags in capabilities():
         cells = ["yes" if s in strategies else "-" for s in STRATEGIES]

@@ -57,6 +57,7 @@ def _unscheduled_settings(config) -> dict:
         "learning_rate": config.optimizer.learning_rate,
         "lr_scaling": config.lr_scaling,
         "warmup_steps": config.warmup_steps,
+        "precision": config.precision,
     }
 
 

@@ -19,6 +19,8 @@ from .spec import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from .threads import MALLOC_POLICIES
 
 DEFAULT_SYNC_EVERY = 4
+PRECISIONS = ("fp32", "bf16", "fp16")
+EXECUTION_MODES = ("eager", "graph", "compiled")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class RunConfig:
     tuned: str = ""  # --tuned: "" (the framework's defaults), "best", or a setting of algorithms/tuning.py
     sync_every: int = 0  # localsgd: local steps between parameter averages
     ps_sync: bool = False  # ps: the server applies the sum of all workers' gradients at once
+    precision: str = "fp32"
+    execution: Optional[str] = None  # None: the framework's default mode; --compile is "compiled"
 
     @property
     def effective_batch(self) -> int:
@@ -101,6 +105,10 @@ class RunConfig:
             "--dp_impl dataparallel": self.dp_impl == "dataparallel",
             "--compile": self.compile,
             "--lr_schedule": bool(self.lr_schedule),
+            "--precision bf16": self.precision == "bf16",
+            "--precision fp16": self.precision == "fp16",
+            "--execution eager": self.execution == "eager",
+            "--execution graph": self.execution == "graph",
         }
 
     def describe(self) -> str:
@@ -120,6 +128,8 @@ class RunConfig:
             + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
             + (" compile" if self.compile else "")
             + (f" tuned={self.tuned}" if self.tuned else "")
+            + (f" precision={self.precision}" if self.precision != "fp32" else "")
+            + (f" execution={self.execution}" if self.execution else "")
             + (f" accumulate={self.accumulate}" if self.accumulate > 1 else "")
             + (f" lr_scaling={self.lr_scaling}" if self.lr_scaling != "none" else "")
             + (f" warmup_steps={self.warmup_steps}" if self.warmup_steps else "")
@@ -285,7 +295,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         action="store_true",
         help="cross-framework parity: dropout off and deterministic kernels where the "
         "framework offers them (what could not be made deterministic is noted in "
-        "results.log); the shared init, batch order and float32 are always on",
+        "results.log); the shared init and batch order are always on, and float32 unless "
+        "--precision asks for bf16 / fp16 (kept as asked, and noted)",
     )
     parallel = parser.add_argument_group("parallelism")
     parallel.add_argument(
@@ -357,7 +368,25 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     speed.add_argument(
         "--compile",
         action="store_true",
-        help="the framework's compiler: XLA jit_compile (TensorFlow), torch.compile (PyTorch)",
+        help="the framework's compiler: XLA jit_compile (TensorFlow, Keras), torch.compile (PyTorch); "
+        "the same as --execution compiled",
+    )
+    speed.add_argument(
+        "--execution",
+        choices=EXECUTION_MODES,
+        default=None,
+        help="eager: op by op from Python (TensorFlow eager, PyTorch, Keras run_eagerly); graph: traced "
+        "once (tf.function, Keras's default on TensorFlow, Theano, Caffe); compiled: fused by a compiler "
+        "(XLA, torch.compile, Keras jit_compile; jax always). Default: the framework's own mode. "
+        "Recorded in results.log",
+    )
+    speed.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="bf16 / fp16: float32 master weights, bfloat16 / float16 compute (torch autocast, "
+        "TensorFlow's and Keras's mixed policies); fp16 adds dynamic loss scaling (GradScaler, "
+        "LossScaleOptimizer), its scale in the CSV's loss_scale column. Recorded in results.log",
     )
     speed.add_argument(
         "--malloc",
@@ -496,6 +525,9 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     test = None if args.test.lower() in ("", "none") else args.test
     results_dir = os.path.abspath(args.results_dir)
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
+    if args.compile and args.execution not in (None, "compiled"):
+        raise InputError(f"--compile --execution {args.execution}: --compile is --execution compiled; drop one of them")
+    execution = "compiled" if args.compile else args.execution
     if args.resume and args.run_id and args.run_id != args.resume:
         raise InputError(
             f"--run_id {args.run_id} --resume {args.resume}: a resumed run keeps its run id; drop --run_id"
@@ -535,7 +567,7 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         plateau_factor=args.plateau_factor,
         dp_impl=args.dp_impl,
         threads=args.threads,
-        compile=args.compile,
+        compile=execution == "compiled",
         malloc=args.malloc,
         batch_schedule=args.batch_schedule,
         lr_schedule=args.lr_schedule,
@@ -544,4 +576,6 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         tuned=args.tuned,
         sync_every=(args.sync_every or DEFAULT_SYNC_EVERY) if args.strategy == "localsgd" else 0,
         ps_sync=args.ps_sync,
+        precision=args.precision,
+        execution=execution,
     )

@@ -29,7 +29,8 @@ from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 @dataclass(frozen=True)
 class Support:
     """What a wrapper runs: strategies, the optional flags (`RunConfig.uses()` keys) it
-    implements, and `advice` replacing the generic refusal for a strategy it does not run."""
+    implements, and `advice` replacing the generic refusal for a strategy or a flag
+    it does not run."""
 
     strategies: Sequence[str]
     flags: Sequence[str]
@@ -54,6 +55,10 @@ class StepResult:
     loss: float
     accuracy: float
     comm_time_ms: Optional[float] = None
+    # --precision fp16: the loss scale this step's loss was multiplied by, and whether
+    # its gradients overflowed (the step was skipped and the scale halved)
+    loss_scale: Optional[float] = None
+    skipped: bool = False
 
 
 @runtime_checkable

@@ -1,6 +1,7 @@
 """Run-to-run drift next to cross-framework drift, in parity mode.
 
-    python -m algorithms.drift [--only torch,tensorflow] [--steps 100] [any entry-script flag]
+    python -m algorithms.drift [--only torch,tensorflow] [--steps 100] [--low_precision bf16]
+                               [any entry-script flag]
     python -m algorithms.drift --only torch,tensorflow --strategy async --devices 2
 
 Each framework trains twice with `--parity --max_steps N` (shared init, the same
@@ -23,6 +24,13 @@ updates in. --steps then counts its applied updates, compared in the order they 
 applied: the k-th of either run comes from the same batch, but which worker's share
 landed k-th, and on which parameters, is the scheduler's choice, so the difference
 holds both (its cross-framework columns are empty: an update is not a one-device step).
+
+Precision: each framework that has `--precision bf16` (fp16 with `--low_precision
+fp16`; `none` skips it) trains a third time, in parity mode at that precision, and
+its difference from the framework's own float32 run is a third axis beside
+run-to-run (the framework's own summation order) and cross-framework: how much of
+a difference that precision alone makes. A second table lists each framework's
+three axes as rows.
 
 Written under --results_dir (default results/drift/): the rows of every run, and
 <run id>.csv (the table), <run id>_steps.csv (every step's differences) and
@@ -47,7 +55,8 @@ from .errors import EXIT_INPUT_ERROR, InputError
 from .frameworks import NAMES, get
 from .paths import RESULTS_DIR
 from .recorder import read_log_field, read_rows, results_csv_name
-from .run import prepare
+from .capabilities import environment
+from .run import prepare, support_of
 from .session import new_run_id
 from .suite import framework_names, print_help_with_entry_flags, run_framework
 
@@ -96,13 +105,18 @@ def measure_strategy(results_dir: str, results_log: str, network: str, name: str
         "cross_steps": empty.astype(int),
         "cross": empty,
         "identical": bool(np.array_equal(a, b)),
+        "precision_steps": empty.astype(int),
+        "precision": empty,
         "notes": read_log_field(results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity")
         or "",
     }
 
 
-def measure(results_dir: str, results_log: str, network: str, names: list, run_id: str) -> list:
-    """One dict per framework that produced both runs; the first is the reference."""
+def measure(
+    results_dir: str, results_log: str, network: str, names: list, run_id: str, low_precision: str = "none"
+) -> list:
+    """One dict per framework that produced both runs; the first is the reference;
+    "precision": its float32 run against its `low_precision` run (empty if none)."""
     measured, reference = [], None
     for name in names:
         framework = get(name)
@@ -116,6 +130,8 @@ def measure(results_dir: str, results_log: str, network: str, names: list, run_i
         run_to_run = relative_difference(a, b)
         cross_steps, ref, mine = aligned(reference, first)
         cross = relative_difference(ref, mine)
+        low = train_losses(path, f"{run_id}-{low_precision}") if low_precision != "none" else (np.array([]),)
+        precision_steps, full, reduced = aligned(first, low) if low[0].size else (np.array([], int), None, None)
         measured.append(
             {
                 "name": name,
@@ -125,6 +141,8 @@ def measure(results_dir: str, results_log: str, network: str, names: list, run_i
                 "cross_steps": cross_steps,
                 "cross": cross,
                 "identical": bool(np.array_equal(a, b)),
+                "precision_steps": precision_steps,
+                "precision": relative_difference(full, reduced) if full is not None else np.array([]),
                 "notes": read_log_field(
                     results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity"
                 )
@@ -146,6 +164,7 @@ def table_rows(measured: list) -> list:
             "steps": int(item["steps"].size),
             "bit_identical": "yes" if item["identical"] else "no",
             "run_to_run_max": float(item["run_to_run"].max()) if item["run_to_run"].size else None,
+            "run_to_run_step1": float(item["run_to_run"][0]) if item["run_to_run"].size else None,
             "cross_step1": float(item["cross"][0]) if item["cross"].size else None,
             "cross_max": float(item["cross"].max()) if item["cross"].size else None,
         }
@@ -154,11 +173,62 @@ def table_rows(measured: list) -> list:
                 item["steps"], item["run_to_run"], threshold
             )
             row[f"cross_first_above_{threshold:g}"] = first_step_beyond(item["cross_steps"], item["cross"], threshold)
+        precision = item["precision"]
+        row["precision_step1"] = float(precision[0]) if precision.size else None
+        row["precision_max"] = float(precision.max()) if precision.size else None
+        for threshold in THRESHOLDS:
+            row[f"precision_first_above_{threshold:g}"] = first_step_beyond(
+                item["precision_steps"], precision, threshold
+            )
         rows.append(row)
     return rows
 
 
-def format_drift(rows: list, measured: list, reference: str) -> str:
+def axis_rows(rows: list, reference: str, low_precision: str) -> list:
+    """Each framework's drift as three rows, one per axis: its own summation order (run to
+    run), the other framework's (cross-framework), and `low_precision` against float32."""
+    axes = (
+        ("run_to_run", "run-to-run (own summation order)"),
+        ("cross", f"cross-framework (vs {reference})"),
+        ("precision", f"precision ({low_precision} vs fp32)"),
+    )
+    table = []
+    for row in rows:
+        if row["bit_identical"] == "failed":
+            continue
+        for key, axis in axes:
+            if key == "precision" and low_precision == "none":
+                continue
+            largest = row.get(f"{key}_max")
+            table.append(
+                {
+                    "framework": row["framework"],
+                    "axis": axis,
+                    "step1": row["cross_step1"] if key == "cross" else row.get(f"{key}_step1"),
+                    "max": largest,
+                    "firsts": [row.get(f"{key}_first_above_{t:g}") for t in THRESHOLDS],
+                    "ran": largest is not None,
+                }
+            )
+    return table
+
+
+def format_axes(rows: list, reference: str, low_precision: str) -> list:
+    body = [
+        [
+            item["framework"],
+            item["axis"],
+            _sci(item["step1"]) if item["ran"] else "",
+            _sci(item["max"]) if item["ran"] else "not run (no --precision here)",
+            "/".join(_step(step) for step in item["firsts"]) if item["ran"] else "",
+        ]
+        for item in axis_rows(rows, reference, low_precision)
+    ]
+    header = ["framework", "axis", "step 1", "max", "first >1e-6/1e-4/1e-2"]
+    return ["the same differences by axis:"] + text_table(header, body)
+
+
+def format_drift(rows: list, measured: list, reference: str, low_precision: str = "none") -> str:
     header = [
         "framework",
         "steps",
@@ -191,6 +261,7 @@ def format_drift(rows: list, measured: list, reference: str) -> str:
         )
     lines = ["relative loss difference |dloss|/loss per step, parity mode ('-': never crossed):"]
     lines += text_table(header, body)
+    lines += ["", *format_axes(rows, reference, low_precision)]
     lines.append("\nwhat each parity run could not make deterministic:")
     lines += [f"  {item['name']}: {item['notes'] or 'not recorded'}" for item in measured if not item["failed"]]
     return "\n".join(lines)
@@ -212,16 +283,19 @@ def write_csvs(rows: list, measured: list, prefix: str) -> None:
         writer.writerows(rows)
     with open(prefix + "_steps.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["framework", "step", "run_to_run", "cross"])
+        writer.writerow(["framework", "step", "run_to_run", "cross", "precision"])
         for item in measured:
             if item["failed"]:
                 continue
             cross = dict(zip(item["cross_steps"].tolist(), item["cross"].tolist()))
+            precision = dict(zip(item["precision_steps"].tolist(), item["precision"].tolist()))
             for step, value in zip(item["steps"].tolist(), item["run_to_run"].tolist()):
-                writer.writerow([item["name"], step, repr(value), repr(cross.get(step, ""))])
+                writer.writerow(
+                    [item["name"], step, repr(value), repr(cross.get(step, "")), repr(precision.get(step, ""))]
+                )
 
 
-def plot_drift(measured: list, reference: str, path: str) -> None:
+def plot_drift(measured: list, reference: str, path: str, low_precision: str = "none") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -243,6 +317,14 @@ def plot_drift(measured: list, reference: str, path: str) -> None:
             color=line.get_color(),
             label=f"{item['name']} {same}",
         )
+        if item["precision"].size:
+            axis.plot(
+                item["precision_steps"],
+                np.maximum(item["precision"], floor),
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{item['name']} {low_precision} vs fp32",
+            )
     for threshold in THRESHOLDS:
         axis.axhline(threshold, color="grey", linewidth=0.6, linestyle=":")
     axis.set(
@@ -250,13 +332,20 @@ def plot_drift(measured: list, reference: str, path: str) -> None:
         ylim=(floor / 2, 1),
         xlabel="step",
         ylabel="|dloss| / loss",
-        title=f"parity mode: cross-framework (solid) vs run-to-run (dashed); zero drawn at {floor:g}",
+        title=f"parity mode: cross-framework (solid), run-to-run (dashed), precision (dotted); zero drawn at {floor:g}",
     )
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def runs_precision(name: str, precision: str) -> bool:
+    """Whether the framework's wrapper has --precision `precision` (read from supported())."""
+    framework = get(name)
+    with environment(framework.env):
+        return f"--precision {precision}" in support_of(framework.package).flags
 
 
 def without_flag(flags: list, name: str, takes_value: bool = True) -> list:
@@ -304,6 +393,12 @@ def parse_args(argv: list) -> tuple:
         help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)})",
     )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimizer steps per run")
+    parser.add_argument(
+        "--low_precision",
+        choices=("bf16", "fp16", "none"),
+        default="bf16",
+        help="a third run per framework at this --precision, measured against its float32 run (none: skip)",
+    )
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
@@ -315,11 +410,13 @@ def parse_args(argv: list) -> tuple:
         forwarded += ["--batch_size", str(DEFAULT_BATCH)]
     if not any(flag.startswith("--results_dir") for flag in forwarded):
         forwarded += ["--results_dir", os.path.join(RESULTS_DIR, "drift")]
-    return names, args.steps, forwarded
+    if any(flag.startswith("--precision") for flag in forwarded):
+        parser.error("--precision: drift runs float32 and --low_precision itself; pass --low_precision instead")
+    return names, args.steps, forwarded, args.low_precision
 
 
 def main(argv=None) -> int:
-    names, steps, forwarded = parse_args(list(sys.argv[1:] if argv is None else argv))
+    names, steps, forwarded, low_precision = parse_args(list(sys.argv[1:] if argv is None else argv))
     forwarded, strategy_flags, strategy = split_strategy(forwarded)
     forwarded += ["--parity", "--max_steps", str(steps)]
     try:
@@ -340,13 +437,21 @@ def main(argv=None) -> int:
     forwarded = without_flag(forwarded, "--run_id")
     print(
         f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
-        f"each of {', '.join(names)} twice in parity mode\n",
+        f"each of {', '.join(names)} twice in parity mode"
+        + (f", and once more at --precision {low_precision}" if low_precision != "none" else "")
+        + "\n",
         flush=True,
     )
     for index, name in enumerate(names, start=1):
         for copy in ("a", "b"):
             run_framework(
                 name, forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"], f"[{index}/{len(names)} run {copy}] "
+            )
+        if low_precision != "none" and runs_precision(name, low_precision):
+            run_framework(
+                name,
+                forwarded + ["--precision", low_precision, "--run_id", f"{run_id}-{low_precision}", "--quiet"],
+                f"[{index}/{len(names)} run {low_precision}] ",
             )
     label = f"{strategist} {' '.join(strategy_flags)}" if strategist else ""
     if strategist:
@@ -356,7 +461,7 @@ def main(argv=None) -> int:
                 forwarded + strategy_flags + ["--run_id", f"{run_id}-{strategy}-{copy}", "--quiet"],
                 f"[{label} run {copy}] ",
             )
-    measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id)
+    measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id, low_precision)
     if strategist:
         measured.append(
             measure_strategy(
@@ -366,11 +471,11 @@ def main(argv=None) -> int:
     rows = table_rows(measured)
     # the reference is the first framework whose two runs finished
     reference = next((item["name"] for item in measured if not item["failed"]), names[0])
-    print(format_drift(rows, measured, reference))
+    print(format_drift(rows, measured, reference, low_precision))
     prefix = os.path.join(config.results_dir, run_id)
     write_csvs(rows, measured, prefix)
     if any(not item["failed"] for item in measured):
-        plot_drift(measured, reference, prefix + ".png")
+        plot_drift(measured, reference, prefix + ".png", low_precision)
         print(f"\nplot: {prefix}.png\ntable: {prefix}.csv  every step: {prefix}_steps.csv")
     return 0 if all(not item["failed"] for item in measured) else 1
 

@@ -111,6 +111,8 @@ def run_step(
         (ready - start) * 1000.0,
         sum(len(indices) for indices in parts),
         result.comm_time_ms,
+        loss_scale=result.loss_scale,
+        skipped=result.skipped,
     )
     return learning_rate
 

@@ -43,6 +43,7 @@ CSV_COLUMNS = [
     "comm_time_ms",
     "worker",
     "staleness",
+    "loss_scale",
 ]
 WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
 

@@ -91,7 +91,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    parity_notes = enable_parity(wrapper_module) if config.parity else None
+    parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
     apply_tuned(config, wrapper_module.split(".")[0])  # XLA and TensorFlow read their flags at import
@@ -113,6 +113,22 @@ def enable_parity(wrapper_module: str) -> tuple:
     return importlib.import_module(wrapper_module.split(".")[0] + ".determinism").enable()
 
 
+def with_precision(notes: tuple, precision: str) -> tuple:
+    """Parity mode keeps --precision as asked (float32 unless told otherwise) and says so
+    in its notes: a bf16 / fp16 parity run compares frameworks at that precision."""
+    applied, caveats = notes
+    if precision == "fp32":
+        return [*applied, "precision fp32 (float32 weights and compute)"], caveats
+    return (
+        [*applied, f"precision {precision} kept as asked (float32 master weights, {precision} compute)"],
+        [
+            *caveats,
+            f"{precision} compute: each framework casts at its own ops, so frameworks agree only to "
+            f"{precision}'s ~{'2-3' if precision == 'bf16' else 3} significant digits, not float32's",
+        ],
+    )
+
+
 def check_supported(config, wrapper_module: str, prog: str) -> None:
     support = support_of(wrapper_module)
     if config.strategy not in support.strategies:
@@ -127,6 +143,9 @@ def check_supported(config, wrapper_module: str, prog: str) -> None:
             )
         )
     missing = [flag for flag, used in config.uses().items() if used and flag not in support.flags]
+    advised = [flag for flag in missing if flag in support.advice]
+    if advised:  # the wrapper's own one line (e.g. which execution modes it has)
+        raise InputError(f"{advised[0]}: {support.advice[advised[0]]}")
     if missing:
         raise InputError(
             f"{', '.join(missing)}: not available in {prog}; drop the flag "

@@ -98,6 +98,12 @@ class RunSession:
         # process stops after the same step when any of them is signalled
         self.signal_of_any_process = None
         self.diagnostics: list = []  # loss sanity warnings, also written to results.log
+        # what the wrapper's trainer did with --execution and --precision, in its own
+        # words (train() sets them once the trainer is built), for results.log
+        self.execution_note = config.execution or "the framework's default"
+        self.precision_note = "fp32: float32 weights and compute" if config.precision == "fp32" else config.precision
+        self.loss_scales: list = []  # --precision fp16: (step, scale used) of every step
+        self.skipped_steps = 0  # fp16 steps whose gradients overflowed (not applied)
         self.start_time = datetime.now(timezone.utc)
         self._t0 = time.perf_counter()
         self.step = 0
@@ -240,6 +246,8 @@ class RunSession:
         comm_time_ms: Optional[float] = None,
         worker: int = 0,
         staleness: int = 0,
+        loss_scale: Optional[float] = None,
+        skipped: bool = False,
     ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
         the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
@@ -266,7 +274,11 @@ class RunSession:
             comm_time_ms=comm_time_ms,
             worker=worker,
             staleness=staleness,
+            loss_scale=loss_scale,
         )
+        if loss_scale is not None:
+            self.loss_scales.append((self.step, loss_scale))
+        self.skipped_steps += bool(skipped)
         self.recorded_step = self.step
         if self.step == 1:
             self._diagnose(first_loss_problem(loss, self.config.network.num_classes))
@@ -511,6 +523,8 @@ class RunSession:
                     if median is None
                     else f"{median:.2f} ms/step ({warm}), {summary['samples_per_sec']:.0f} samples/s",
                 ),
+                ("execution", self.execution_note),
+                ("precision", self.precision_note + self._loss_scale_text()),
                 ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
                 ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
                 ("tuned", tuned_log_line(config, self.framework, self.backend)),
@@ -549,6 +563,17 @@ class RunSession:
                 )
             )
         return lines
+
+    def _loss_scale_text(self) -> str:
+        """fp16's loss scale over the run and the steps it skipped, for results.log."""
+        if not self.loss_scales:
+            return ""
+        (first_step, first), (last_step, last) = self.loss_scales[0], self.loss_scales[-1]
+        return (
+            f"; loss scale {first:g} at step {first_step}, {last:g} at step {last_step} "
+            f"(min {min(scale for _, scale in self.loss_scales):g}); skipped steps (overflowed gradients): "
+            f"{self.skipped_steps} of {self.step}"
+        )
 
     def _print_summary(self, summary: dict) -> None:
         def fmt(values, index):

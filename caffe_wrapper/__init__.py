@@ -13,13 +13,23 @@ ONE_DEVICE = (
     "is multi-GPU data parallel); use torch_script.py or tensorflow_script.py for parallel strategies"
 )
 
+GRAPH_ONLY_FP32 = {
+    "--precision bf16": "Caffe trains in float32 only here; drop --precision",
+    "--precision fp16": "Caffe trains in float32 only here; drop --precision",
+    "--execution eager": "Caffe is graph-only (the whole step is built once, then run); "
+    "drop --execution or pass --execution graph",
+    "--compile": "Caffe is graph-only (the whole step is built once, then run); "
+    "drop --compile / --execution compiled or pass --execution graph",
+}
+
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single",),
-        flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
+        flags=("--checkpoint_every", "--execution graph"),
+        advice=GRAPH_ONLY_FP32
+        | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(
             "Caffe 1.0's solver steps one process (its multi-GPU sync is synchronous), "
             "with no parameter server or model averaging"

@@ -33,6 +33,7 @@ def records(config) -> bool:
 
 def train(session):
     config = session.config
+    session.execution_note = "graph: the prototxt Net, stepped by Caffe's own solver"
     directory = os.path.join(config.results_dir, "caffe", session.run_id)
     trainer = build_trainer(
         config, directory, session.checkpoint_root if config.checkpoint_every or config.resume else ""

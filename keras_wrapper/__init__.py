@@ -55,30 +55,59 @@ def backend() -> str:
         return "tensorflow"
 
 
+# --execution per backend: run_eagerly=True (eager), jit_compile=False on tensorflow (graph:
+# a tf.function), jit_compile=True (compiled: XLA, jax.jit, torch.compile; "--compile")
+MODE_FLAGS = {
+    "tensorflow": ("--execution eager", "--execution graph", "--compile"),
+    "jax": ("--execution eager", "--compile"),
+    "torch": ("--execution eager", "--compile"),
+}
+MODE_ADVICE = {
+    "jax": {
+        "--execution graph": "Keras on jax has no graph mode apart from its compiler: the train step is "
+        "jax.jit-compiled (the default, --execution compiled) or run eagerly (--execution eager)"
+    },
+    "torch": {
+        "--execution graph": "Keras on torch runs eager (its default) or compiled (torch.compile); "
+        "pass --execution eager or compiled"
+    },
+}
+PRECISION_FLAGS = ("--precision bf16", "--precision fp16")
+KERAS_2_ADVICE = {
+    "--precision bf16": "Keras 2 on Theano trains in float32 only here; drop --precision",
+    "--precision fp16": "Keras 2 on Theano trains in float32 only here; drop --precision",
+    "--execution eager": "Keras 2 on Theano is graph-only (one compiled Theano train function); "
+    "drop --execution or pass --execution graph",
+    "--compile": "Keras 2 on Theano is graph-only (one compiled Theano train function); "
+    "drop --compile / --execution compiled or pass --execution graph",
+}
+
+
 def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
     if name == "jax":
         return Support(
             strategies=("single", "data", "tensor", "hybrid"),
-            flags=KERAS_3_FLAGS,
-            advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES},
+            flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
+            advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
         )
     if name == "tensorflow":
         return Support(
             strategies=("single", "data"),
-            flags=KERAS_3_FLAGS,
+            flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
             advice={
                 "tensor": JAX_ONLY,
                 "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
                 **NO_WORKER_STRATEGIES,
+                **MODE_ADVICE.get(name, {}),
             },
         )
     if name == "torch":
         return Support(
             strategies=("single",),
-            flags=KERAS_3_FLAGS,
+            flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
             advice={
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
                 "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
@@ -86,12 +115,15 @@ def supported() -> Support:
                 "hybrid": HYBRID_JAX_ONLY,
                 "pipeline": NO_PIPELINE,
                 **NO_WORKER_STRATEGIES,
+                **MODE_ADVICE["torch"],
             },
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
-        flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"} | NO_WORKER_STRATEGIES,
+        flags=("--checkpoint_every", "--execution graph"),
+        advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
+        | NO_WORKER_STRATEGIES
+        | KERAS_2_ADVICE,
     )
 
 
@@ -114,6 +146,22 @@ def prepare_process(config, dataset) -> None:
                 f"--batch_schedule {epoch}:{batch} with --accumulate {accumulate}: Keras steps once per "
                 f"{accumulate} equal batches; {batch} x {accumulate} must divide the {rows} training rows"
             )
+    if config.precision == "fp16" and accumulate > 1:
+        raise InputError(
+            "--precision fp16 with --accumulate: Keras's loss-scale optimizer does not accumulate "
+            "gradients; use --precision bf16 (no loss scale needed) or drop --accumulate"
+        )
+    if config.compile and config.parity and name == "tensorflow":
+        # measured: under enable_op_determinism() XLA has no deterministic max-pool gradient
+        raise InputError(
+            "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
+            "gradient; drop --compile (--execution compiled) or --parity, or use KERAS_BACKEND=jax"
+        )
+    if config.execution and config.plan.strategy in ("data", "tensor", "hybrid"):
+        raise InputError(
+            f"--execution {config.execution} with --strategy {config.strategy}: Keras's distributed training runs in "
+            "its default mode here; drop --execution / --compile"
+        )
     if config.plan.strategy not in ("data", "tensor", "hybrid"):
         return
     if accumulate > 1 and name == "tensorflow":

@@ -68,7 +68,16 @@ def make_optimizer(spec, accumulate: int = 1):
     raise ValueError(f"unknown optimizer {spec.name!r}")
 
 
-def compile_model(model: keras.Model, optimizer_spec, accumulate: int = 1) -> keras.Model:
+# --execution: model.compile's switches (None: Keras's own default, jit_compile="auto")
+EXECUTION_OPTIONS = {
+    None: {},
+    "eager": {"run_eagerly": True},
+    "graph": {"jit_compile": False},
+    "compiled": {"jit_compile": True},
+}
+
+
+def compile_model(model: keras.Model, optimizer_spec, accumulate: int = 1, execution=None) -> keras.Model:
     def batch_loss(y_true, y_pred):
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
 
@@ -79,5 +88,6 @@ def compile_model(model: keras.Model, optimizer_spec, accumulate: int = 1) -> ke
             compat.LastBatch(batch_loss, "batch_loss"),
             compat.LastBatch(keras.metrics.sparse_categorical_accuracy, "batch_accuracy"),
         ],
-    )
+        **EXECUTION_OPTIONS[execution],
+    )  # a mixed_float16 model gets a LossScaleOptimizer around its optimizer here (auto_scale_loss)
     return model

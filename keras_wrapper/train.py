@@ -27,7 +27,33 @@ def records(config) -> bool:
 
 
 def train(session):
-    return train_by_epochs(build_trainer(session.config), session)
+    trainer = build_trainer(session.config)
+    session.execution_note, session.precision_note = describe_modes(trainer.model, session.config.precision)
+    return train_by_epochs(trainer, session)
+
+
+def describe_modes(model, precision: str) -> tuple:
+    """(execution, precision) as model.compile resolved them, for results.log."""
+    backend = compat.BACKEND
+    if backend == "theano":
+        return "graph: one compiled Theano train function (Keras 2)", "fp32: float32 weights and compute"
+    compiler = {"tensorflow": "XLA", "jax": "jax.jit", "torch": "torch.compile"}[backend]
+    if model.run_eagerly:
+        execution = "eager: run_eagerly=True, model.fit's train step op by op from Python"
+    elif model.jit_compile:
+        execution = f"compiled: jit_compile=True, model.fit's train step compiled by {compiler}"
+    elif backend == "tensorflow":
+        execution = "graph: jit_compile=False, model.fit's train step as a tf.function"
+    else:
+        execution = "eager: Keras on torch's default (jit_compile=False)"
+    policy = model.dtype_policy.name
+    text = {
+        "fp32": "fp32: float32 weights and compute",
+        "bf16": f"bf16: keras dtype policy {policy} (float32 variables, bfloat16 compute)",
+        "fp16": f"fp16: keras dtype policy {policy} (float32 variables, float16 compute), "
+        "keras.optimizers.LossScaleOptimizer dynamic loss scale (the CSV's loss_scale column)",
+    }[precision]
+    return execution, text
 
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:

@@ -29,6 +29,7 @@ class StepRecorder(keras.callbacks.Callback):
         self._begin = self._previous_end = self._step_begin = None
         self._parts: list = []  # (loss, accuracy, rows) of this optimizer step's batches so far
         self.learning_rate = session.config.optimizer.learning_rate  # what the optimizer was compiled with
+        self.scale_before = None  # fp16: the loss scale after the last step
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.session.learning_rate != self.learning_rate:
@@ -46,6 +47,7 @@ class StepRecorder(keras.callbacks.Callback):
             return
         gap_ms = 0.0 if self._previous_end is None else (self._step_begin - self._previous_end) * 1000.0
         losses, accuracies, rows = zip(*self._parts)  # equal batches (checked up front): the means are the step's
+        scale, skipped = self._loss_scale()
         self.session.train_step(
             self.epoch,
             float(np.mean(losses)),
@@ -53,6 +55,8 @@ class StepRecorder(keras.callbacks.Callback):
             (end - self._step_begin) * 1000.0,
             gap_ms,
             sum(rows),
+            loss_scale=scale,
+            skipped=skipped,
         )
         self._parts = []
         self.step_index += 1
@@ -62,6 +66,18 @@ class StepRecorder(keras.callbacks.Callback):
             self.model.stop_training = True
         self._previous_end = time.perf_counter()
 
+    def _loss_scale(self) -> tuple:
+        """fp16 (a LossScaleOptimizer): the scale the step just used and whether it skipped
+        the step, which halves the scale; (None, False) otherwise."""
+        optimizer = self.model.optimizer
+        if compat.KERAS_2 or not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):  # Keras 2: fp32 only
+            return None, False
+        if hasattr(self.model, "jax_state_sync"):
+            self.model.jax_state_sync()  # jax's fit holds the scale outside the variable between steps
+        used = self.scale_before if self.scale_before is not None else float(optimizer.initial_scale)
+        self.scale_before = float(keras.ops.convert_to_numpy(optimizer.dynamic_scale))
+        return used, self.scale_before < used
+
 
 def set_learning_rate(model, learning_rate: float) -> None:
     """The schedule's lr for the next step (--lr_scaling, --warmup_steps, plateau)."""
@@ -70,19 +86,39 @@ def set_learning_rate(model, learning_rate: float) -> None:
     model.optimizer.learning_rate = learning_rate
 
 
+MIXED_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
 def make_model(
-    network, optimizer_spec, seed: int, data_parallel_devices: int = 0, accumulate: int = 1, tensor_plan=None
+    network,
+    optimizer_spec,
+    seed: int,
+    data_parallel_devices: int = 0,
+    accumulate: int = 1,
+    tensor_plan=None,
+    precision: str = "fp32",
+    execution=None,
 ):
     """Built and compiled inside the data-parallel setup when `data_parallel_devices` is
-    given, or inside ModelParallel for `tensor_plan` (a tensor or hybrid plan, jax)."""
+    given, or inside ModelParallel for `tensor_plan` (a tensor or hybrid plan, jax).
+    bf16 / fp16: the layers are made under Keras's mixed dtype policy (float32 variables,
+    bfloat16 / float16 compute), which is global, so it is set only while they are made."""
     compat.set_random_seed(seed)  # dropout masks
-    if not data_parallel_devices and tensor_plan is None:
-        return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec, accumulate)
-    from keras_wrapper.distribute import data_parallel, tensor_parallel
+    if precision != "fp32":
+        keras.config.set_dtype_policy(MIXED_POLICIES[precision])
+    try:
+        if not data_parallel_devices and tensor_plan is None:
+            model = build_model(network, initial_weights(network, seed))
+            return compile_model(model, optimizer_spec, accumulate, execution)
+        from keras_wrapper.distribute import data_parallel, tensor_parallel
 
-    setup = tensor_parallel(network, tensor_plan) if tensor_plan else data_parallel(data_parallel_devices)
-    with setup:
-        return compile_model(build_model(network, initial_weights(network, seed)), optimizer_spec, accumulate)
+        setup = tensor_parallel(network, tensor_plan) if tensor_plan else data_parallel(data_parallel_devices)
+        with setup:
+            model = build_model(network, initial_weights(network, seed))
+            return compile_model(model, optimizer_spec, accumulate, execution)
+    finally:
+        if precision != "fp32":
+            keras.config.set_dtype_policy("float32")
 
 
 class KerasTrainer:
@@ -99,6 +135,8 @@ class KerasTrainer:
             config.devices if config.plan.strategy == "data" else 0,
             config.accumulate,
             config.plan if config.plan.strategy in ("tensor", "hybrid") else None,
+            config.precision,
+            config.execution,
         )
         self.recorder = None  # made for the session at the first fit_epoch
 
@@ -141,7 +179,8 @@ class KerasTrainer:
             variable.assign(value)
 
     def logits(self, images):
-        return np.asarray(self.model.predict(images[..., None], batch_size=self.config.batch_size, verbose=0))
+        logits = self.model.predict(images[..., None], batch_size=self.config.batch_size, verbose=0)
+        return np.asarray(logits, dtype=np.float32)  # a mixed policy's logits are bfloat16 / float16
 
     def save_checkpoint(self, folder: str) -> None:
         """The model and its optimizer state, in Keras's own format (compat.py)."""

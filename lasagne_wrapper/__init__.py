@@ -13,13 +13,23 @@ ONE_DEVICE = (
     "multi-device machinery); use torch_script.py or tensorflow_script.py for parallel strategies"
 )
 
+GRAPH_ONLY_FP32 = {
+    "--precision bf16": "Lasagne on Theano trains in float32 only here; drop --precision",
+    "--precision fp16": "Lasagne on Theano trains in float32 only here; drop --precision",
+    "--execution eager": "Theano is graph-only (the whole step is built once, then run); "
+    "drop --execution or pass --execution graph",
+    "--compile": "Theano is graph-only (the whole step is built once, then run); "
+    "drop --compile / --execution compiled or pass --execution graph",
+}
+
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single",),
-        flags=("--checkpoint_every",),
-        advice={strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
+        flags=("--checkpoint_every", "--execution graph"),
+        advice=GRAPH_ONLY_FP32
+        | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(
             "Lasagne runs one compiled Theano train function in one process, with no distributed runtime"
         ),

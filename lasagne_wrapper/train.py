@@ -28,6 +28,7 @@ def records(config) -> bool:
 
 
 def train(session):
+    session.execution_note = "graph: one compiled theano.function per train step"
     return train_by_hand(build_trainer(session.config), session)
 
 

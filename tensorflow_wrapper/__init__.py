@@ -17,6 +17,14 @@ from algorithms.errors import InputError
 from algorithms.parallel import worker_strategy_advice
 
 
+# measured: enable_op_determinism() makes XLA refuse the max-pool gradient ("GPU MaxPool
+# gradient ops do not yet have a deterministic XLA implementation"), on CPU too
+PARITY_XLA = (
+    "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
+    "gradient; drop --compile (--execution compiled) or --parity"
+)
+
+
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
@@ -29,6 +37,10 @@ def supported() -> Support:
             "--checkpoint_every",
             "--compile",
             "--lr_schedule",
+            "--precision bf16",
+            "--precision fp16",
+            "--execution eager",
+            "--execution graph",
         ),
         advice=worker_strategy_advice(
             "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
@@ -44,6 +56,23 @@ def prepare_process(config, dataset) -> None:
             "--compile: tensorflow_script.py compiles the single-device step "
             "(--strategy single, no --accumulate); drop --compile"
         )
+    if config.compile and config.parity:
+        raise InputError(PARITY_XLA)
+    if config.precision == "fp16" and config.plan.strategy != "single":
+        raise InputError(
+            f"--precision fp16 with --strategy {config.strategy}: tensorflow_script.py scales the fp16 "
+            "loss on one device only; use --precision bf16 (no loss scale needed) or --strategy single"
+        )
+    if config.execution == "eager" and config.plan.strategy == "data":
+        raise InputError(
+            "--execution eager with --strategy data: tensorflow_script.py runs data parallel as "
+            "tf.function graphs; drop --execution eager"
+        )
+    if config.precision != "fp32" and config.plan.strategy in ("tensor", "ps"):
+        raise InputError(
+            f"--precision {config.precision} with --strategy {config.strategy}: tensorflow_script.py runs "
+            "its tensor-parallel shards and parameter-server workers in float32; drop --precision"
+        )
     if config.plan.strategy != "ps":
         return
     for flag, used in (
@@ -51,6 +80,7 @@ def prepare_process(config, dataset) -> None:
         ("--checkpoint_every", config.checkpoint_every > 0),
         ("--resume", bool(config.resume)),
         ("--ps_sync", config.ps_sync),
+        ("--execution eager", config.execution == "eager"),
     ):
         if used:
             raise InputError(f"{flag}: not available with --strategy ps (asynchronous updates); drop {flag}")

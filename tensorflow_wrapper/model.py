@@ -27,9 +27,14 @@ ACTIVATIONS = {None: tf.identity, "relu": tf.nn.relu, "softmax": tf.nn.softmax}
 class SpecModel(tf.Module):
     """Forward pass of a Network; returns logits (a final softmax is left to the loss)."""
 
-    def __init__(self, network: Network, weights: list, seed: int, layer_devices: list | None = None):
+    def __init__(
+        self, network: Network, weights: list, seed: int, layer_devices: list | None = None, compute_dtype=tf.float32
+    ):
         super().__init__(name="spec_model")
         self.network = network
+        # --precision bf16 / fp16: the float32 variables are cast to compute_dtype where they
+        # are used (what a Keras mixed policy's AutoCastVariable does); logits come back float32
+        self.compute_dtype = compute_dtype
         self.layer_devices = layer_devices
         self.kernels, self.biases = {}, {}
         for w in weights:
@@ -51,10 +56,17 @@ class SpecModel(tf.Module):
     def __call__(self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None) -> tf.Tensor:
         """`step_seed` ([2] int64), `row_offset` and `step_rows` place this call's rows
         inside the optimizer step's batch; needed only with training=True."""
+        x = tf.cast(x, self.compute_dtype)
         for index, layer in enumerate(self.network.layers):
             with self._on_device(index):
                 x = self._layer(index, layer, x, training, step_seed, row_offset, step_rows)
-        return x
+        return tf.cast(x, tf.float32)
+
+    def _kernel(self, index):
+        return tf.cast(self.kernels[index], self.compute_dtype)
+
+    def _bias(self, index):
+        return tf.cast(self.biases[index], self.compute_dtype)
 
     def _layer(self, index, layer, x, training, step_seed, row_offset, step_rows):
         if isinstance(layer, ZeroPad2D):
@@ -63,14 +75,14 @@ class SpecModel(tf.Module):
             p = layer.padding
             return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if isinstance(layer, Conv2D):
-            return self._conv(index, layer, x, self.kernels[index], self.biases[index])
+            return self._conv(index, layer, x, self._kernel(index), self._bias(index))
         if isinstance(layer, MaxPool2D):
             x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
             return tf.nn.relu(x) if index - 1 in self.late_relus else x
         if isinstance(layer, Flatten):
             return tf.reshape(x, [tf.shape(x)[0], -1])
         if isinstance(layer, Dense):
-            return self._dense(index, x, self.kernels[index], self.biases[index])
+            return self._dense(index, x, self._kernel(index), self._bias(index))
         if isinstance(layer, Dropout):
             return dropout(x, layer.rate, index, step_seed, row_offset, step_rows) if training else x
         raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
@@ -86,9 +98,11 @@ class SpecModel(tf.Module):
         return ACTIVATIONS[self.network.activation(index)](tf.matmul(x, kernel) + bias)
 
 
-def build_model(network: Network, weights: list, seed: int, layer_devices: list | None = None) -> SpecModel:
+def build_model(
+    network: Network, weights: list, seed: int, layer_devices: list | None = None, compute_dtype=tf.float32
+) -> SpecModel:
     """The spec's forward pass on the shared weights (see SpecModel)."""
-    return SpecModel(network, weights, seed, layer_devices)
+    return SpecModel(network, weights, seed, layer_devices, compute_dtype)
 
 
 def dropout(x, rate: float, layer_index: int, step_seed, row_offset, step_rows):

@@ -19,7 +19,7 @@ from algorithms.loop import train_by_hand
 from tensorflow_wrapper.devices import describe_devices, is_chief, signal_of_any_worker, tf_config
 from tensorflow_wrapper.model import build_model
 from tensorflow_wrapper.ps import build_ps_trainer, train_ps
-from tensorflow_wrapper.trainer import build_trainer
+from tensorflow_wrapper.trainer import build_trainer, describe_modes
 
 
 def describe_runtime() -> Runtime:
@@ -38,6 +38,7 @@ def train(session):
     if session.config.plan.strategy == "ps":
         return train_ps(build_ps_trainer(session), session)
     trainer = build_trainer(session.config)
+    session.execution_note, session.precision_note = describe_modes(session.config)
     if tf_config():  # workers in separate processes: a signal to any stops all after the same step
         install_signal_handlers()  # again: the strategy's coordination service took SIGTERM (preemption notices)
         session.signal_of_any_process = signal_of_any_worker(trainer.strategy)

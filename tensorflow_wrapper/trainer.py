@@ -39,6 +39,7 @@ from tensorflow_wrapper.devices import data_parallel_strategy, is_chief, local_d
 from tensorflow_wrapper.model import build_model, make_optimizer
 from tensorflow_wrapper.tensor_parallel import TensorParallelModel
 
+COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 IMAGE_SPEC = tf.TensorSpec([None, 28, 28, 1], tf.float32)
 LABEL_SPEC = tf.TensorSpec([None], tf.int32)
 SEED_SPEC = tf.TensorSpec([2], tf.int64)
@@ -62,6 +63,8 @@ class TensorFlowTrainer:
         micro_batches=1,
         shards=None,
         shard_devices=None,
+        precision="fp32",
+        eager=False,
     ):
         tf.random.set_seed(seed)
         self.seed, self.optimizer_steps = seed, 0
@@ -69,26 +72,33 @@ class TensorFlowTrainer:
         self.jit_compile = jit_compile
         self.strategy = strategy or tf.distribute.get_strategy()
         self.micro_batches = micro_batches
+        self.loss_scaled = precision == "fp16"
         with self.strategy.scope():
-            if shards:
+            if shards:  # tensor parallel runs in float32 only (refused in prepare_process otherwise)
                 self.model = TensorParallelModel(network, initial_weights(network, seed), seed, shards, shard_devices)
             else:
-                self.model = build_model(network, initial_weights(network, seed), seed, layer_devices)
+                self.model = build_model(
+                    network, initial_weights(network, seed), seed, layer_devices, COMPUTE_DTYPES[precision]
+                )
             self.variables = self.model.weights_in_order
             self.optimizer = make_optimizer(optimizer_spec, pre_reduced=self.data_parallel)
+            if self.loss_scaled:  # dynamic loss scale: skips a step whose gradients overflow, halving the scale
+                self.optimizer = tf.keras.mixed_precision.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(self.variables)
-        self._fused_step = tf.function(
+        # --execution eager: the same Python functions, run op by op instead of traced once
+        function = (lambda fn, **options: fn) if eager else tf.function
+        self._fused_step = function(
             self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC], jit_compile=jit_compile
         )  # --compile: XLA
-        self._part_gradients = tf.function(
+        self._part_gradients = function(
             self._gradients, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC]
         )
-        self._apply = tf.function(self._apply_gradients)
+        self._apply = function(self._apply_gradients)
         self._replica_apply = tf.function(self._apply_on_replicas, reduce_retracing=True)
         self._replica_gradients = tf.function(self._run_on_replicas, reduce_retracing=True)
         self._add = tf.function(self._add_on_replicas, reduce_retracing=True)
         self._all_reduce = tf.function(self._sum_across_replicas, reduce_retracing=True)
-        self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[IMAGE_SPEC])
+        self._forward = function(lambda x: self.model(x, training=False), input_signature=[IMAGE_SPEC])
 
     # ------------------------------------------------------------------ step pieces
     def _gradients(self, images, labels, step_seed, row_offset, step_rows):
@@ -118,8 +128,9 @@ class TensorFlowTrainer:
             logits = self.model(images, True, step_seed, row_offset, step_rows)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=step_rows)
+            scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.float32))
-        return tape.gradient(loss, self.variables), loss, correct
+        return tape.gradient(scaled, self.variables), loss, correct
 
     def _fused(self, images, labels, step_seed):
         gradients, loss, correct = self._gradients(images, labels, step_seed, 0, tf.shape(images)[0])
@@ -176,7 +187,16 @@ class TensorFlowTrainer:
         return tf.constant([self.seed, self.optimizer_steps], tf.int64)
 
     def step(self, batches: list) -> StepResult:
-        """One optimizer step over these batches (more than one: --accumulate)."""
+        """One optimizer step over these batches (more than one: --accumulate); with fp16,
+        the loss scale it used and whether it skipped (LossScaleOptimizer halves the scale then)."""
+        if not self.loss_scaled:
+            return self._step(batches)
+        scale = float(self.optimizer.dynamic_scale.numpy())
+        result = self._step(batches)
+        skipped = float(self.optimizer.dynamic_scale.numpy()) < scale
+        return StepResult(result.loss, result.accuracy, result.comm_time_ms, scale, skipped)
+
+    def _step(self, batches: list) -> StepResult:
         step_seed = self._next_seed()
         step_rows = sum(int(labels.shape[0]) for _, labels in batches)
         if self.data_parallel:
@@ -274,17 +294,44 @@ def build_trainer(config) -> TensorFlowTrainer:
     """The trainer for the config's plan (devices are set up here, before any op)."""
     set_threads(config.threads)
     plan = config.plan
+    modes = dict(precision=config.precision, eager=config.execution == "eager")
     if plan.strategy == "data":
         strategy = data_parallel_strategy(plan.devices)
-        return TensorFlowTrainer(config.network, config.optimizer, config.seed, strategy=strategy)
+        return TensorFlowTrainer(config.network, config.optimizer, config.seed, strategy=strategy, **modes)
     if plan.strategy in ("model", "pipeline"):
         devices = local_devices(plan.devices)
         layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages) for _ in range(first, stop)]
         return TensorFlowTrainer(
-            config.network, config.optimizer, config.seed, layer_devices=layer_devices, micro_batches=plan.micro_batches
+            config.network,
+            config.optimizer,
+            config.seed,
+            layer_devices=layer_devices,
+            micro_batches=plan.micro_batches,
+            **modes,
         )
     if plan.strategy == "tensor":
         return TensorFlowTrainer(
-            config.network, config.optimizer, config.seed, shards=plan.shards, shard_devices=local_devices(plan.devices)
+            config.network,
+            config.optimizer,
+            config.seed,
+            shards=plan.shards,
+            shard_devices=local_devices(plan.devices),
+            eager=config.execution == "eager",
         )
-    return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile)
+    return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile, **modes)
+
+
+def describe_modes(config) -> tuple:
+    """(execution, precision) as this trainer runs them, for results.log."""
+    execution = {
+        "eager": "eager: the step's ops run one by one from Python (no tf.function)",
+        "compiled": "compiled: tf.function(jit_compile=True), the step compiled by XLA",
+    }.get(config.execution, "graph: tf.function, the step traced once into a TensorFlow graph (the default)")
+    precision = {
+        "fp32": "fp32: float32 weights and compute",
+        "bf16": "bf16: float32 variables cast to bfloat16 where used (a mixed_bfloat16 policy), float32 "
+        "logits and loss",
+        "fp16": "fp16: float32 variables cast to float16 where used (a mixed_float16 policy), float32 logits "
+        "and loss, tf.keras.mixed_precision.LossScaleOptimizer dynamic loss scale (the CSV's loss_scale column)",
+    }[config.precision]
+    return execution, precision

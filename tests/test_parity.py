@@ -24,7 +24,7 @@ RUN_ID = "paritytest"
 
 @pytest.fixture(scope="module")
 def drift_run(small_data, tmp_path_factory):
-    """`python -m algorithms.drift` over torch and TensorFlow: each twice, in parity mode."""
+    """`python -m algorithms.drift` over torch and TensorFlow: each twice in parity mode, and once at bf16."""
     results = tmp_path_factory.mktemp("drift")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
@@ -120,3 +120,20 @@ def test_parity_turns_dropout_off_and_records_what_it_set(drift_run, small_data)
     log = (results / "results.log").read_text()
     assert "dropout off; set: torch.use_deterministic_algorithms(True)" in log
     assert "enable_op_determinism" in log and "not deterministic:" in log
+
+
+def test_the_drift_report_has_precision_rows_recomputed_from_the_bf16_runs(drift_run):
+    """Each framework's third run, at bf16, against its own float32 run: in the table's
+    precision columns and as a 'precision (bf16 vs fp32)' row of the by-axis table."""
+    results, stdout = drift_run
+    for framework in ("torch", "tensorflow"):
+        full = np.array(raw_losses(csv_path(results, framework), RUN_ID + "-a"), dtype=np.float64)
+        low = np.array(raw_losses(csv_path(results, framework), RUN_ID + "-bf16"), dtype=np.float64)
+        assert len(low) == STEPS
+        relative = np.abs(low - full) / np.abs(full)
+        row = report_rows(results)[framework]
+        assert float(row["precision_max"]) == pytest.approx(relative.max(), rel=1e-12, abs=1e-15)
+        assert 1e-6 < relative.max() < 5e-2  # bf16's rounding: far above float32 drift, far below a real error
+        assert any(line.split()[:4] == [framework, "precision", "(bf16", "vs"] for line in stdout.splitlines())
+    log = (results / "results.log").read_text()
+    assert "precision bf16 kept as asked" in log and "precision fp32 (float32 weights and compute)" in log

@@ -34,7 +34,14 @@ def supported() -> Support:
             "--checkpoint_every",
             "--compile",
             "--lr_schedule",
+            "--precision bf16",
+            "--precision fp16",
+            "--execution eager",
         ),
+        advice={
+            "--execution graph": "PyTorch runs eager (its default) or compiled (torch.compile); "
+            "pass --execution eager or compiled",
+        },
     )
 
 
@@ -50,6 +57,12 @@ def prepare_process(config, dataset) -> None:
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "
             "single-process model only; drop --compile"
+        )
+
+    if config.precision != "fp32" and config.plan.strategy not in ("single", "data"):
+        raise InputError(
+            f"--precision {config.precision} with --strategy {config.strategy}: torch_script.py runs "
+            "mixed precision with --strategy single or data; drop --precision"
         )
 
 

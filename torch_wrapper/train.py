@@ -15,7 +15,7 @@ from algorithms.loop import train_by_hand
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import describe_devices, global_rank, leave_process_group, signal_of_any_rank
 from torch_wrapper.model import build_model
-from torch_wrapper.trainer import build_trainer
+from torch_wrapper.trainer import build_trainer, describe_modes
 
 
 def describe_runtime() -> Runtime:
@@ -31,6 +31,7 @@ def train(session):
     if session.config.strategy in ("async", "ps"):  # this process records; its children update
         return train_asynchronously(session)
     trainer = build_trainer(session.config)
+    session.execution_note, session.precision_note = describe_modes(session.config)
     if dist.is_initialized():  # one process per device: a signal to any stops all after the same step
         session.signal_of_any_process = signal_of_any_rank(trainer.device)
     summary = train_by_hand(trainer, session)

@@ -41,6 +41,9 @@ from torch_wrapper.pipeline import StageSchedule, channels_first
 from torch_wrapper.tensor_parallel import build_tensor_parallel
 
 
+COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 class _StrategyTrainer:
     """A subclass supplies `_forward_backward(images, labels, total, last)` ->
     tensor([loss sum, correct]) of its samples, and `logits(images)`."""
@@ -59,6 +62,17 @@ class _StrategyTrainer:
         self.replica, self.replicas = replica, replicas
         self.metrics_group = data_group  # the replicas whose loss and accuracy make the step's, or None
         self.gradient_group = None if gradients_summed_in_backward else data_group
+        self.compute_dtype = None  # --precision bf16 / fp16: autocast's dtype (set by build_trainer)
+        self.scaler = None  # --precision fp16: torch.amp.GradScaler, the dynamic loss scale
+
+    def autocast(self):
+        """Mixed precision: the float32 weights cast to the compute dtype op by op (torch.autocast)."""
+        if self.compute_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    def backward(self, loss) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def to_batch(self, images: np.ndarray, labels: np.ndarray):
         """This replica's rows of the shared global batch, and the global batch size."""
@@ -82,9 +96,16 @@ class _StrategyTrainer:
         for index, (images, labels, _) in enumerate(batches):
             sums += self._forward_backward(images, labels, total, index == len(batches) - 1)
         self._exchange_gradients()
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+            scale, skipped = None, False
+        else:  # unscales, skips the step if any gradient overflowed, then adjusts the scale
+            scale = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            skipped = self.scaler.get_scale() < scale  # GradScaler halves the scale exactly when it skips
         loss_sum, correct = sum_over(sums, self.metrics_group, self.clock).tolist()
-        return StepResult(loss_sum / total, correct / total, self.clock.take())
+        return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped)
 
     def save_checkpoint(self, directory: str) -> None:
         """This process's weights, optimizer state and RNG, in torch's format; returns
@@ -94,6 +115,7 @@ class _StrategyTrainer:
                 "model": self._state_module().state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "rng": torch.get_rng_state(),
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             },
             os.path.join(directory, f"torch-rank{global_rank()}.pt"),
         )
@@ -106,6 +128,8 @@ class _StrategyTrainer:
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
 
     def prepare_batch(self, batch_size: int) -> None:
         """Eager PyTorch runs any batch as it comes: nothing to do. A torch.compile'd
@@ -142,9 +166,10 @@ class ModuleTrainer(_StrategyTrainer):
         self.model.train()
         # DDP: exchange gradients once, after the last accumulated batch
         with self.model.no_sync() if self.ddp and not last else nullcontext():
-            logits = self.model(images)
-            loss_sum = F.cross_entropy(logits, labels, reduction="sum")
-            (loss_sum / total).backward()
+            with self.autocast():
+                logits = self.model(images)
+            loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")  # the loss in float32
+            self.backward(loss_sum / total)
         return torch.stack([loss_sum.detach(), (logits.argmax(1) == labels).sum().float()])
 
     def _state_module(self):
@@ -154,7 +179,8 @@ class ModuleTrainer(_StrategyTrainer):
     def logits(self, images: np.ndarray) -> np.ndarray:
         model = self.model.module if self.ddp else self.model
         model.eval()
-        logits = model(torch.from_numpy(images[:, None]).to(self.device)).float().cpu().numpy()
+        with self.autocast():
+            logits = model(torch.from_numpy(images[:, None]).to(self.device)).float().cpu().numpy()
         self.clock.take()  # evaluation traffic (tensor parallel's gathers) is not part of any training step
         return logits
 
@@ -219,6 +245,10 @@ def build_trainer(config):
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
     set_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
+    if config.precision != "fp32":
+        trainer.compute_dtype = COMPUTE_DTYPES[config.precision]
+        if config.precision == "fp16":
+            trainer.scaler = torch.amp.GradScaler(trainer.device.type)
     # dropout masks: seeded after every module is built (building draws from the
     # RNG, and a shard draws less than the whole layer), so ranks of one replica, a
     # stage and the one-device model all draw the same masks for the same batch
@@ -274,3 +304,19 @@ def _build_trainer(config):
 
 def _nccl_sum_hook(group, bucket):
     return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def describe_modes(config) -> tuple:
+    """(execution, precision) as this trainer runs them, for results.log."""
+    execution = (
+        "compiled: torch.compile (Inductor) of the model; the first step compiles"
+        if config.compile
+        else "eager: every op dispatched from Python (PyTorch's default)"
+    )
+    precision = {
+        "fp32": "fp32: float32 weights and compute",
+        "bf16": "bf16: torch.autocast(bfloat16) forward, float32 master weights, float32 loss",
+        "fp16": "fp16: torch.autocast(float16) forward, float32 master weights, float32 loss, "
+        "torch.amp.GradScaler dynamic loss scale (the CSV's loss_scale column)",
+    }[config.precision]
+    return execution, precision
