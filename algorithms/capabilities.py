@@ -21,6 +21,7 @@ FLAGS = (
     "--checkpointing",
     "--compile",
     "--checkpoint_every",
+    "--noise_scale",
 )
 
 

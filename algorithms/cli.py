@@ -51,6 +51,7 @@ class RunConfig:
     threads: int = os.cpu_count() or 1
     compile: bool = False
     malloc: str = "reuse"
+    noise_scale: bool = False
 
     @property
     def effective_batch(self) -> int:
@@ -75,6 +76,7 @@ class RunConfig:
             "--checkpointing": self.checkpointing,
             "--dp_impl dataparallel": self.dp_impl == "dataparallel",
             "--compile": self.compile,
+            "--noise_scale": self.noise_scale,
         }
 
     def describe(self) -> str:
@@ -103,6 +105,7 @@ class RunConfig:
                 else ""
             )
             + (" checkpointing" if self.checkpointing else "")
+            + (" noise_scale" if self.noise_scale else "")
             + (" parity" if self.parity else "")
             + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else "")
         )
@@ -312,6 +315,13 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         action="store_true",
         help="gradient checkpointing: recompute activations in the backward pass to save memory",
     )
+    hygiene.add_argument(
+        "--noise_scale",
+        action="store_true",
+        help="data parallel: estimate the gradient noise scale B_simple (McCandlish et al. 2018) from "
+        "each replica's gradient norm before the all-reduce and the summed one's after it; "
+        "logged per epoch, with a final 'critical batch' line",
+    )
     output = parser.add_argument_group("output")
     output.add_argument(
         "--results_dir", default=RESULTS_DIR, help="per-step CSVs go here, predictions under its predictions/"
@@ -356,6 +366,11 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         raise InputError(
             f"--run_id {args.run_id} --resume {args.resume}: a resumed run keeps its run id; drop --run_id"
         )
+    if args.noise_scale and (plan.strategy != "data" or plan.replicas < 2):
+        raise InputError(
+            f"--noise_scale with --strategy {args.strategy} --devices {args.devices}: it compares one "
+            "replica's gradient with the all-reduced one; use --strategy data --devices 2 or more"
+        )
     return RunConfig(
         network=network,
         optimizer=optimizer,
@@ -389,4 +404,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         threads=args.threads,
         compile=args.compile,
         malloc=args.malloc,
+        noise_scale=args.noise_scale,
     )

@@ -25,6 +25,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
+from .noise_scale import GradientNorms
+
 
 @dataclass(frozen=True)
 class Support:
@@ -48,12 +50,14 @@ class Runtime:
 
 @dataclass(frozen=True)
 class StepResult:
-    """One optimizer step: the mean loss and accuracy over its samples, and the part of
-    its time spent communicating where the strategy can measure it."""
+    """One optimizer step: the mean loss and accuracy over its samples, the part of
+    its time spent communicating where the strategy can measure it, and with
+    --noise_scale the gradient norms before and after the all-reduce."""
 
     loss: float
     accuracy: float
     comm_time_ms: Optional[float] = None
+    gradient_norms: Optional[GradientNorms] = None
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ def supported() -> Support:
             "--accumulate",
             "--checkpoint_every",
             "--compile",
+            "--noise_scale",
         ),
     )
 

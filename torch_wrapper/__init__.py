@@ -21,6 +21,7 @@ def supported() -> Support:
             "--dp_impl dataparallel",
             "--checkpoint_every",
             "--compile",
+            "--noise_scale",
         ),
     )
 
@@ -31,6 +32,11 @@ def prepare_process(config, dataset) -> None:
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "
             "single-process model only; drop --compile"
+        )
+    if config.noise_scale and config.dp_impl == "dataparallel":
+        raise InputError(
+            "--noise_scale with --dp_impl dataparallel: torch_script.py measures it in "
+            "DistributedDataParallel runs (one process per device); drop --dp_impl dataparallel"
         )
 
 
