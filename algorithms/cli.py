@@ -52,6 +52,9 @@ class RunConfig:
     compile: bool = False
     malloc: str = "reuse"
     noise_scale: bool = False
+    batch_size_auto: bool = False  # --batch_size auto: batch_size is the preset's until the finder chooses
+    memory_budget_mb: Optional[float] = None
+    batch_search: Optional[str] = None  # the finder's trials and choice, for results.log
 
     @property
     def effective_batch(self) -> int:
@@ -141,6 +144,10 @@ def _count(text: str) -> int:
     return value
 
 
+def _batch_size(text: str):
+    return "auto" if text == "auto" else _positive_int(text)
+
+
 def _positive_float(text: str) -> float:
     return _number(text, lambda v: 0 < v < float("inf"), "a positive finite number")
 
@@ -203,7 +210,18 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="epochs (default: the preset's)",
     )
     training.add_argument(
-        "--batch_size", type=_positive_int, default=None, help="global batch size (default: the preset's)"
+        "--batch_size",
+        type=_batch_size,
+        default=None,
+        help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
+        "within --memory_budget_mb, found by trial runs of a few steps each (docs/finding_the_batch.md)",
+    )
+    training.add_argument(
+        "--memory_budget_mb",
+        type=_positive_float,
+        default=None,
+        help="--batch_size auto: the most memory a trial may peak at (default: 50%% of the memory "
+        "available, or 90%% of the GPU's free memory on a GPU)",
     )
     training.add_argument(
         "--learning_rate", type=_positive_float, default=None, help="learning rate (default: the preset's)"
@@ -354,7 +372,9 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     if args.parity:
         network = network.without_dropout()
     defaults = network.training
-    batch_size = args.batch_size or defaults.batch_size
+    batch_size_auto = args.batch_size == "auto"
+    batch_size = defaults.batch_size if batch_size_auto else args.batch_size or defaults.batch_size
+    check_batch_finder(args, batch_size_auto)
     plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
     optimizer = defaults.optimizer
     if args.learning_rate is not None:
@@ -405,4 +425,21 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         compile=args.compile,
         malloc=args.malloc,
         noise_scale=args.noise_scale,
+        batch_size_auto=batch_size_auto,
+        memory_budget_mb=args.memory_budget_mb,
     )
+
+
+def check_batch_finder(args, batch_size_auto: bool) -> None:
+    """--batch_size auto measures one process on one device; --memory_budget_mb goes with it."""
+    if args.memory_budget_mb is not None and not batch_size_auto:
+        raise InputError(f"--memory_budget_mb {args.memory_budget_mb:g}: only with --batch_size auto; drop it")
+    if not batch_size_auto:
+        return
+    if args.strategy != "single":
+        raise InputError(
+            f"--batch_size auto with --strategy {args.strategy}: the finder measures one device; "
+            "find the batch with --strategy single, then pass --batch_size (that batch x devices)"
+        )
+    if args.resume:
+        raise InputError(f"--batch_size auto with --resume {args.resume}: a resumed run keeps its batch; pass it")

@@ -104,7 +104,16 @@ TRAIN_NAMES = ("describe_runtime", "records", "train", "initial_loss_and_logits"
 TRAINER_NAMES = ("build_trainer",)
 MODEL_NAMES = ("build_model",)
 DETERMINISM_NAMES = ("enable",)
-NATIVE_NAMES = ("apply_threads", "Native", "Harness", "gemm", "compiled_ms", "profile_ops", "STEPS_PER_CALL")
+NATIVE_NAMES = (
+    "apply_threads",
+    "Native",
+    "Harness",
+    "gemm",
+    "compiled_ms",
+    "profile_ops",
+    "STEPS_PER_CALL",
+    "device_memory_mb",
+)
 FILES = {
     "": PACKAGE_NAMES,
     "model": MODEL_NAMES,

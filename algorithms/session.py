@@ -423,6 +423,7 @@ class RunSession:
                 ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
                 ("devices", self.devices),
                 ("config", config.describe()),
+                *([("batch size auto", config.batch_search)] if config.batch_search else []),
                 (
                     "parity",
                     "off (dropout on, framework-default kernels)"

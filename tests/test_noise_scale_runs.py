@@ -25,15 +25,6 @@ BATCH, EPOCHS = 32, 2
 EPOCH_LINE = re.compile(r"epoch (\d+): B_simple (\S+) \(\|G\|\^2 (\S+), tr\(Sigma\) (\S+)\)")
 
 
-@pytest.fixture(scope="module")
-def one_batch_data(small_data, tmp_path_factory):
-    """40 rows: 32 train (one batch of 32 per epoch), 8 validation."""
-    path = tmp_path_factory.mktemp("one_batch") / "train.csv"
-    with open(small_data / "train.csv") as source:
-        path.write_text("".join(line for _, line in zip(range(41), source)))
-    return path
-
-
 def noise_scale_run(script: str, train, tmp_path, env=None):
     results = tmp_path / "results"
     proc = run_script(
@@ -72,13 +63,13 @@ def autograd_first_step(train) -> tuple:
     return unbiased_estimates(GradientNorms(16, small_sq, BATCH, float(whole @ whole)))
 
 
-def test_torch_ddp_and_tf_mirrored_log_the_same_noise_scale(one_batch_data, tmp_path):
-    gradient_sq, trace = autograd_first_step(one_batch_data)
-    torch_epochs = noise_scale_run("torch_script.py", one_batch_data, tmp_path / "torch", {"OMP_NUM_THREADS": "1"})
+def test_torch_ddp_and_tf_mirrored_log_the_same_noise_scale(tiny_train, tmp_path):
+    gradient_sq, trace = autograd_first_step(tiny_train)
+    torch_epochs = noise_scale_run("torch_script.py", tiny_train, tmp_path / "torch", {"OMP_NUM_THREADS": "1"})
     _, _, torch_gradient_sq, torch_trace = torch_epochs[0]
     assert torch_gradient_sq == pytest.approx(gradient_sq, rel=1e-3)  # the log keeps 4 digits
     assert torch_trace == pytest.approx(trace, rel=1e-3)
-    tf_epochs = noise_scale_run("tensorflow_script.py", one_batch_data, tmp_path / "tf")
+    tf_epochs = noise_scale_run("tensorflow_script.py", tiny_train, tmp_path / "tf")
     for (_, _, tf_g, tf_t), (_, _, torch_g, torch_t) in zip(tf_epochs, torch_epochs):
         assert tf_g == pytest.approx(torch_g, rel=2e-3) and tf_t == pytest.approx(torch_t, rel=2e-3)
 
