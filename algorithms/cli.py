@@ -442,4 +442,7 @@ def check_batch_finder(args, batch_size_auto: bool) -> None:
             "find the batch with --strategy single, then pass --batch_size (that batch x devices)"
         )
     if args.resume:
-        raise InputError(f"--batch_size auto with --resume {args.resume}: a resumed run keeps its batch; pass it")
+        raise InputError(
+            f"--batch_size auto with --resume {args.resume}: a resumed run keeps its batch; pass the "
+            "--batch_size it chose (its results.log config line)"
+        )
