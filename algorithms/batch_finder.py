@@ -27,7 +27,8 @@ from .paths import REPO_ROOT
 START_BATCH = 16
 BISECT_UNTIL = 8  # stop bisecting once the bracket is narrower than 1/8 of its lower end
 MAX_TRIALS = 14
-TRIAL_STEPS = 3  # timed steps per trial, after one warm-up block (Keras: fit blocks of 4)
+TRIAL_STEPS = 3  # timed steps per trial at least, after one warm-up block (Keras: fit blocks of 4)
+TRIAL_SAMPLES = 1024  # and at least this many samples timed: a small batch's few ms steps are noise on a shared CPU
 TRIAL_TIMEOUT_S = 600
 CPU_BUDGET_FRACTION = 0.5  # of MemAvailable: the machine is shared, and a run holds more than one trial
 GPU_BUDGET_FRACTION = 0.9  # of the GPU's free memory: the allocator's slack and workspaces
@@ -126,7 +127,8 @@ def run_trial(package: str, argv: list, batch: int, accumulate: int) -> Trial:
     with tempfile.TemporaryDirectory(prefix="batch-trial-") as scratch:
         out = os.path.join(scratch, "trial.json")
         command = [sys.executable, "-m", "algorithms.probe", package, "--out", out, "--mode", "trial"]
-        command += ["--steps", str(TRIAL_STEPS), "--block", "1", "--gemm", "0", "--skip_compiled"]
+        steps = max(TRIAL_STEPS, -(-TRIAL_SAMPLES // (batch * accumulate)))
+        command += ["--steps", str(steps), "--block", "1", "--gemm", "0", "--skip_compiled"]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         try:
             proc = subprocess.run(
@@ -212,8 +214,8 @@ def find_batch_size(config, package: str, argv: list, rows: int, say=print):
         return given if given is not None else default_budget(first, available)[0]
 
     say(
-        f"batch size auto: doubling from {START_BATCH}, then bisecting; {TRIAL_STEPS} timed steps per trial "
-        "in its own process",
+        f"batch size auto: doubling from {START_BATCH}, then bisecting; each trial in its own process, "
+        f"at least {TRIAL_STEPS} timed steps and {TRIAL_SAMPLES} samples",
         flush=True,
     )
     most = max(1, rows // config.accumulate)
