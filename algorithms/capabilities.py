@@ -26,6 +26,7 @@ FLAGS = (
     "--precision fp16",
     "--execution eager",
     "--execution graph",
+    "--noise_scale",
 )
 
 

@@ -74,6 +74,10 @@ class RunConfig:
     ps_sync: bool = False  # ps: the server applies the sum of all workers' gradients at once
     precision: str = "fp32"
     execution: Optional[str] = None  # None: the framework's default mode; --compile is "compiled"
+    noise_scale: bool = False
+    batch_size_auto: bool = False  # --batch_size auto: batch_size is the preset's until the finder chooses
+    memory_budget_mb: Optional[float] = None
+    batch_search: Optional[str] = None  # the finder's trials and choice, for results.log
 
     @property
     def effective_batch(self) -> int:
@@ -109,6 +113,7 @@ class RunConfig:
             "--precision fp16": self.precision == "fp16",
             "--execution eager": self.execution == "eager",
             "--execution graph": self.execution == "graph",
+            "--noise_scale": self.noise_scale,
         }
 
     def describe(self) -> str:
@@ -140,6 +145,7 @@ class RunConfig:
                 else ""
             )
             + (" checkpointing" if self.checkpointing else "")
+            + (" noise_scale" if self.noise_scale else "")
             + (" parity" if self.parity else "")
             + (f" batch_schedule={_schedule_text(self.batch_schedule)}" if self.batch_schedule else "")
             + (f" lr_schedule={_schedule_text(self.lr_schedule)}" if self.lr_schedule else "")
@@ -217,6 +223,10 @@ def _count(text: str) -> int:
     return value
 
 
+def _batch_size(text: str):
+    return "auto" if text == "auto" else _positive_int(text)
+
+
 def _positive_float(text: str) -> float:
     return _number(text, lambda v: 0 < v < float("inf"), "a positive finite number")
 
@@ -279,7 +289,18 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="epochs (default: the preset's)",
     )
     training.add_argument(
-        "--batch_size", type=_positive_int, default=None, help="global batch size (default: the preset's)"
+        "--batch_size",
+        type=_batch_size,
+        default=None,
+        help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
+        "within --memory_budget_mb, found by trial runs of a few steps each (docs/finding_the_batch.md)",
+    )
+    training.add_argument(
+        "--memory_budget_mb",
+        type=_positive_float,
+        default=None,
+        help="--batch_size auto: the most memory a trial may peak at (default: 50%% of the memory "
+        "available, or 90%% of the GPU's free memory on a GPU)",
     )
     training.add_argument(
         "--learning_rate", type=_positive_float, default=None, help="learning rate (default: the preset's)"
@@ -464,6 +485,13 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         action="store_true",
         help="gradient checkpointing: recompute activations in the backward pass to save memory",
     )
+    hygiene.add_argument(
+        "--noise_scale",
+        action="store_true",
+        help="data parallel: estimate the gradient noise scale B_simple (McCandlish et al. 2018) from "
+        "each replica's gradient norm before the all-reduce and the summed one's after it; "
+        "logged per epoch, with a final 'critical batch' line",
+    )
     output = parser.add_argument_group("output")
     output.add_argument(
         "--results_dir", default=RESULTS_DIR, help="per-step CSVs go here, predictions under its predictions/"
@@ -512,8 +540,14 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     if args.parity:
         network = network.without_dropout()
     defaults = network.training
-    batch_size = args.batch_size or defaults.batch_size
+    batch_size_auto = args.batch_size == "auto"
+    batch_size = defaults.batch_size if batch_size_auto else args.batch_size or defaults.batch_size
+    check_batch_finder(args, batch_size_auto)
     args.batch_schedule, args.lr_schedule = args.batch_schedule or (), args.lr_schedule or ()
+    if batch_size_auto and (args.batch_schedule or args.lr_schedule):
+        raise InputError(
+            "--batch_size auto with --batch_schedule / --lr_schedule: the finder picks one batch; drop one"
+        )
     batch_size = _check_schedules(args, defaults.epochs, batch_size)
     plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
     check_batch_schedule(plan, args.batch_schedule)
@@ -536,6 +570,16 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         raise InputError(f"--sync_every {args.sync_every}: only --strategy localsgd averages every K steps; drop it")
     if args.ps_sync and args.strategy != "ps":
         raise InputError(f"--ps_sync with --strategy {args.strategy}: only --strategy ps has a server; drop it")
+    if args.noise_scale and (plan.strategy != "data" or plan.replicas < 2):
+        raise InputError(
+            f"--noise_scale with --strategy {args.strategy} --devices {args.devices}: it compares one "
+            "replica's gradient with the all-reduced one; use --strategy data --devices 2 or more"
+        )
+    if args.noise_scale and args.precision == "fp16":
+        raise InputError(
+            "--noise_scale with --precision fp16: the gradient norms would be taken on loss-scaled "
+            "gradients; use --precision bf16 or fp32"
+        )
     return RunConfig(
         network=network,
         optimizer=optimizer,
@@ -578,4 +622,25 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         ps_sync=args.ps_sync,
         precision=args.precision,
         execution=execution,
+        noise_scale=args.noise_scale,
+        batch_size_auto=batch_size_auto,
+        memory_budget_mb=args.memory_budget_mb,
     )
+
+
+def check_batch_finder(args, batch_size_auto: bool) -> None:
+    """--batch_size auto measures one process on one device; --memory_budget_mb goes with it."""
+    if args.memory_budget_mb is not None and not batch_size_auto:
+        raise InputError(f"--memory_budget_mb {args.memory_budget_mb:g}: only with --batch_size auto; drop it")
+    if not batch_size_auto:
+        return
+    if args.strategy != "single":
+        raise InputError(
+            f"--batch_size auto with --strategy {args.strategy}: the finder measures one device; "
+            "find the batch with --strategy single, then pass --batch_size (that batch x devices)"
+        )
+    if args.resume:
+        raise InputError(
+            f"--batch_size auto with --resume {args.resume}: a resumed run keeps its batch; pass the "
+            "--batch_size it chose (its results.log config line)"
+        )

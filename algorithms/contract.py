@@ -25,6 +25,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
+from .noise_scale import GradientNorms
+
 
 @dataclass(frozen=True)
 class Support:
@@ -49,8 +51,9 @@ class Runtime:
 
 @dataclass(frozen=True)
 class StepResult:
-    """One optimizer step: the mean loss and accuracy over its samples, and the part of
-    its time spent communicating where the strategy can measure it."""
+    """One optimizer step: the mean loss and accuracy over its samples, the part of
+    its time spent communicating where the strategy can measure it, and with
+    --noise_scale the gradient norms before and after the all-reduce."""
 
     loss: float
     accuracy: float
@@ -59,6 +62,7 @@ class StepResult:
     # its gradients overflowed (the step was skipped and the scale halved)
     loss_scale: Optional[float] = None
     skipped: bool = False
+    gradient_norms: Optional[GradientNorms] = None
 
 
 @runtime_checkable
@@ -113,7 +117,16 @@ TRAIN_NAMES = ("describe_runtime", "records", "train", "initial_loss_and_logits"
 TRAINER_NAMES = ("build_trainer",)
 MODEL_NAMES = ("build_model",)
 DETERMINISM_NAMES = ("enable",)
-NATIVE_NAMES = ("apply_threads", "Native", "Harness", "gemm", "compiled_ms", "profile_ops", "STEPS_PER_CALL")
+NATIVE_NAMES = (
+    "apply_threads",
+    "Native",
+    "Harness",
+    "gemm",
+    "compiled_ms",
+    "profile_ops",
+    "STEPS_PER_CALL",
+    "device_memory_mb",
+)
 FILES = {
     "": PACKAGE_NAMES,
     "model": MODEL_NAMES,

@@ -103,6 +103,8 @@ def run_step(
     ready = time.perf_counter()
     result = trainer.step(batches)
     done = time.perf_counter()
+    if result.gradient_norms is not None:  # --noise_scale
+        session.noise_scale.update(result.gradient_norms)
     session.train_step(
         epoch,
         result.loss,

@@ -2,7 +2,7 @@
 legacy env, never share one). algorithms/benchmark.py starts it as
 
     python -m algorithms.probe PACKAGE --out result.json [--steps N] [--block B]
-        [--gemm N] [--mode full|threads|profile] [any entry-script flag, e.g. --threads 1]
+        [--gemm N] [--mode full|threads|profile|trial] [any entry-script flag, e.g. --threads 1]
 
 and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NATIVE_NAMES):
     apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
@@ -14,6 +14,9 @@ and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NATIVE_NA
                                      driven by algorithms/loop.py's train_by_hand
     gemm(n) -> call                  one n x n fp32 matmul through the framework's BLAS
                                      (operands and any compiled function made once)
+    device_memory_mb() -> dict | None  on a GPU, the framework's peak-allocated memory since
+                                     the process started and the GPU's free memory
+                                     ({"peak_mb", "free_mb"}); None when the steps ran on the CPU
     STEPS_PER_CALL                   the fewest steps one run() call should take (Keras: one
                                      model.fit call per block, its setup spread over them)
     compiled_ms(config, dataset, schedule, steps) -> {name: ms/step}   compiled paths
@@ -173,6 +176,8 @@ def measure(
     session = RunSession(config, dataset, runtime)
     block = max(block, native_module.STEPS_PER_CALL)  # a call's setup is spread over its steps
     schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
+    if mode == "trial":  # --batch_size auto (algorithms/batch_finder.py): the harness alone, and its memory
+        return trial(native_module, config, session, schedule, block, result)
     if mode == "profile":  # where the native loop's time goes, by the framework's own profiler
         result["profiler"], ops = native_module.profile_ops(config, dataset, schedule, block * WARMUP_BLOCKS)
         ops = sorted(ops, key=lambda op: op[1], reverse=True)
@@ -213,6 +218,21 @@ def measure(
     return result
 
 
+def trial(native_module, config, session: RunSession, schedule: list, block: int, result: dict) -> dict:
+    """The wrapper's own step at the config's batch, a warm-up block then the rest
+    timed; the process's peak RSS and, on a GPU, the framework's peak allocation."""
+    harness = native_module.Harness(config, session)
+    harness.plan(schedule)
+    times = [ms for start in range(0, len(schedule), block) for ms in harness.run(schedule[start : start + block])]
+    result.update(
+        harness_ms=statistics.median(times[block * WARMUP_BLOCKS :]),
+        steps_timed=len(times) - block * WARMUP_BLOCKS,
+        device_memory=native_module.device_memory_mb(),
+        peak_rss_mb=peak_rss_mb(),
+    )
+    return result
+
+
 def probe_config_args(argv: list, results_dir: str) -> list:
     """The entry-script flags a probe runs with: test set off, rows to a scratch folder."""
     extra = [] if "--results_dir" in argv else ["--results_dir", results_dir]
@@ -223,7 +243,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="algorithms.probe")
     parser.add_argument("package")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--mode", choices=("full", "threads", "profile"), default="full")
+    parser.add_argument("--mode", choices=("full", "threads", "profile", "trial"), default="full")
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind (after warm-up)")
     parser.add_argument("--block", type=int, default=5, help="steps per interleaved block")
     parser.add_argument("--gemm", type=int, default=2048, help="matmul size for the GEMM peak (0: skip)")

@@ -18,6 +18,7 @@ import sys
 from dataclasses import replace
 from typing import Optional
 
+from .batch_finder import find_batch_size
 from .cli import parse_config
 from .contract import Support
 from .data import default_test_labels, ensure_default_data, load_dataset
@@ -85,6 +86,10 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     try:
         check_supported(config, wrapper_module, prog)
         config = resolve_tuned(config, wrapper_module.split(".")[0])
+        if config.batch_size_auto:  # trial processes, before this one loads the framework
+            config = find_batch_size(
+                config, wrapper_module.split(".")[0], sys.argv[1:] if argv is None else list(argv), len(dataset.train_x)
+            )
         package = importlib.import_module(wrapper_module.split(".")[0])
         package.prepare_process(config, dataset)
         package.launch(config, sys.argv[1:] if argv is None else list(argv))

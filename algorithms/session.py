@@ -20,6 +20,7 @@ from .cli import RunConfig
 from .contract import Runtime
 from .checkpoint import checkpoint_root, find_resume_point, prune, shared_settings, step_folder, write_state
 from .data import Dataset, batch_order, steps_per_epoch
+from .noise_scale import NoiseScale
 from .faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
 from .tuning import log_line as tuned_log_line
 from .threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
@@ -91,6 +92,7 @@ class RunSession:
             else _NoCsv()
         )
         self.schedule = config.learning_rate_schedule()
+        self.noise_scale = NoiseScale() if config.noise_scale else None  # fed by the loop, step by step
         self._best_val_loss = float("inf")
         self._epochs_without_gain = 0
         self.stopped_early = False
@@ -329,6 +331,10 @@ class RunSession:
             f"{now - self._epoch_start:.1f}s - loss: {self.last_train[0]:.4f} - acc: {self.last_train[1]:.4f} - "
             f"val_loss: {val_loss:.4f} - val_acc: {val_accuracy:.4f} - {ms_step:.1f} ms/step"
         )
+        if self.noise_scale is not None:
+            self.noise_scale.end_epoch(epoch)
+            b_simple = self.noise_scale.b_simple
+            line += f" - B_simple: {'n/a' if b_simple is None else f'{b_simple:.0f}'}"
         self._say(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
         self._epoch_losses, self._epoch_accs = [], []
         self._epoch_start = self._last_progress = now
@@ -496,6 +502,7 @@ class RunSession:
                 ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
                 ("devices", self.devices),
                 ("config", config.describe()),
+                *([("batch size auto", config.batch_search)] if config.batch_search else []),
                 (
                     "parity",
                     "off (dropout on, framework-default kernels)"
@@ -514,6 +521,7 @@ class RunSession:
                 ("test data", test_set),
                 ("steps", f"{self.step}" + (f" (resumed from {self.resume_from})" if self.resume_from else "")),
                 ("diagnostics", " | ".join(self.diagnostics) or "none"),
+                *([("noise scale", self.noise_scale.describe())] if self.noise_scale is not None else []),
                 ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
                 ("final val", pair(summary["val"])),
                 ("final test", pair(summary["test"])),
@@ -587,4 +595,9 @@ class RunSession:
             self._say(
                 f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
                 f"over {self.step} steps · rows in {self.csv_path} · run {self.run_id}"
+            )
+        if self.noise_scale is not None:
+            self._say(
+                f"gradient noise scale: {self.noise_scale.critical_batch_text()} samples "
+                f"(B_simple at the end, global batch {self.config.effective_batch})"
             )

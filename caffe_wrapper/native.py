@@ -111,3 +111,8 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         update_ms += (time.perf_counter() - gradients_ready[-1]) * 1000.0
     update = (f"solver update ({type(native.solver).__name__}.ApplyUpdate)", update_ms)
     return "Caffe per-layer timing (as `caffe time`) + the solver's update", list(totals.items()) + [update]
+
+
+def device_memory_mb():
+    """Runs on the CPU here: the finder reads the trial's peak RSS."""
+    return None

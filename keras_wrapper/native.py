@@ -199,3 +199,34 @@ def _theano_profile(config, dataset, schedule, warmup: int) -> tuple:
         shapes = shape_text(map(stats.variable_shape.get, node.inputs))
         totals[f"{node.op} {shapes}".rstrip()] += seconds * 1000.0
     return "theano ProfileStats (per-Apply time)", list(totals.items())
+
+
+def device_memory_mb():
+    """--batch_size auto on a GPU: the backend's own peak-allocated counter (and, where
+    it says, the memory it may still take); None on the CPU and on Theano."""
+    if compat.BACKEND == "torch":
+        import torch
+
+        if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
+            return None
+        free, _ = torch.cuda.mem_get_info()
+        return {
+            "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+            "free_mb": (free + torch.cuda.memory_reserved()) / 2**20,
+        }
+    if compat.BACKEND == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        stats = device.memory_stats() if device.platform != "cpu" else None
+        if not stats:
+            return None
+        limit = stats.get("bytes_limit")  # what jax's allocator may hold on this GPU
+        return {"peak_mb": stats["peak_bytes_in_use"] / 2**20, "free_mb": None if limit is None else limit / 2**20}
+    if compat.BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.config.list_logical_devices("GPU"):
+            return None
+        return {"peak_mb": tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "free_mb": None}
+    return None

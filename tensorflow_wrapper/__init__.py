@@ -41,6 +41,7 @@ def supported() -> Support:
             "--precision fp16",
             "--execution eager",
             "--execution graph",
+            "--noise_scale",
         ),
         advice=worker_strategy_advice(
             "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",

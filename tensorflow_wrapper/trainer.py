@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from algorithms.contract import StepResult
+from algorithms.noise_scale import GradientNorms
 from algorithms.init import initial_weights
 from algorithms.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
@@ -65,8 +66,10 @@ class TensorFlowTrainer:
         shard_devices=None,
         precision="fp32",
         eager=False,
+        noise_scale=False,
     ):
         tf.random.set_seed(seed)
+        self.noise_scale = noise_scale  # data parallel: the gradient norms of every step (GradientNorms)
         self.seed, self.optimizer_steps = seed, 0
         self.data_parallel = strategy is not None
         self.jit_compile = jit_compile
@@ -98,6 +101,7 @@ class TensorFlowTrainer:
         self._replica_gradients = tf.function(self._run_on_replicas, reduce_retracing=True)
         self._add = tf.function(self._add_on_replicas, reduce_retracing=True)
         self._all_reduce = tf.function(self._sum_across_replicas, reduce_retracing=True)
+        self._squared_norms = tf.function(self._norms_before_and_after, reduce_retracing=True)
         self._forward = function(lambda x: self.model(x, training=False), input_signature=[IMAGE_SPEC])
 
     # ------------------------------------------------------------------ step pieces
@@ -161,6 +165,30 @@ class TensorFlowTrainer:
                 self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
                 self.strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
             )
+
+    def _norms_before_and_after(self, per_replica_gradients, summed):
+        """--noise_scale: the replicas' squared gradient norms before the all-reduce,
+        summed over them (one scalar all-reduce), and the summed gradient's after it."""
+
+        def squared_norm(gradients):
+            return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in gradients])
+
+        with self.strategy.scope():
+            before = self.strategy.reduce(
+                tf.distribute.ReduceOp.SUM, self.strategy.run(squared_norm, args=(per_replica_gradients,)), axis=None
+            )
+        return before, squared_norm([self.strategy.experimental_local_results(g)[0] for g in summed])
+
+    def _gradient_norms(self, per_replica_gradients, summed, batches, step_rows: int):
+        """This step's GradientNorms, or None when a batch does not split evenly over the
+        replicas (their gradients would stand for unequal batches). A replica's gradient
+        is its share of the global mean (loss / global batch): its own batch's mean
+        gradient is `replicas` times it."""
+        replicas = self.strategy.num_replicas_in_sync
+        if any(int(labels.shape[0]) % replicas for _, labels in batches):
+            return None
+        before_sum, after_sq = (float(value) for value in self._squared_norms(per_replica_gradients, summed))
+        return GradientNorms(step_rows / replicas, before_sum * replicas, step_rows, after_sq)
 
     def _distribute(self, images, labels, row_offset: int, step_rows: int):
         """Each replica's contiguous slice of the batch (global replica ids, so the
@@ -226,8 +254,9 @@ class TensorFlowTrainer:
         loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
         self.strategy.experimental_local_results(gradients[-1])[0].numpy()  # ... and the gradients' one
         comm_ms = (time.perf_counter() - start) * 1000.0
+        norms = self._gradient_norms(total[0], gradients, batches, step_rows) if self.noise_scale else None
         self._replica_apply(gradients)
-        return StepResult(loss, float(correct) / step_rows, comm_ms)
+        return StepResult(loss, float(correct) / step_rows, comm_ms, gradient_norms=norms)
 
     def prepare_batch(self, batch_size: int) -> None:
         """The single-device step functions take any batch (their input signatures leave
@@ -297,7 +326,9 @@ def build_trainer(config) -> TensorFlowTrainer:
     modes = dict(precision=config.precision, eager=config.execution == "eager")
     if plan.strategy == "data":
         strategy = data_parallel_strategy(plan.devices)
-        return TensorFlowTrainer(config.network, config.optimizer, config.seed, strategy=strategy, **modes)
+        return TensorFlowTrainer(
+            config.network, config.optimizer, config.seed, strategy=strategy, noise_scale=config.noise_scale, **modes
+        )
     if plan.strategy in ("model", "pipeline"):
         devices = local_devices(plan.devices)
         layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages) for _ in range(first, stop)]

@@ -36,6 +36,15 @@ def small_data(full_data, tmp_path_factory):
     return directory
 
 
+@pytest.fixture(scope="session")
+def tiny_train(small_data, tmp_path_factory):
+    """40 labelled rows: 32 train (one batch of 32, two of 16), 8 validation."""
+    path = tmp_path_factory.mktemp("tiny") / "train.csv"
+    with open(small_data / "train.csv") as source:
+        path.write_text("".join(line for _, line in zip(range(41), source)))
+    return path
+
+
 def run_script(script: str, args: list, env_extra: dict | None = None, timeout: int = 600):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
     return subprocess.run(

@@ -37,6 +37,7 @@ def supported() -> Support:
             "--precision bf16",
             "--precision fp16",
             "--execution eager",
+            "--noise_scale",
         ),
         advice={
             "--execution graph": "PyTorch runs eager (its default) or compiled (torch.compile); "
@@ -57,6 +58,11 @@ def prepare_process(config, dataset) -> None:
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "
             "single-process model only; drop --compile"
+        )
+    if config.noise_scale and config.dp_impl == "dataparallel":
+        raise InputError(
+            "--noise_scale with --dp_impl dataparallel: torch_script.py measures it in "
+            "DistributedDataParallel runs (one process per device); drop --dp_impl dataparallel"
         )
 
     if config.precision != "fp32" and config.plan.strategy not in ("single", "data"):

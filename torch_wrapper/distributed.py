@@ -230,6 +230,41 @@ def timed_sum_hook(state, bucket):
     return future
 
 
+class GradientNormTotals:
+    """--noise_scale: the squared norm of this replica's gradient before DDP's
+    all-reduce and of the summed gradient after it, added up over the step's buckets
+    (float64 tensors on the device, read once a step)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.before, self.after = self._zeros(), self._zeros()
+
+    def _zeros(self) -> torch.Tensor:
+        return torch.zeros(1, dtype=torch.float64, device=self.device)
+
+    def add_after(self, value):
+        tensor = value[0] if isinstance(value, list) else value
+        self.after += tensor.double().square().sum()
+        return tensor
+
+    def take(self) -> tuple:
+        taken = self.before, self.after
+        self.before, self.after = self._zeros(), self._zeros()
+        return taken
+
+
+def with_gradient_norms(hook):
+    """A DDP communication hook that runs `hook` (state, bucket) and adds the bucket's
+    squared norm to the GradientNormTotals before the all-reduce and after it."""
+
+    def norms_hook(state, bucket):
+        inner_state, totals = state
+        totals.before += bucket.buffer().double().square().sum()
+        return hook(inner_state, bucket).then(lambda future: totals.add_after(future.value()))
+
+    return norms_hook
+
+
 def describe_devices() -> str:
     """The devices line of results.log: torchrun's processes and their devices, or this process's."""
     threads = f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}"

@@ -22,12 +22,14 @@ from torch.distributed.algorithms.model_averaging.averagers import PeriodicModel
 from torch.nn.parallel import DistributedDataParallel
 
 from algorithms.contract import StepResult
+from algorithms.noise_scale import GradientNorms
 from algorithms.init import initial_weights
 from algorithms.parallel import layer_stages, split_ranges
 from algorithms.tuning import tuned_options
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import (
     CommClock,
+    GradientNormTotals,
     global_rank,
     is_worker_process,
     join_process_group,
@@ -35,6 +37,7 @@ from torch_wrapper.distributed import (
     sum_gradients,
     sum_over,
     timed_sum_hook,
+    with_gradient_norms,
 )
 from torch_wrapper.model import Checkpointed, build_blocks, build_stage, make_optimizer
 from torch_wrapper.pipeline import StageSchedule, channels_first
@@ -62,6 +65,7 @@ class _StrategyTrainer:
         self.replica, self.replicas = replica, replicas
         self.metrics_group = data_group  # the replicas whose loss and accuracy make the step's, or None
         self.gradient_group = None if gradients_summed_in_backward else data_group
+        self.gradient_norm_totals = None  # --noise_scale: a GradientNormTotals filled by DDP's hook
         self.compute_dtype = None  # --precision bf16 / fp16: autocast's dtype (set by build_trainer)
         self.scaler = None  # --precision fp16: torch.amp.GradScaler, the dynamic loss scale
 
@@ -104,8 +108,27 @@ class _StrategyTrainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             skipped = self.scaler.get_scale() < scale  # GradScaler halves the scale exactly when it skips
-        loss_sum, correct = sum_over(sums, self.metrics_group, self.clock).tolist()
-        return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped)
+        if self.gradient_norm_totals is None:
+            loss_sum, correct = sum_over(sums, self.metrics_group, self.clock).tolist()
+            return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped)
+        before, after = self.gradient_norm_totals.take()
+        # the replicas' squared norms ride on the metrics' all-reduce: no extra collective
+        loss_sum, correct, before_sum, after_sq = sum_over(
+            torch.cat([sums.double(), before, after]), self.metrics_group, self.clock
+        ).tolist()
+        norms = self._gradient_norms(batches, before_sum, after_sq)
+        return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped, gradient_norms=norms)
+
+    def _gradient_norms(self, batches, before_sum: float, after_sq_sum: float):
+        """This step's GradientNorms, or None for a step whose batches do not split
+        evenly (its replicas' gradients would stand for unequal batches). Each
+        replica's gradient is its share of the global mean (loss / global batch): its
+        own batch's mean gradient is `replicas` times it."""
+        if any(size % self.replicas for _, _, size in batches):
+            return None
+        total = sum(size for _, _, size in batches)
+        small_sq = before_sum * self.replicas  # mean over replicas of (replicas x |g_r|)^2
+        return GradientNorms(total / self.replicas, small_sq, total, after_sq_sum / self.replicas)
 
     def save_checkpoint(self, directory: str) -> None:
         """This process's weights, optimizer state and RNG, in torch's format; returns
@@ -281,11 +304,17 @@ def _build_trainer(config):
             model, device_ids=[device.index] if device.type == "cuda" else None, process_group=layout.data_group
         )
         if device.type == "cpu":
-            model.register_comm_hook((clock, layout.data_group), timed_sum_hook)
+            hook, state = timed_sum_hook, (clock, layout.data_group)
         else:  # nccl: sum (not DDP's default mean): the loss is already scaled by 1 / global batch
-            model.register_comm_hook(layout.data_group, _nccl_sum_hook)
+            hook, state = _nccl_sum_hook, layout.data_group
+        totals = GradientNormTotals(device) if config.noise_scale else None
+        if totals is not None:
+            hook, state = with_gradient_norms(hook), (state, totals)
+        model.register_comm_hook(state, hook)
         optimizer = make_optimizer(config.optimizer, model.parameters())
-        return ModuleTrainer(model, optimizer, device, clock, **replica, ddp=True)
+        trainer = ModuleTrainer(model, optimizer, device, clock, **replica, ddp=True)
+        trainer.gradient_norm_totals = totals
+        return trainer
     if inner == "localsgd":
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
         optimizer = make_optimizer(config.optimizer, model.parameters())

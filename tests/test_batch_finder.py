@@ -1,0 +1,145 @@
+"""--batch_size auto (algorithms/batch_finder.py): the search on a known memory and
+speed curve (doubling, then bisecting; the choice within the budget), and real
+trials: a full torch run that chooses and trains at its choice (the CSV rows show
+it; the choice is framework-neutral), TensorFlow's and each Keras backend's trial
+process (the framework-specific part: the wrapper's own steps and their memory),
+and the one-line refusals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from algorithms.batch_finder import START_BATCH, Trial, search, without_flag
+from algorithms.frameworks import get
+from algorithms.paths import REPO_ROOT
+from algorithms.recorder import read_rows
+from tests.conftest import csv_suffix, run_script
+
+NETWORK = "cnn2d_3layer_fullconnected_3layer"
+
+
+def curve(batch: int) -> Trial:
+    """Memory 300 MB + 1 MB per sample; speed saturating at batch 200, then falling."""
+    samples_per_s = 1000.0 * min(batch, 200) / 200 - max(0, batch - 200)
+    return Trial(batch, batch * 1000.0 / samples_per_s, samples_per_s, 300.0 + batch)
+
+
+def test_search_doubles_then_bisects_and_chooses_the_fastest_batch_within_the_budget():
+    trials, budget, chosen = search(curve, lambda first: 700.0, most=4000)
+    batches = [trial.batch for trial in trials]
+    assert batches[:6] == [16, 32, 64, 128, 256, 512]  # 512 needs 812 MB: the first that does not fit
+    assert batches[6:] == [384, 448, 416]  # bisecting between 256 and 512 to within 256 / 8
+    assert budget == 700.0 and all(trial.peak_mb <= 700.0 for trial in trials if trial.fits(budget))
+    assert chosen.batch == 256  # the fastest of those that fit (speed falls past 200)
+    assert chosen.samples_per_s == max(t.samples_per_s for t in trials if t.fits(budget))
+
+
+def test_search_stops_at_the_training_rows_and_out_of_memory_does_not_fit():
+    trials, _, chosen = search(curve, lambda first: 10**6, most=100)
+    assert [t.batch for t in trials] == [16, 32, 64, 100] and chosen.batch == 100
+
+    def out_of_memory_above_40(batch):
+        return curve(batch) if batch <= 40 else Trial(batch, None, None, None)
+
+    trials, _, chosen = search(out_of_memory_above_40, lambda first: 10**6, most=1000)
+    assert [t.batch for t in trials] == [16, 32, 64, 48, 40, 44] and chosen.batch == 40
+    trials, _, chosen = search(curve, lambda first: first.peak_mb - 1, most=1000)
+    assert [t.batch for t in trials] == [START_BATCH] and chosen is None
+
+
+def test_trials_drop_the_budget_flag_with_its_value():
+    argv = ["--batch_size", "auto", "--memory_budget_mb", "500", "--seed", "1", "--memory_budget_mb=7"]
+    assert without_flag(argv, "--memory_budget_mb") == ["--batch_size", "auto", "--seed", "1"]
+
+
+# --------------------------------------------------------------------------- real trials
+
+
+def finder_run(script, train, tmp_path, *extra, env=None):
+    results = tmp_path / "results"
+    proc = run_script(
+        script,
+        ["--batch_size", "auto", "--train", str(train), "--test", "none", "--num_epochs", "1"]
+        + ["--results_dir", str(results), *extra],
+        env,
+        timeout=600,
+    )
+    return proc, results
+
+
+def trial_lines(stdout: str) -> dict:
+    """batch -> (ms/step, samples/s, peak MB, verdict) from the printed trial table."""
+    table = {}
+    for line in stdout.splitlines():
+        cells = line.split()
+        if len(cells) >= 4 and cells[0].isdigit() and line.startswith("  "):
+            table[int(cells[0])] = (float(cells[1]), float(cells[2]), float(cells[3]), " ".join(cells[4:]))
+    return table
+
+
+@pytest.mark.slow  # two trial processes and a run
+def test_the_finder_trains_with_its_choice(tiny_train, tmp_path):
+    proc, results = finder_run("torch_script.py", tiny_train, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = trial_lines(proc.stdout)
+    assert sorted(table) == [16, 32], proc.stdout
+    chosen = [batch for batch, (*_, verdict) in table.items() if verdict == "chosen"]
+    assert len(chosen) == 1 and table[chosen[0]][1] == max(samples for _, samples, _, _ in table.values())
+    assert all(peak > 50 for _, _, peak, _ in table.values())  # a whole framework process's RSS
+    rows = [row for row in read_rows(str(results / f"{NETWORK}_torch.csv")) if row["phase"] == "train"]
+    assert rows and {row["global_batch"] for row in rows} == {chosen[0]}
+    assert sum(1 for _ in rows) == 32 // chosen[0]  # the epoch at the chosen batch covers the 32 rows
+    log = (tmp_path / "results.log").read_text()
+    assert f"batch_size={chosen[0]} " in log
+    line = next(line for line in log.splitlines() if line.startswith("batch size auto:"))
+    assert "16: " in line and "32: " in line and f"chosen {chosen[0]}; budget " in line
+
+
+TRIED_HERE = [get(name) for name in ("tensorflow", "keras_tensorflow", "keras_jax", "keras_torch", "caffe")]
+
+
+def assert_a_trial_measures_the_wrappers_steps_and_memory(framework, train, tmp_path):
+    """One trial process (the finder's `python -m algorithms.probe PACKAGE --mode trial`)
+    at batch 16: the wrapper's own steps, recorded in its CSV, and the process's peak RSS."""
+    out = tmp_path / "trial.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "algorithms.probe", framework.package, "--out", str(out), "--mode", "trial"]
+        + ["--steps", "3", "--block", "1", "--gemm", "0", "--skip_compiled", "--train", str(train)]
+        + ["--batch_size", "16", "--test", "none", "--results_dir", str(tmp_path / "results"), "--quiet"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["batch"] == 16 and result["steps_timed"] == 3 and result["harness_ms"] > 0
+    assert result["device_memory"] is None and result["peak_rss_mb"] > 50  # on the CPU: the peak RSS
+    rows = read_rows(str(tmp_path / "results" / f"{NETWORK}_{csv_suffix(framework)}.csv"))
+    warmup = 4 if framework.framework == "keras" else 1  # Keras: one model.fit call of 4 steps (STEPS_PER_CALL)
+    assert len(rows) == warmup + 3 and {row["global_batch"] for row in rows} == {16}
+
+
+@pytest.mark.slow  # a framework process each
+@pytest.mark.parametrize("framework", TRIED_HERE, ids=[framework.name for framework in TRIED_HERE])
+def test_a_trial_measures_the_wrappers_steps_and_memory(framework, tiny_train, tmp_path):
+    assert_a_trial_measures_the_wrappers_steps_and_memory(framework, tiny_train, tmp_path)
+
+
+def test_a_budget_nothing_fits_in_and_the_finder_outside_one_device_are_one_line(tiny_train, tmp_path):
+    proc, results = finder_run("torch_script.py", tiny_train, tmp_path, "--memory_budget_mb", "1")
+    assert proc.returncode == 2 and not results.exists()
+    assert proc.stderr.startswith("error: --batch_size auto: batch 16 already peaked at ")
+    assert "over the budget of 1 MB (--memory_budget_mb)" in proc.stderr and proc.stderr.count("\n") == 1
+    for extra, message in (
+        (["--strategy", "data", "--devices", "2"], "error: --batch_size auto with --strategy data: "),
+        (["--resume", "x"], "error: --batch_size auto with --resume x: "),
+    ):
+        proc, _ = finder_run("torch_script.py", tiny_train, tmp_path, *extra)
+        assert proc.returncode == 2 and proc.stderr.startswith(message) and proc.stderr.count("\n") == 1
+    proc = run_script("torch_script.py", ["--memory_budget_mb", "100"])
+    assert proc.returncode == 2 and "only with --batch_size auto" in proc.stderr
