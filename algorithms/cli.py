@@ -544,10 +544,8 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     batch_size = defaults.batch_size if batch_size_auto else args.batch_size or defaults.batch_size
     check_batch_finder(args, batch_size_auto)
     args.batch_schedule, args.lr_schedule = args.batch_schedule or (), args.lr_schedule or ()
-    if batch_size_auto and (args.batch_schedule or args.lr_schedule):
-        raise InputError(
-            "--batch_size auto with --batch_schedule / --lr_schedule: the finder picks one batch; drop one"
-        )
+    if batch_size_auto and args.batch_schedule:
+        raise InputError("--batch_size auto with --batch_schedule: the finder picks one batch for the run; drop one")
     batch_size = _check_schedules(args, defaults.epochs, batch_size)
     plan = make_plan(network, args.strategy, args.devices, batch_size, args.micro_batches, args.group, args.inner)
     check_batch_schedule(plan, args.batch_schedule)
