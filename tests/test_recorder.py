@@ -83,7 +83,7 @@ def test_steady_state_median_skips_the_warmup_steps():
     assert steady_state_ms([5.0, 7.0]) == 6.0  # too few steps: all of them
 
 
-OLD_COLUMNS = CSV_COLUMNS[: CSV_COLUMNS.index("comm_time_ms") + 1]  # the schema before worker and staleness
+OLD_COLUMNS = CSV_COLUMNS[: CSV_COLUMNS.index("comm_time_ms") + 1]  # the schema before worker, staleness, loss_scale
 
 
 def old_schema_file(path) -> str:
@@ -107,7 +107,7 @@ def test_appending_to_an_older_schema_file_rewrites_it_with_todays_columns_keepi
     writer = ResultsCsv(str(path), {"run_id": "new", **IDENTITY, "strategy": "async"})
     writer.write(epoch=1, step=1, phase="train", loss=2.0, worker=1, staleness=3)
     writer.close()
-    assert "written by an earlier version without the worker, staleness columns" in capsys.readouterr().err
+    assert "written by an earlier version without the worker, staleness, loss_scale columns" in capsys.readouterr().err
     lines = path.read_text().splitlines()
     assert lines[0] == ",".join(CSV_COLUMNS) and all(line.count(",") == len(CSV_COLUMNS) - 1 for line in lines)
     old_train, old_val, new = read_rows(str(path))
