@@ -38,11 +38,13 @@ def _socket_inodes(pid: int) -> set:
     return inodes
 
 
-def listening(pids: list) -> set:
-    """(address as /proc writes it, port) of every TCP socket these processes listen on."""
+def listening(pids: list, namespace_of: int | None = None) -> set:
+    """(address as /proc writes it, port) of every TCP socket these processes listen on;
+    the tables of `namespace_of`'s network namespace (default: this process's)."""
     inodes = set().union(*(_socket_inodes(pid) for pid in pids))
     found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    net = f"/proc/{namespace_of}/net" if namespace_of else "/proc/net"
+    for table in (f"{net}/tcp", f"{net}/tcp6"):
         with open(table) as handle:
             for line in handle.readlines()[1:]:
                 fields = line.split()
@@ -50,6 +52,12 @@ def listening(pids: list) -> set:
                     address, port = fields[1].split(":")
                     found.add((address, int(port, 16)))
     return found
+
+
+def only_loopback(pid: int) -> bool:
+    """Whether the process's network namespace has no interface but lo."""
+    with open(f"/proc/{pid}/net/dev") as handle:
+        return {line.split(":")[0].strip() for line in handle.readlines()[2:]} == {"lo"}
 
 
 def run_watching_sockets(command: list, env: dict, cwd: str, timeout_s: float = 300) -> tuple:

@@ -16,12 +16,12 @@ import pytest
 
 from algorithms.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
+from tests.listening import LOOPBACK, listening, only_loopback
 
 pytestmark = pytest.mark.slow  # several TensorFlow processes per run: `make test-fast` leaves them out
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 BATCH = 32  # 480 training rows of the small data: 15 global batches an epoch, each cut into one share per worker
-LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc/net/tcp* write them
 
 
 def start(data, results, workers: int, extra: list) -> subprocess.Popen:
@@ -70,27 +70,10 @@ def wait_for_rows(process, csv_path, count: int, timeout: float = 240) -> None:
 
 
 def listening_sockets(pid: int) -> list:
-    """(address hex, port, whether this process's network namespace has only loopback)
+    """(address hex, port, whether the process's network namespace has only loopback)
     for every TCP socket the process listens on, read from /proc."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    with open(f"/proc/{pid}/net/dev") as handle:
-        interfaces = {line.split(":")[0].strip() for line in handle.readlines()[2:]}
-    found = []
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as handle:
-            for line in handle.readlines()[1:]:
-                fields = line.split()
-                address, port = fields[1].split(":")
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                    found.append((address, int(port, 16), interfaces == {"lo"}))
-    return found
+    alone = only_loopback(pid)
+    return [(address, port, alone) for address, port in sorted(listening([pid], namespace_of=pid))]
 
 
 def train_rows(csv_path) -> list:
@@ -163,8 +146,8 @@ def test_every_process_of_a_local_ps_run_listens_on_loopback_only(two_workers_on
     assert not sockets["same_namespace"]
     for name, found in [("chief", sockets["chief"]), *sockets["tasks"].items()]:
         assert found, f"{name} listens on no port: the check would see nothing"
-        for address, port, only_loopback in found:
-            assert address in LOOPBACK or only_loopback, (name, address, port)
+        for address, port, namespace_is_loopback_only in found:
+            assert address in LOOPBACK or namespace_is_loopback_only, (name, address, port)
     assert "private network namespace" in two_workers_one_lost["log"]
 
 
