@@ -180,15 +180,19 @@ def test_malloc_reuse_keeps_freed_pages_so_steps_stop_faulting():
     assert reused < 10 and reused_child == "0" and "MALLOC_MMAP_MAX_=0" in said
 
 
-@pytest.mark.parametrize("script, backend", [("caffe_script.py", None), ("keras_script.py", "jax")])
-def test_compile_is_refused_in_one_line_where_unsupported(small_data, tmp_path, script, backend):
+@pytest.mark.parametrize(
+    "script, backend, mode",
+    [("caffe_script.py", None, ["--compile"]), ("keras_script.py", "jax", ["--execution", "graph"])],
+)
+def test_an_execution_mode_a_framework_lacks_is_refused_in_one_line(small_data, tmp_path, script, backend, mode):
+    """Caffe is graph-only; Keras on jax is compiled (its default) or eager, with no graph mode."""
     proc = run_script(
         script,
-        small_flags(small_data, tmp_path) + ["--compile", "--max_steps", "1"],
+        small_flags(small_data, tmp_path) + mode + ["--max_steps", "1"],
         {"KERAS_BACKEND": backend} if backend else None,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "--compile" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and mode[0] in proc.stderr
     assert not os.path.exists(tmp_path / "results.log")
 
 
