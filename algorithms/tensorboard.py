@@ -124,6 +124,10 @@ def write_run(writer_class, path: str, run_id: str, logdir: str) -> tuple:
                     points += 1
         writer.close()
     except BaseException:
+        try:  # its writer thread may create or flush the file after the failure: stop it first
+            writer.close()
+        except Exception:
+            pass
         for partial in set(glob.glob(os.path.join(directory, EVENT_FILES))) - old_files:
             os.remove(partial)
         raise
