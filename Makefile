@@ -100,7 +100,7 @@ baseline: setup legacy-setup caffe
 
 # Parity mode, every framework twice: run-to-run next to cross-framework drift (results/drift/)
 drift: setup legacy-setup caffe
-	$(PY) -m algorithms.drift $(ARGS)
+	$(PY) -m algorithms.studies.drift $(ARGS)
 
 # Harness vs native loops, GEMM peak and MFU, threads, compiled paths, RSS, data path
 # (results/benchmark/); under 10 minutes on 2 cores

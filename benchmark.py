@@ -7,7 +7,7 @@ compiled paths, peak RSS and the data path, for every framework, in one run
 
 import sys
 
-from algorithms.benchmark import main
+from algorithms.bench.benchmark import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ Caffe is built from the PyPI sdist by `make caffe` (caffe_wrapper/build_caffe.sh
 
 import sys
 
-from algorithms.run import run_entry_point
+from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
     try:

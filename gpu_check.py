@@ -7,7 +7,7 @@ study and each run's MFU, as one table (docs/gpu.md).
 
 import sys
 
-from algorithms.gpu_check import main
+from algorithms.bench.gpu_check import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ runs keras_theano_backend.py instead (Keras 2 in the legacy environment).
 import os
 import sys
 
-from algorithms.run import run_entry_point
+from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
     if os.environ.get("KERAS_BACKEND", "").lower() == "theano":

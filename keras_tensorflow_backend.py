@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from algorithms.run import run_entry_point
+from algorithms.run.entry import run_entry_point
 
 
 def requested_backends() -> list:

@@ -12,8 +12,8 @@ other Python, this script re-executes itself there, building it first when neede
 import os
 import sys
 
-from algorithms.legacy_env import reexec_in_legacy_env
-from algorithms.run import run_entry_point
+from algorithms.registry.legacy_env import reexec_in_legacy_env
+from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
     reexec_in_legacy_env(__file__)

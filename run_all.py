@@ -6,7 +6,7 @@ python run_all.py --num_epochs 3 --batch_size 128 --only torch,keras_jax
 
 import sys
 
-from algorithms.suite import main
+from algorithms.studies.suite import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ python scaling_report.py --frameworks torch,tensorflow --devices 1,2 --max_steps
 
 import sys
 
-from algorithms.scaling import main
+from algorithms.studies.scaling import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ python tensorflow_script.py --train data/train.csv --test data/test.csv --num_ep
 
 import sys
 
-from algorithms.run import run_entry_point
+from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
     sys.exit(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from algorithms.probe import shape_text
+from algorithms.bench.probe import shape_text
 
 
 def set_threads(threads: int) -> str:

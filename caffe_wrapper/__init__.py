@@ -2,10 +2,10 @@
 a SolverParameter), trained by Caffe's own solver over the shared batch order.
 `build_caffe.sh` builds real pycaffe from the PyPI sdist (`make caffe`);
 `model.py` translates the spec; `trainer.py` drives the solver; `train.py` runs it
-through algorithms/loop.py."""
+through algorithms/run/loop.py."""
 
-from algorithms.contract import Support
-from algorithms.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
+from algorithms.run.contract import Support
+from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Caffe 1.0's only parallelism is multi-GPU data parallel (P2PSync), and this build is CPU_ONLY
 ONE_DEVICE = (
@@ -38,7 +38,7 @@ def supported() -> Support:
 
 
 def prepare_process(config, dataset) -> None:
-    """Nothing to set before Caffe loads: algorithms/threads.py sets its OpenBLAS threads."""
+    """Nothing to set before Caffe loads: algorithms/run/threads.py sets its OpenBLAS threads."""
 
 
 def launch(config, argv: list) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from caffe.proto import caffe_pb2
 from google.protobuf import text_format
 
-from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 LOGITS = "logits"
 

@@ -1,6 +1,6 @@
-"""The benchmark's Caffe side (algorithms/probe.py): Caffe's native loop (copy the
+"""The benchmark's Caffe side (algorithms/bench/probe.py): Caffe's native loop (copy the
 batch into the input blobs, solver.step(1)) against the wrapper's step through
-algorithms/loop.py, on the same prototxt, weights and batches; an InnerProduct
+algorithms/run/loop.py, on the same prototxt, weights and batches; an InnerProduct
 layer's forward (Caffe's own sgemm) for the GEMM peak."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from caffe_wrapper.trainer import CaffeTrainer, build_trainer, feed  # sets GLOG
 import caffe
 import numpy as np
 
-from algorithms.probe import HandStepHarness, shape_text
+from algorithms.bench.probe import HandStepHarness, shape_text
 
 STEPS_PER_CALL = 1
 

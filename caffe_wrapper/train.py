@@ -1,5 +1,5 @@
 """Caffe training: the CaffeTrainer (trainer.py) driven by the shared loop in
-algorithms/loop.py.
+algorithms/run/loop.py.
 
 The run's train/deploy/solver prototxt and the trained .caffemodel are written to
 `<results_dir>/caffe/<run_id>/`, so they can be read and run with Caffe's tools.
@@ -15,8 +15,8 @@ os.environ.setdefault("GLOG_minloglevel", "2")  # Caffe logs every layer setup o
 import caffe
 import numpy as np
 
-from algorithms.contract import Runtime
-from algorithms.loop import train_by_hand
+from algorithms.run.contract import Runtime
+from algorithms.run.loop import train_by_hand
 from caffe_wrapper.model import LOGITS
 from caffe_wrapper.trainer import build_trainer, feed, load_weights, write_definitions
 

@@ -12,8 +12,8 @@ import caffe
 import numpy as np
 from caffe.proto import caffe_pb2
 
-from algorithms.contract import StepResult
-from algorithms.init import initial_weights, to_channels_first
+from algorithms.run.contract import StepResult
+from algorithms.spec.weights import initial_weights, to_channels_first
 from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, write_prototxt
 
 

@@ -9,10 +9,10 @@ keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
 import json
 import os
 
-from algorithms.contract import Support
-from algorithms.parallel import STRATEGIES
+from algorithms.run.contract import Support
+from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
-from algorithms.parallel import worker_strategy_advice
+from algorithms.spec.parallel import worker_strategy_advice
 
 # Keras 3 has no parameter-server training (keras-team/keras#18624)
 SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")

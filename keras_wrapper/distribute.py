@@ -25,7 +25,7 @@ import re
 
 import keras
 
-from algorithms.spec import Conv2D
+from algorithms.spec.networks import Conv2D
 from keras_wrapper.model import layer_name
 
 BACKEND = keras.backend.backend()

@@ -1,5 +1,5 @@
 """The GPU check's Keras side, in its own process, on the backend KERAS_BACKEND names
-(algorithms/gpu_check.py starts it as `python -m keras_wrapper.gpu_check PLAN.json
+(algorithms/bench/gpu_check.py starts it as `python -m keras_wrapper.gpu_check PLAN.json
 ROWS.jsonl`, with a brought-along keras on PYTHONPATH where the machine has none):
 keras_script.py's model (make_model) trained by model.fit on each batch size of the
 plan. A first fit compiles (jit); the second, timed, is the step time. One JSON line
@@ -25,8 +25,8 @@ def device_name(backend: str) -> str:
 
 
 def fit_run(plan: dict, dataset, run: dict) -> dict:
-    from algorithms.data import batch_order
-    from algorithms.spec import get_network
+    from algorithms.spec.data import batch_order
+    from algorithms.spec.networks import get_network
     from keras_wrapper.trainer import make_model
 
     network = get_network(plan["network"])
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         for run in plan["keras_runs"]:
             write({**run, "status": f"not run: keras not importable ({error}); pass --keras_path"})
         return 0
-    from algorithms.data import load_dataset
+    from algorithms.spec.data import load_dataset
 
     dataset = load_dataset(plan["train"], None, None, 0.2, plan["seed"])
     versions = f"keras {keras.__version__} on {backend}"

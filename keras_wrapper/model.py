@@ -10,7 +10,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 from keras import layers
 
-from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 
 def layer_name(index: int) -> str:

@@ -1,4 +1,4 @@
-"""The benchmark's Keras side (algorithms/probe.py), on whichever backend Keras
+"""The benchmark's Keras side (algorithms/bench/probe.py), on whichever backend Keras
 loaded: Keras's own loop (model.fit, no callback) against keras_script.py's fit
 with its per-step StepRecorder, on the same compiled model, weights and batches;
 the backend's matmul for the GEMM peak."""
@@ -11,7 +11,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 
 import numpy as np
 
-from algorithms.probe import shape_text
+from algorithms.bench.probe import shape_text
 from keras_wrapper.trainer import StepRecorder, make_model
 
 

@@ -1,5 +1,5 @@
 """Keras training: the KerasTrainer (trainer.py) driven an epoch at a time by
-algorithms/loop.py's train_by_epochs."""
+algorithms/run/loop.py's train_by_epochs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.contract import Runtime
-from algorithms.loop import train_by_epochs
+from algorithms.run.contract import Runtime
+from algorithms.run.loop import train_by_epochs
 from keras_wrapper.trainer import build_trainer, make_model
 
 

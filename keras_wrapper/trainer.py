@@ -11,7 +11,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.init import initial_weights
+from algorithms.spec.weights import initial_weights
 from keras_wrapper.model import build_model, compile_model
 
 

@@ -1,11 +1,11 @@
 """Lasagne on Theano (legacy environment, .venv-legacy): `model.py` translates the
 spec to Lasagne layers (NCHW), `trainer.py` compiles Theano train and eval
-functions, `train.py` runs them through the shared loop in algorithms/loop.py.
+functions, `train.py` runs them through the shared loop in algorithms/run/loop.py.
 backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 0.1
 (and Keras 2.3.1); it is imported before lasagne."""
 
-from algorithms.contract import Support
-from algorithms.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
+from algorithms.run.contract import Support
+from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Theano compiles each function for one device, and Lasagne has no way to split a model or a batch
 ONE_DEVICE = (
@@ -37,7 +37,7 @@ def supported() -> Support:
 
 
 def prepare_process(config, dataset) -> None:
-    """Nothing to set before Theano loads: algorithms/threads.py sets its OpenMP/BLAS threads."""
+    """Nothing to set before Theano loads: algorithms/run/threads.py sets its OpenMP/BLAS threads."""
 
 
 def launch(config, argv: list) -> None:

@@ -1,4 +1,4 @@
-"""The spec translated to Lasagne layers (NCHW). Weights come from algorithms/init.py,
+"""The spec translated to Lasagne layers (NCHW). Weights come from algorithms/spec/weights.py,
 converted to the channels-first layout (OIHW kernels, CHW flatten); Lasagne's dense
 kernels are (in, out), so the converted (out, in) ones are transposed back."""
 
@@ -13,8 +13,8 @@ import theano.tensor as T
 from lasagne import layers
 from lasagne.nonlinearities import identity, rectify
 
-from algorithms.init import to_channels_first
-from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.weights import to_channels_first
+from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 ACTIVATIONS = {"relu": rectify, None: identity}
 

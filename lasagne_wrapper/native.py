@@ -1,6 +1,6 @@
-"""The benchmark's Lasagne side (algorithms/probe.py, legacy env): the compiled
+"""The benchmark's Lasagne side (algorithms/bench/probe.py, legacy env): the compiled
 Theano train function called directly on pre-converted arrays (Lasagne's native
-loop) against the wrapper's step through algorithms/loop.py, on the same weights
+loop) against the wrapper's step through algorithms/run/loop.py, on the same weights
 and batches; a compiled T.dot for the GEMM peak."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.probe import HandStepHarness, shape_text
+from algorithms.bench.probe import HandStepHarness, shape_text
 from lasagne_wrapper.trainer import build_trainer
 
 STEPS_PER_CALL = 1

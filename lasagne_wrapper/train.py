@@ -1,5 +1,5 @@
 """Lasagne training: the LasagneTrainer (trainer.py) driven by the shared loop in
-algorithms/loop.py."""
+algorithms/run/loop.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.contract import Runtime
-from algorithms.init import initial_weights
-from algorithms.loop import train_by_hand
+from algorithms.run.contract import Runtime
+from algorithms.spec.weights import initial_weights
+from algorithms.run.loop import train_by_hand
 from lasagne_wrapper.model import build_model
 from lasagne_wrapper.trainer import build_trainer, cross_entropy
 

@@ -12,8 +12,8 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.contract import StepResult
-from algorithms.init import initial_weights
+from algorithms.run.contract import StepResult
+from algorithms.spec.weights import initial_weights
 from lasagne_wrapper.model import build_model, make_updates
 
 

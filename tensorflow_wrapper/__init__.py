@@ -4,7 +4,7 @@ tf.function + GradientTape steps; no model.fit. `model.py` translates the spec
 channel-split variant, `devices.py` picks devices and the tf.distribute strategy
 (MirroredStrategy; MultiWorkerMirroredStrategy from TF_CONFIG), `trainer.py` holds
 the steps (pipeline's micro-batches too), `train.py` runs them through the shared
-loop in algorithms/loop.py; `ps.py` is --strategy ps (ParameterServerStrategy and
+loop in algorithms/run/loop.py; `ps.py` is --strategy ps (ParameterServerStrategy and
 its ClusterCoordinator, with its own asynchronous loop), `cluster.py` starts its
 processes; `native.py` serves the benchmark."""
 
@@ -12,9 +12,9 @@ import json
 import os
 import sys
 
-from algorithms.contract import Support
+from algorithms.run.contract import Support
 from algorithms.errors import InputError
-from algorithms.parallel import worker_strategy_advice
+from algorithms.spec.parallel import worker_strategy_advice
 
 
 # measured: enable_op_determinism() makes XLA refuse the max-pool gradient ("GPU MaxPool

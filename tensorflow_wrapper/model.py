@@ -1,4 +1,4 @@
-"""The spec translated to TensorFlow ops. Weights come from algorithms/init.py in
+"""The spec translated to TensorFlow ops. Weights come from algorithms/spec/weights.py in
 their canonical layout, which is TensorFlow's own (HWIO kernels, NHWC flatten).
 Two exact rewrites the spec allows (spec.py) save copies: a ZeroPad2D before a valid
 convolution is the convolution's explicit padding, and a ReLU before a max-pool
@@ -19,7 +19,7 @@ import contextlib
 
 import tensorflow as tf
 
-from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 ACTIVATIONS = {None: tf.identity, "relu": tf.nn.relu, "softmax": tf.nn.softmax}
 

@@ -1,4 +1,4 @@
-"""The benchmark's TensorFlow side (algorithms/probe.py): a minimal native
+"""The benchmark's TensorFlow side (algorithms/bench/probe.py): a minimal native
 tf.function + GradientTape loop on the same model, weights and batches as
 tensorflow_script.py, the wrapper's own step as the harness, tf.linalg.matmul for
 the GEMM peak and XLA (jit_compile) beside graph mode."""
@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import tensorflow as tf
 
-from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, compiled_pair_ms
-from algorithms.session import RunSession
+from algorithms.spec.weights import initial_weights
+from algorithms.bench.probe import HandStepHarness, compiled_pair_ms
+from algorithms.run.session import RunSession
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.model import build_model, make_optimizer
 from tensorflow_wrapper.train import describe_runtime

@@ -30,10 +30,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from algorithms.init import initial_weights
-from algorithms.loop import batched_logits, finish_with_test, validate
+from algorithms.spec.weights import initial_weights
+from algorithms.run.loop import batched_logits, finish_with_test, validate
 from algorithms.errors import InputError
-from algorithms.parallel import split_ranges
+from algorithms.spec.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer

@@ -1,5 +1,5 @@
 """Raw TensorFlow 2 training: the trainer for the run's strategy (trainer.py), driven
-by the shared loop in algorithms/loop.py. With TF_CONFIG, one process per worker
+by the shared loop in algorithms/run/loop.py. With TF_CONFIG, one process per worker
 (MultiWorkerMirroredStrategy); the chief records the run."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from algorithms.contract import Runtime
-from algorithms.faults import install_signal_handlers
-from algorithms.init import initial_weights
-from algorithms.loop import train_by_hand
+from algorithms.run.contract import Runtime
+from algorithms.run.faults import install_signal_handlers
+from algorithms.spec.weights import initial_weights
+from algorithms.run.loop import train_by_hand
 from tensorflow_wrapper.devices import describe_devices, is_chief, signal_of_any_worker, tf_config
 from tensorflow_wrapper.model import build_model
 from tensorflow_wrapper.ps import build_ps_trainer, train_ps

@@ -31,10 +31,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from algorithms.contract import StepResult
-from algorithms.noise_scale import GradientNorms
-from algorithms.init import initial_weights
-from algorithms.parallel import split_ranges
+from algorithms.run.contract import StepResult
+from algorithms.run.noise_scale import GradientNorms
+from algorithms.spec.weights import initial_weights
+from algorithms.spec.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import data_parallel_strategy, is_chief, local_devices, peers_checked, tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer

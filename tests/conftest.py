@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from algorithms.data import ensure_default_data
-from algorithms.frameworks import Framework
-from algorithms.legacy_env import in_legacy_env
+from algorithms.spec.data import ensure_default_data
+from algorithms.registry.frameworks import Framework
+from algorithms.registry.legacy_env import in_legacy_env
 from algorithms.paths import REPO_ROOT
-from algorithms.recorder import results_csv_name
+from algorithms.run.recorder import results_csv_name
 
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]
@@ -67,7 +67,7 @@ def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str
     `last_line_suffix`, the last row's last pixel is replaced by that text."""
     import numpy as np
 
-    from algorithms.data import TRAIN_HEADER
+    from algorithms.spec.data import TRAIN_HEADER
 
     rng = np.random.default_rng(seed)
     rows = np.column_stack([rng.integers(0, 10, count), rng.integers(0, 256, (count, 784))])

@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.data import load_kaggle_csv
+from algorithms.spec.data import load_kaggle_csv
 from algorithms.paths import REPO_ROOT
-from algorithms.spec import NETWORKS
+from algorithms.spec.networks import NETWORKS
 
 BATCH = 32
 

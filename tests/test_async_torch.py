@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.recorder import read_rows
+from algorithms.run.recorder import read_rows
 from tests.conftest import REPO_ROOT
 from tests.listening import LOOPBACK, run_watching_sockets
 
@@ -160,7 +160,17 @@ def drift(small_data, tmp_path_factory):
     """The drift command on torch with --strategy async: two synchronous runs, two async ones."""
     results, run_id = tmp_path_factory.mktemp("drift"), "asyncdrift"
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.drift", "--only", "torch", "--steps", str(DRIFT_STEPS), "--run_id", run_id]
+        [
+            sys.executable,
+            "-m",
+            "algorithms.studies.drift",
+            "--only",
+            "torch",
+            "--steps",
+            str(DRIFT_STEPS),
+            "--run_id",
+            run_id,
+        ]
         + flags(small_data, results / "results", "--strategy", "async", "--devices", "2")
         + ["--results_log", str(results / "results.log")],
         cwd=REPO_ROOT,

@@ -1,4 +1,4 @@
-"""--batch_size auto (algorithms/batch_finder.py): the search on a known memory and
+"""--batch_size auto (algorithms/run/batch_finder.py): the search on a known memory and
 speed curve (doubling, then bisecting; the choice within the budget), and real
 trials: a full torch run that chooses and trains at its choice (the CSV rows show
 it; the choice is framework-neutral), TensorFlow's and each Keras backend's trial
@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from algorithms.batch_finder import START_BATCH, Trial, search, without_flag
-from algorithms.frameworks import get
+from algorithms.run.batch_finder import START_BATCH, Trial, search, without_flag
+from algorithms.registry.frameworks import get
 from algorithms.paths import REPO_ROOT
-from algorithms.recorder import read_rows
+from algorithms.run.recorder import read_rows
 from tests.conftest import csv_suffix, run_script
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -102,11 +102,11 @@ TRIED_HERE = [get(name) for name in ("tensorflow", "keras_tensorflow", "keras_ja
 
 
 def assert_a_trial_measures_the_wrappers_steps_and_memory(framework, train, tmp_path):
-    """One trial process (the finder's `python -m algorithms.probe PACKAGE --mode trial`)
+    """One trial process (the finder's `python -m algorithms.bench.probe PACKAGE --mode trial`)
     at batch 16: the wrapper's own steps, recorded in its CSV, and the process's peak RSS."""
     out = tmp_path / "trial.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.probe", framework.package, "--out", str(out), "--mode", "trial"]
+        [sys.executable, "-m", "algorithms.bench.probe", framework.package, "--out", str(out), "--mode", "trial"]
         + ["--steps", "3", "--block", "1", "--gemm", "0", "--skip_compiled", "--train", str(train)]
         + ["--batch_size", "16", "--test", "none", "--results_dir", str(tmp_path / "results"), "--quiet"],
         cwd=REPO_ROOT,

@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.cli import parse_config
-from algorithms.contract import Runtime
-from algorithms.data import Dataset
-from algorithms.frameworks import FRAMEWORKS, get
-from algorithms.recorder import read_rows, results_csv_name
-from algorithms.session import RunSession
+from algorithms.run.config import parse_config
+from algorithms.run.contract import Runtime
+from algorithms.spec.data import Dataset
+from algorithms.registry.frameworks import FRAMEWORKS, get
+from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.run.session import RunSession
 from algorithms.paths import REPO_ROOT
 from tests.conftest import csv_suffix, run_script
 
@@ -50,7 +50,7 @@ def run_schedule(framework, small_data, tmp_path, extra=()):
 
 
 def framework_flags(framework) -> tuple:
-    from algorithms.capabilities import capabilities
+    from algorithms.registry.capabilities import capabilities
 
     return next(flags for name, _, flags in capabilities() if name == framework.name)
 
@@ -175,7 +175,7 @@ def test_lr_schedule_and_linear_scaling_set_each_epochs_learning_rate(tmp_path):
 
 
 def test_the_batch_study_matches_each_lr_decay_with_a_batch_growth():
-    from algorithms.batch_study import arm_flags, parse_study_args
+    from algorithms.studies.batch_study import arm_flags, parse_study_args
 
     name, args, epochs, forwarded = parse_study_args(["--batch", "50", "--factor", "5", "--threads", "1"])
     assert (name, epochs, forwarded) == ("torch", [3, 5], ["--threads", "1"])
@@ -185,13 +185,19 @@ def test_the_batch_study_matches_each_lr_decay_with_a_batch_growth():
 
 
 def test_the_batch_study_refuses_a_framework_without_an_lr_hook():
-    result = run_module(["algorithms.batch_study", "--framework", "caffe"])
+    result = run_module(["algorithms.studies.batch_study", "--framework", "caffe"])
     assert result.returncode == 2 and "no per-step lr hook" in result.stderr
 
 
 @pytest.mark.slow
 def test_the_batch_study_prints_both_arms_and_plots(small_data, tmp_path):
-    args = ["algorithms.batch_study", "--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
+    args = [
+        "algorithms.studies.batch_study",
+        "--train",
+        str(small_data / "train.csv"),
+        "--test",
+        str(small_data / "test.csv"),
+    ]
     args += ["--batch", "120", "--num_epochs", "2", "--decay_epochs", "2", "--results_dir", str(tmp_path / "r")]
     result = run_module(args + ["--threads", "2", "--quiet"])
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""The benchmark (benchmark.py, algorithms/probe.py): that its native loop and
+"""The benchmark (benchmark.py, algorithms/bench/probe.py): that its native loop and
 harness step do the same work, that its table reads back, and the --threads,
 --malloc and --compile flags it relies on. No timed assertions: the speed goals are the
 benchmark's printed ratios."""
@@ -14,9 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.probe import paired_ratio, step_schedule
-from algorithms.recorder import read_rows
-from algorithms.run import prepare
+from algorithms.bench.probe import paired_ratio, step_schedule
+from algorithms.run.recorder import read_rows
+from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script
 
 
@@ -37,7 +37,7 @@ def small_flags(small_data, tmp_path) -> list:
 def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
     native_module = pytest.importorskip("torch_wrapper.native")
     config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
-    from algorithms.session import RunSession
+    from algorithms.run.session import RunSession
     from torch_wrapper.train import describe_runtime
 
     session = RunSession(config, dataset, describe_runtime())
@@ -139,7 +139,7 @@ def test_threads_flag_is_applied_and_recorded(small_data, tmp_path):
 FAULTS_PROBE = """
 import resource, subprocess, sys
 import numpy as np
-from algorithms.threads import set_malloc
+from algorithms.run.threads import set_malloc
 print(set_malloc(sys.argv[1]), file=sys.stderr)
 def step():  # a training step's worth of large temporaries, written and freed
     for _ in range(4):

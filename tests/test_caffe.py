@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from caffe.proto import caffe_pb2
 
-from algorithms.data import load_kaggle_csv
-from algorithms.spec import NETWORKS
+from algorithms.spec.data import load_kaggle_csv
+from algorithms.spec.networks import NETWORKS
 from caffe_wrapper.model import build_model, read_prototxt, solver_parameter, write_prototxt
 from tests.conftest import run_script
 

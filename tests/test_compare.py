@@ -4,8 +4,8 @@ seeds are told apart, and the printed numbers are recomputed here from the rows.
 import numpy as np
 import pytest
 
-from algorithms.compare import build_report, format_report, main
-from algorithms.recorder import read_rows, run_ids
+from algorithms.analysis.compare import build_report, format_report, main
+from algorithms.run.recorder import read_rows, run_ids
 from tests.conftest import run_script
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -76,7 +76,7 @@ def test_the_latest_run_is_the_default_and_unknown_runs_are_named(two_seeds, cap
 
 
 def test_summation_order_changes_the_float32_sum_by_a_measured_amount():
-    from algorithms.compare import serial_sum, sharded_sum, summation_order, tree_sum
+    from algorithms.analysis.compare import serial_sum, sharded_sum, summation_order, tree_sum
 
     values = np.full(1 << 20, 0.1, np.float32)  # 2^20 copies of 0.1: serial float32 addition drifts visibly
     exact = float(np.float32(0.1)) * (1 << 20)
@@ -94,8 +94,8 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
     20x too high is outside, another batch size is not checked (and says why)."""
     import shutil
 
-    from algorithms.baseline import check_run
-    from algorithms.runs import load_run
+    from algorithms.analysis.baseline import check_run
+    from algorithms.analysis.runs import load_run
 
     baseline_dir = tmp_path / "baseline"
     baseline_dir.mkdir()
@@ -135,10 +135,10 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
     made by `make baseline`, and the compare command reads them."""
     import os
 
-    from algorithms.baseline import baseline_runs
-    from algorithms.frameworks import FRAMEWORKS
+    from algorithms.analysis.baseline import baseline_runs
+    from algorithms.registry.frameworks import FRAMEWORKS
     from algorithms.paths import BASELINE_DIR
-    from algorithms.spec import NETWORKS
+    from algorithms.spec.networks import NETWORKS
 
     for network in NETWORKS.values():
         for framework in FRAMEWORKS:
@@ -166,7 +166,7 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
 
 def synthetic_run(name: str, losses, val_accuracy: float, run_id: str = "r", batch: int = 32):
     """A Run with these per-step losses (steps 1..N) and one validation at the end."""
-    from algorithms.runs import Run
+    from algorithms.analysis.runs import Run
 
     losses = np.asarray(losses, dtype=float)
     steps = np.arange(1, len(losses) + 1)
@@ -187,8 +187,8 @@ CURVE = np.linspace(2.3, 0.5, 40)
 
 
 def test_the_band_is_the_largest_seed_to_seed_distance_and_accuracy_gap():
-    from algorithms.compare import band_of
-    from algorithms.runs import curve_distance
+    from algorithms.analysis.compare import band_of
+    from algorithms.analysis.runs import curve_distance
 
     seeds = [
         synthetic_run("torch/torch", CURVE + shift, accuracy, f"s{i}")
@@ -202,7 +202,7 @@ def test_the_band_is_the_largest_seed_to_seed_distance_and_accuracy_gap():
 
 
 def test_a_cross_framework_pair_is_judged_against_the_band_and_never_from_a_fixed_threshold():
-    from algorithms.compare import SPREAD_FACTOR, diff_pair, run_to_run_bands, verdict
+    from algorithms.analysis.compare import SPREAD_FACTOR, diff_pair, run_to_run_bands, verdict
 
     seeds = [synthetic_run("torch/torch", CURVE + shift, 0.90, f"s{i}") for i, shift in enumerate((0.0, 0.02))]
     near = synthetic_run("keras/jax", CURVE + 0.025, 0.905)  # 0.025 <= 1.5 x 0.02
@@ -227,7 +227,7 @@ def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seed
     """Seeds 0 and 1 shipped as baselines give the band a single new run is judged against."""
     import shutil
 
-    from algorithms.compare import format_against_first
+    from algorithms.analysis.compare import format_against_first
 
     baseline_dir = tmp_path / "baseline" / "default"
     baseline_dir.mkdir(parents=True)

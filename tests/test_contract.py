@@ -1,4 +1,4 @@
-"""The wrapper contract (algorithms/contract.py): every wrapper of the registry meets it,
+"""The wrapper contract (algorithms/run/contract.py): every wrapper of the registry meets it,
 each in its own process with its own environment (Keras's backend is chosen at import;
 the legacy ones run in tests/legacy/), and the checker itself catches a broken wrapper."""
 
@@ -10,19 +10,19 @@ import sys
 
 import pytest
 
-from algorithms.contract import StepResult, Support, check_wrapper, known_flags
-from algorithms.frameworks import FRAMEWORKS
-from algorithms.parallel import STRATEGIES
+from algorithms.run.contract import StepResult, Support, check_wrapper, known_flags
+from algorithms.registry.frameworks import FRAMEWORKS
+from algorithms.spec.parallel import STRATEGIES
 from algorithms.paths import REPO_ROOT
 
 MAIN_ENV = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
 
 def assert_meets_the_contract(framework, timeout: int = 300) -> None:
-    """`python -m algorithms.contract` for one registry framework, in its own process and
+    """`python -m algorithms.run.contract` for one registry framework, in its own process and
     environment (tests/legacy/ calls this from .venv-legacy's Python)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.contract", framework.package],
+        [sys.executable, "-m", "algorithms.run.contract", framework.package],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
         capture_output=True,
@@ -39,7 +39,7 @@ def test_every_wrapper_meets_the_contract(framework):
 
 
 BROKEN = {
-    "__init__.py": "from algorithms.contract import Support\n"
+    "__init__.py": "from algorithms.run.contract import Support\n"
     "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'))\n"
     "def prepare_process(config, dataset):\n    pass\n",  # no launch
     "model.py": "def build_model(network, weights):\n    return None\n",

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-import algorithms.data as data_module
-from algorithms.data import (
+import algorithms.spec.data as data_module
+from algorithms.spec.data import (
     TRAIN_HEADER,
     PIXEL_HEADER,
     batch_order,
@@ -18,7 +18,7 @@ from algorithms.data import (
     split_validation,
 )
 from algorithms.errors import InputError
-from algorithms.run import run_entry_point
+from algorithms.run.entry import run_entry_point
 from tests.conftest import write_random_kaggle_train
 
 
@@ -177,7 +177,7 @@ def test_a_users_kaggle_sized_file_loads(tmp_path):
 def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
     from types import SimpleNamespace
 
-    from algorithms.loop import Prefetcher
+    from algorithms.run.loop import Prefetcher
 
     rows = np.arange(40, dtype=np.float32).reshape(10, 2, 2)
     dataset = SimpleNamespace(train_x=rows, train_y=np.arange(10))
@@ -324,7 +324,7 @@ def test_a_bad_test_or_labels_file_is_one_line_too(tmp_path, small_data):
 
 
 def test_a_validation_split_of_0_or_too_few_rows_names_the_minimum(tmp_path, small_data):
-    from algorithms.data import minimum_rows
+    from algorithms.spec.data import minimum_rows
 
     assert [minimum_rows(split) for split in (0.2, 0.5, 0.01, 0.9)] == [3, 2, 51, 5]  # 4.5 rounds to 4
     two = _make(tmp_path, "train.csv", _small_train_bytes(small_data, rows=2))

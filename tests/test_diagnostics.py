@@ -11,14 +11,14 @@ import sys
 
 import numpy as np
 
-from algorithms.faults import (
+from algorithms.run.faults import (
     STUCK_MIN_SAMPLES,
     STUCK_MIN_UPDATES,
     EpochEvidence,
     first_loss_problem,
     stuck_loss_problem,
 )
-from algorithms.spec import CNN2D_2LAYER, CNN2D_3LAYER
+from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
 from tests.conftest import REPO_ROOT, run_script
 
 CHANCE = math.log(10)
@@ -96,8 +96,8 @@ def test_a_learning_rate_of_10_is_named(full_data, tmp_path):
 
 UNNORMALISED_RUN = """
 import sys
-import algorithms.data as data
-from algorithms.run import run_entry_point
+import algorithms.spec.data as data
+from algorithms.run.entry import run_entry_point
 load = data.load_kaggle_csv
 data.load_kaggle_csv = lambda path, labelled: (lambda images, labels: (images * 255, labels))(*load(path, labelled))
 sys.exit(run_entry_point("torch_wrapper.train", "torch_script.py", "x255", sys.argv[1:]))

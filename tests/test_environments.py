@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from algorithms.environments import apt_fix, check_caffe, reason_and_fix
+from algorithms.registry.environments import apt_fix, check_caffe, reason_and_fix
 from algorithms.paths import REPO_ROOT
 
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.frameworks import FRAMEWORKS, get
-from algorithms.recorder import CSV_COLUMNS, read_rows, run_ids
+from algorithms.registry.frameworks import FRAMEWORKS, get
+from algorithms.run.recorder import CSV_COLUMNS, read_rows, run_ids
 from tests.conftest import csv_suffix, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from algorithms.data import load_dataset
-from algorithms.parallel import layer_stages
+from algorithms.spec.data import load_dataset
+from algorithms.spec.parallel import layer_stages
 from algorithms.paths import REPO_ROOT
-from algorithms.recorder import CSV_COLUMNS, read_rows
-from algorithms.spec import NETWORKS, Conv2D, Dense, ZeroPad2D
+from algorithms.run.recorder import CSV_COLUMNS, read_rows
+from algorithms.spec.networks import NETWORKS, Conv2D, Dense, ZeroPad2D
 from tests.conftest import run_script
 
 CSV_NAME = "cnn2d_3layer_fullconnected_3layer_torch.csv"

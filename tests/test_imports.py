@@ -1,7 +1,8 @@
 """The layering, read from the source with `ast` (every import, those inside
-functions too): algorithms/ imports no framework and no module of it is part of an
-import cycle; a wrapper imports no sibling wrapper; and the framework registry
-names real scripts and packages, and is what the commands offer."""
+functions too): algorithms/ imports no framework, its layers import only the layers
+below them and no module of it is part of an import cycle; a wrapper imports no
+sibling wrapper; and the framework registry names real scripts and packages, and is
+what the commands offer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-from algorithms.frameworks import FRAMEWORKS, NAMES
+from algorithms.registry.frameworks import FRAMEWORKS, NAMES
 from algorithms.paths import REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
@@ -20,6 +21,11 @@ FRAMEWORK_MODULES = {"tensorflow", "torch", "jax", "jaxlib", "keras", "theano", 
 # numpy (the arrays it hands to algorithms/) and google.protobuf (Caffe's net format)
 WRAPPER_THIRD_PARTY = {"numpy", "google"}
 SHARED_PACKAGES = {"algorithms", "backends"}
+# algorithms/'s layers, bottom up: a module imports from its own layer or one listed
+# before it, never from one after it; "" is the foundation (algorithms/*.py). studies/
+# and bench/ sit side by side at the top and import neither each other.
+LAYERS = ("", "spec", "run", "registry", "analysis", ("studies", "bench"))
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in (names if isinstance(names, tuple) else (names,))}
 
 
 def imports(path: Path) -> list:
@@ -42,7 +48,72 @@ def where(path: Path, line: int) -> str:
 
 
 def algorithms_modules() -> list:
-    return sorted((ROOT / "algorithms").glob("*.py"))
+    return sorted((ROOT / "algorithms").rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    """algorithms/run/session.py -> algorithms.run.session; a package's __init__.py -> the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def absolute(path: Path, level: int, module: str) -> str:
+    """An import as the absolute module name it loads (relative ones resolved)."""
+    if level == 0:
+        return module
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    return ".".join(package[: len(package) - (level - 1)] + [module])
+
+
+def layer_of(module: str):
+    """The layer of an algorithms module (its subpackage, or "" for the foundation), None outside algorithms."""
+    parts = module.split(".")
+    if parts[0] != "algorithms":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in RANK else ""
+
+
+def test_every_algorithms_subpackage_is_a_known_layer_with_a_docstring():
+    packages = sorted(p.parent.name for p in (ROOT / "algorithms").glob("*/__init__.py"))
+    assert set(packages) == set(RANK) - {""}, "algorithms/ subpackages and LAYERS differ"
+    for name in ["", *packages]:
+        init = ROOT / "algorithms" / name / "__init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init.relative_to(ROOT)} says what lives there"
+
+
+def wrong_way_imports(paths: list) -> list:
+    """'file:line: layer imports module (layer)' for every import of a layer at or above the importer's."""
+    offending = []
+    for path in paths:
+        here = layer_of(module_name(path))
+        for line, level, module in imports(path):
+            target = absolute(path, level, module)
+            there = layer_of(target)
+            if there is not None and there != here and RANK[there] >= RANK[here]:
+                offending.append(
+                    f"{where(path, line)}: {here or 'foundation'} imports {target} ({there or 'foundation'})"
+                )
+    return offending
+
+
+def test_algorithms_layers_import_only_downward():
+    offending = wrong_way_imports(algorithms_modules())
+    assert not offending, "an algorithms/ layer imports one at or above it:\n" + "\n".join(offending)
+
+
+def test_the_layer_check_sees_a_wrong_way_import():
+    module = ROOT / "algorithms" / "spec" / "networks.py"
+    assert absolute(module, 2, "run.session") == "algorithms.run.session"
+    assert absolute(module, 1, "data") == "algorithms.spec.data"
+    assert [layer_of(m) for m in ("algorithms.run.session", "algorithms.errors", "algorithms", "numpy")] == [
+        "run",
+        "",
+        "",
+        None,
+    ]
+    assert RANK["run"] > RANK["spec"] and RANK["studies"] == RANK["bench"]
 
 
 def test_algorithms_imports_no_framework():
@@ -88,22 +159,28 @@ def test_backends_import_no_wrapper():
 
 
 def import_graph() -> dict:
-    """algorithms module name -> {(module it imports, line)}, for imports of algorithms/ modules."""
-    names = {path.stem for path in algorithms_modules()}
+    """algorithms module path (run/session) -> {(module it imports, line)}, for imports of
+    algorithms/ modules; `from algorithms.run import tuning` imports run/tuning."""
+    paths = {module_name(path): path for path in algorithms_modules()}
     graph = {}
-    for path in algorithms_modules():
+    for name, path in paths.items():
         edges = set()
-        for line, level, module in imports(path):
-            if level == 1:
-                target = module.split(".")[0]
-            elif level == 0 and module.startswith("algorithms."):
-                target = module.split(".")[1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = absolute(path, node.level, node.module or "").rstrip(".")
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
             else:
                 continue
-            if target in names and target != path.stem:
-                edges.add((target, line))
-        graph[path.stem] = edges
-    return graph
+            edges |= {(target, node.lineno) for target in targets if target in paths}
+        graph[name] = edges
+    return {_short(name): {(_short(t), line) for t, line in edges if t != name} for name, edges in graph.items()}
+
+
+def _short(module: str) -> str:
+    """algorithms.run.session -> run/session (a package -> its __init__)."""
+    return "/".join(module.split(".")[1:]) or "__init__"
 
 
 def find_cycle(graph: dict):
@@ -139,7 +216,7 @@ def find_cycle(graph: dict):
 
 def test_no_algorithms_module_is_part_of_an_import_cycle():
     graph = import_graph()
-    assert graph["compare"] and graph["suite"], "the graph should see relative imports"
+    assert graph["analysis/compare"] and graph["studies/suite"], "the graph should see the imports"
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle:\n" + "\n".join(cycle)
 
@@ -163,7 +240,9 @@ def test_the_registry_names_real_scripts_and_packages_once():
 
 
 def test_the_commands_offer_exactly_the_registry_in_its_order():
-    from algorithms import benchmark, capabilities, drift, suite
+    from algorithms.bench import benchmark
+    from algorithms.registry import capabilities
+    from algorithms.studies import drift, suite
 
     assert suite.parse_suite_args([])[0] == list(NAMES)
     assert benchmark.parse_args([])[1] == list(NAMES)

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from algorithms.frameworks import FRAMEWORKS
-from algorithms.recorder import read_rows
+from algorithms.registry.frameworks import FRAMEWORKS
+from algorithms.run.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 from tests.test_frameworks import NETWORK

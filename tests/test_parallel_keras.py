@@ -18,8 +18,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms.recorder import read_rows
-from algorithms.spec import Dropout, get_network
+from algorithms.run.recorder import read_rows
+from algorithms.spec.networks import Dropout, get_network
 from tests.conftest import REPO_ROOT, run_script
 
 pytestmark = pytest.mark.slow  # Keras data parallel on two backends: `make test-fast` leaves them out
@@ -46,8 +46,8 @@ def probe_network(backend: str):
 def probe(train_csv: str, results_dir: str) -> dict:
     import keras
 
-    from algorithms.run import prepare
-    from algorithms.session import RunSession
+    from algorithms.run.entry import prepare
+    from algorithms.run.session import RunSession
     from keras_wrapper.train import describe_runtime, train
     from keras_wrapper.trainer import StepRecorder, make_model
 

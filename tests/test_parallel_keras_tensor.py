@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms.recorder import read_rows
+from algorithms.run.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 
 pytestmark = pytest.mark.slow  # jax on 4 host devices: `make test-fast` leaves it out
@@ -45,10 +45,10 @@ def shardings(model) -> dict:
 def probe(train_csv: str, results_dir: str) -> dict:
     import keras
 
-    from algorithms.parallel import make_plan
-    from algorithms.run import prepare
-    from algorithms.session import RunSession
-    from algorithms.spec import Dropout, get_network
+    from algorithms.spec.parallel import make_plan
+    from algorithms.run.entry import prepare
+    from algorithms.run.session import RunSession
+    from algorithms.spec.networks import Dropout, get_network
     from keras_wrapper.train import describe_runtime, train
     from keras_wrapper.trainer import make_model
 
@@ -142,7 +142,7 @@ def probed(small_data, tmp_path_factory):
 
 @pytest.mark.parametrize("strategy, mesh", [("tensor", {"batch": 1, "model": 2}), ("hybrid", {"batch": 2, "model": 2})])
 def test_every_kernel_and_bias_is_sharded_on_its_output_channels(probed, strategy, mesh):
-    from algorithms.spec import Conv2D, Dense, get_network
+    from algorithms.spec.networks import Conv2D, Dense, get_network
 
     layers = get_network(NETWORK).layers
     got = probed[0][strategy]["shardings"]
@@ -206,9 +206,9 @@ def test_what_a_framework_cannot_run_is_one_line_before_it_loads(script, backend
 def test_lasagne_refuses_every_parallel_strategy_naming_the_reason(small_data):
     """In-process: lasagne_script.py would first re-execute itself in .venv-legacy, but the
     refusal is read from lasagne_wrapper's supported() before Theano loads, in any env."""
-    from algorithms.cli import parse_config
+    from algorithms.run.config import parse_config
     from algorithms.errors import InputError
-    from algorithms.run import check_supported
+    from algorithms.run.entry import check_supported
 
     argv = ["--train", str(small_data / "train.csv"), "--test", "none", "--strategy", "pipeline", "--devices", "2"]
     with pytest.raises(InputError, match=r"^--strategy pipeline: lasagne_script.py runs single only: Lasagne on "):

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.recorder import CSV_COLUMNS, read_rows
+from algorithms.run.recorder import CSV_COLUMNS, read_rows
 from tests.conftest import REPO_ROOT, run_script
 
 pytestmark = pytest.mark.slow  # MirroredStrategy and TF_CONFIG multi-worker runs: `make test-fast` leaves them out
@@ -34,11 +34,11 @@ BATCH, EPOCHS = 32, 2
 def probe(train_csv: str, results_dir: str) -> dict:
     """First steps of the wrapper's own trainers on the same batches, dropout on;
     then full data- and model-parallel runs of the wrapper's train() into results_dir."""
-    from algorithms.data import load_kaggle_csv
-    from algorithms.parallel import layer_stages
-    from algorithms.run import prepare
-    from algorithms.session import RunSession
-    from algorithms.spec import get_network
+    from algorithms.spec.data import load_kaggle_csv
+    from algorithms.spec.parallel import layer_stages
+    from algorithms.run.entry import prepare
+    from algorithms.run.session import RunSession
+    from algorithms.spec.networks import get_network
     from tensorflow_wrapper.devices import local_devices
     from tensorflow_wrapper.train import describe_runtime, train
     from tensorflow_wrapper.trainer import TensorFlowTrainer

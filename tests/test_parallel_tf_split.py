@@ -25,11 +25,11 @@ FLOAT32_ABSOLUTE = 1e-6  # losses (about 2.3) and updated weights (|w| < 0.3), s
 
 
 def probe(train_csv: str, results_dir: str) -> dict:
-    from algorithms.data import load_kaggle_csv
-    from algorithms.parallel import layer_stages, tensor_shards
-    from algorithms.run import prepare
-    from algorithms.session import RunSession
-    from algorithms.spec import get_network
+    from algorithms.spec.data import load_kaggle_csv
+    from algorithms.spec.parallel import layer_stages, tensor_shards
+    from algorithms.run.entry import prepare
+    from algorithms.run.session import RunSession
+    from algorithms.spec.networks import get_network
     from tensorflow_wrapper.devices import local_devices
     from tensorflow_wrapper.train import describe_runtime, train
     from tensorflow_wrapper.trainer import TensorFlowTrainer

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.recorder import read_rows, run_ids
+from algorithms.run.recorder import read_rows, run_ids
 from tests.conftest import REPO_ROOT, run_script
 
 pytestmark = pytest.mark.slow  # torchrun runs of every strategy: `make test-fast` leaves them out
@@ -188,7 +188,7 @@ def test_each_strategy_trains_and_only_rank_0_records(
 
 
 def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_data, tmp_path):
-    from algorithms.cli import parse_config
+    from algorithms.run.config import parse_config
 
     flags = [
         "--strategy",
@@ -338,7 +338,7 @@ def test_early_stopping_and_reduce_on_plateau_follow_the_validation_loss(small_d
     """A learning rate too small to move float32 weights: the validation loss never
     improves after epoch 1, so the lr halves after each epoch without gain and the run
     stops after two of them, with the lr the CSV records."""
-    from algorithms.recorder import read_rows
+    from algorithms.run.recorder import read_rows
 
     results = tmp_path / "results"
     proc = run_script(

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.data import batch_order, load_dataset
-from algorithms.spec import get_network
+from algorithms.spec.data import batch_order, load_dataset
+from algorithms.spec.networks import get_network
 from tests.conftest import REPO_ROOT
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -24,14 +24,14 @@ RUN_ID = "paritytest"
 
 @pytest.fixture(scope="module")
 def drift_run(small_data, tmp_path_factory):
-    """`python -m algorithms.drift` over torch and TensorFlow: each twice in parity mode, and once at bf16."""
+    """`python -m algorithms.studies.drift` over torch and TensorFlow: each twice in parity mode, and once at bf16."""
     results = tmp_path_factory.mktemp("drift")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "algorithms.drift",
+            "algorithms.studies.drift",
             "--only",
             "torch,tensorflow",
             "--steps",

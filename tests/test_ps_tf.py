@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.recorder import read_rows
+from algorithms.run.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 from tests.listening import LOOPBACK, listening, only_loopback
 

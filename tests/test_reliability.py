@@ -17,10 +17,10 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.data import load_kaggle_csv
-from algorithms.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
-from algorithms.frameworks import get
-from algorithms.recorder import CSV_COLUMNS, read_rows, results_csv_name
+from algorithms.spec.data import load_kaggle_csv
+from algorithms.run.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
+from algorithms.registry.frameworks import get
+from algorithms.run.recorder import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
 
 pytestmark = pytest.mark.slow  # signals, kills, resume and out-of-memory runs: `make test-fast` leaves them out

@@ -5,9 +5,9 @@ import csv
 
 import pytest
 
-from algorithms.parallel import ring_allreduce_bytes
-from algorithms.scaling import WORTH_IT_AT_TWO, ScalingRow, add_speedups, verdicts
-from algorithms.spec import get_network
+from algorithms.spec.parallel import ring_allreduce_bytes
+from algorithms.studies.scaling import WORTH_IT_AT_TWO, ScalingRow, add_speedups, verdicts
+from algorithms.spec.networks import get_network
 from tests.conftest import run_script
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from algorithms.init import initial_weights, to_channels_first
-from algorithms.spec import CNN2D_2LAYER, CNN2D_3LAYER, NETWORKS, Conv2D, Dense, Flatten, get_network
+from algorithms.spec.weights import initial_weights, to_channels_first
+from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER, NETWORKS, Conv2D, Dense, Flatten, get_network
 
 
 def test_three_layer_shapes_follow_the_original_keras_net():

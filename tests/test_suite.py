@@ -1,6 +1,6 @@
 """The main job's driver: runs the chosen frameworks and prints the table from their CSVs."""
 
-from algorithms.recorder import read_rows
+from algorithms.run.recorder import read_rows
 from tests.conftest import run_script
 
 
@@ -53,11 +53,11 @@ def test_run_all_rejects_an_unknown_framework(tmp_path):
 def test_the_readme_table_of_what_each_framework_runs_is_current():
     import os
 
-    from algorithms.capabilities import markdown_table
+    from algorithms.registry.capabilities import markdown_table
     from algorithms.paths import REPO_ROOT
 
     with open(os.path.join(REPO_ROOT, "README.md")) as handle:
-        assert markdown_table() in handle.read(), "README is stale: paste `python -m algorithms.capabilities`"
+        assert markdown_table() in handle.read(), "README is stale: paste `python -m algorithms.registry.capabilities`"
 
 
 def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, tmp_path):
@@ -104,8 +104,8 @@ def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, 
 
 
 def test_the_main_command_converges_by_default_and_keeps_the_preset_one_flag_away():
-    from algorithms.spec import CNN2D_2LAYER, CNN2D_3LAYER
-    from algorithms.suite import main_command_flags
+    from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
+    from algorithms.studies.suite import main_command_flags
 
     flags, note = main_command_flags(CNN2D_3LAYER, ["--num_epochs", "3"], "main")
     assert flags == ["--num_epochs", "3", "--batch_size", "100"] and "--preset original" in note
@@ -130,9 +130,9 @@ def test_pairwise_agreement_of_test_predictions(tmp_path):
     import numpy as np
     import pytest
 
-    from algorithms.agreement import format_agreement, pairwise_agreement, read_predictions
+    from algorithms.analysis.agreement import format_agreement, pairwise_agreement, read_predictions
     from algorithms.errors import InputError
-    from algorithms.recorder import write_predictions
+    from algorithms.run.recorder import write_predictions
 
     labels = np.arange(100) % 10
     other = labels.copy()

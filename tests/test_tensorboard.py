@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from algorithms.paths import REPO_ROOT
-from algorithms.recorder import ResultsCsv, read_rows, results_csv_name
-from algorithms.tensorboard import TAGS, export_run, load_writer, main, write_run
+from algorithms.run.recorder import ResultsCsv, read_rows, results_csv_name
+from algorithms.analysis.tensorboard import TAGS, export_run, load_writer, main, write_run
 
 pytest.importorskip("tensorboard", reason="tensorboard is in requirements.txt: pip install -r requirements.txt")
 load_writer()  # before the reader, so that both use TensorBoard's pure-Python file layer
@@ -161,7 +161,7 @@ def cli(*args):
         [
             sys.executable,
             "-c",
-            "import sys; from algorithms.tensorboard import main; code = main(sys.argv[1:]); "
+            "import sys; from algorithms.analysis.tensorboard import main; code = main(sys.argv[1:]); "
             "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'; sys.exit(code)",
             *args,
         ],
@@ -199,7 +199,7 @@ def test_without_tensorboard_the_main_command_says_how_to_get_it(tmp_path, monke
     def missing():
         raise ImportError("No module named 'tensorboard'")
 
-    monkeypatch.setattr("algorithms.tensorboard.load_writer", missing)
+    monkeypatch.setattr("algorithms.analysis.tensorboard.load_writer", missing)
     export_run([write_csv(tmp_path, "torch", "torch")], RUN, str(tmp_path / "tb"))
     assert capsys.readouterr().out.strip().splitlines() == [
         "tensorboard: not installed in this Python, so no event files; "

@@ -1,4 +1,4 @@
-"""--tuned (algorithms/tuning.py): each framework's table entry is well-formed, the
+"""--tuned (algorithms/run/tuning.py): each framework's table entry is well-formed, the
 setting's environment is applied before the framework loads and recorded in
 results.log (torch, and Keras on jax through XLA_FLAGS), a bad name is one line and
 status 2, and the benchmark puts a setting's row beside the defaults."""
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from algorithms import tuning
-from algorithms.frameworks import NAMES
+from algorithms.run import tuning
+from algorithms.registry.frameworks import NAMES
 from tests.conftest import REPO_ROOT, run_script
 
 

@@ -3,9 +3,9 @@ fit: one line, status 2, naming why and the fix, before any framework loads."""
 
 import pytest
 
-from algorithms.cli import parse_config
+from algorithms.run.config import parse_config
 from algorithms.errors import InputError
-from algorithms.run import check_supported
+from algorithms.run.entry import check_supported
 from tests.conftest import run_script
 
 

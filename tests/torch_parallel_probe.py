@@ -22,9 +22,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from algorithms.cli import parse_config  # noqa: E402
-from algorithms.data import load_kaggle_csv  # noqa: E402
-from algorithms.spec import Dropout  # noqa: E402
+from algorithms.run.config import parse_config  # noqa: E402
+from algorithms.spec.data import load_kaggle_csv  # noqa: E402
+from algorithms.spec.networks import Dropout  # noqa: E402
 from torch_wrapper.distributed import join_process_group  # noqa: E402
 from torch_wrapper.trainer import build_trainer  # noqa: E402
 
@@ -77,7 +77,7 @@ def keyed(config, position, tensors) -> dict:
 
 def initial_tensors(config) -> list:
     from torch_wrapper.model import build_model
-    from algorithms.init import initial_weights
+    from algorithms.spec.weights import initial_weights
 
     return [
         p.detach().numpy()

@@ -1,6 +1,6 @@
 """PyTorch: the spec as nn modules (NCHW), trained by a plain loop.
 `model.py` translates the spec; `trainer.py` builds the trainer for the strategy;
-`train.py` runs it through the shared loop in algorithms/loop.py. Parallel
+`train.py` runs it through the shared loop in algorithms/run/loop.py. Parallel
 strategies: `launch.py` (torchrun), `distributed.py` (process groups, collectives),
 `tensor_parallel.py`, `pipeline.py` (model and pipeline); the asynchronous ones
 (this process records, its children update): `hogwild.py` (async), `param_server.py`
@@ -16,7 +16,7 @@ _NOT_WITH_WORKER_STRATEGIES = {
     "--dp_impl dataparallel": "it is a data-parallel implementation",
 }
 
-from algorithms.contract import Support
+from algorithms.run.contract import Support
 from algorithms.errors import InputError
 
 

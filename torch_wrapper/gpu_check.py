@@ -1,4 +1,4 @@
-"""The GPU check's torch side, in its own process (algorithms/gpu_check.py starts it
+"""The GPU check's torch side, in its own process (algorithms/bench/gpu_check.py starts it
 as `python -m torch_wrapper.gpu_check PLAN.json ROWS.jsonl`): the device's own
 matmul rate at fp32, tf32 and bf16, then the plan's training runs (eager or
 torch.compile; fp32, tf32 or bf16 autocast over float32 weights; any batch) and the
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.data import batch_order, load_dataset
-from algorithms.init import initial_weights
-from algorithms.spec import get_network
+from algorithms.spec.data import batch_order, load_dataset
+from algorithms.spec.weights import initial_weights
+from algorithms.spec.networks import get_network
 from torch_wrapper.model import build_model, make_optimizer
 
 CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")

@@ -18,15 +18,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.init import initial_weights
-from algorithms.updates import Update
+from algorithms.spec.weights import initial_weights
+from algorithms.run.updates import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, make_optimizer
 from torch_wrapper.workers import CONTEXT, Processes, ignore_interrupts
 
 
 class HogwildPool:
-    """The algorithms.updates.UpdatePool of a Hogwild run."""
+    """The algorithms.run.updates.UpdatePool of a Hogwild run."""
 
     def __init__(self, config, dataset):
         self.slots = self.parts = workers = config.plan.replicas

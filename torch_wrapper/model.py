@@ -1,4 +1,4 @@
-"""The spec translated to torch.nn modules. Weights come from algorithms/init.py,
+"""The spec translated to torch.nn modules. Weights come from algorithms/spec/weights.py,
 converted to the channels-first layout (OIHW kernels, (out, in) dense, CHW flatten).
 
 `layer_modules` gives each spec layer its own modules, so a strategy can place a
@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from algorithms.init import to_channels_first
-from algorithms.spec import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.weights import to_channels_first
+from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "softmax": lambda: nn.Softmax(dim=1)}
 

@@ -1,4 +1,4 @@
-"""The benchmark's PyTorch side (algorithms/probe.py): a minimal native training
+"""The benchmark's PyTorch side (algorithms/bench/probe.py): a minimal native training
 loop on the same model, weights, batches and dropout seed as torch_script.py, the
 wrapper's own step as the harness, torch.mm for the GEMM peak and torch.compile."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.init import initial_weights
-from algorithms.probe import HandStepHarness, compiled_pair_ms
-from algorithms.session import RunSession
-from algorithms.tuning import tuned_options
+from algorithms.spec.weights import initial_weights
+from algorithms.bench.probe import HandStepHarness, compiled_pair_ms
+from algorithms.run.session import RunSession
+from algorithms.run.tuning import tuned_options
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import describe_runtime

@@ -27,8 +27,8 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 
-from algorithms.init import initial_weights
-from algorithms.updates import Update
+from algorithms.spec.weights import initial_weights
+from algorithms.run.updates import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, make_optimizer
 from torch_wrapper.workers import Processes, ignore_interrupts
@@ -181,7 +181,7 @@ def work(config, worker: int, threads: int, rendezvous_file: str) -> None:
 
 
 class ParameterServerPool:
-    """The algorithms.updates.UpdatePool of a parameter-server run."""
+    """The algorithms.run.updates.UpdatePool of a parameter-server run."""
 
     def __init__(self, config, dataset):
         global _MODEL

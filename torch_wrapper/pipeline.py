@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from algorithms.parallel import split_sizes
+from algorithms.spec.parallel import split_sizes
 from torch_wrapper.distributed import CommClock, Layout
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from algorithms.spec import Network
+from algorithms.spec.networks import Network
 from torch_wrapper.distributed import CommClock, Layout, gather_shards, replicated_input
 from torch_wrapper.model import Checkpointed, layer_modules
 

@@ -1,5 +1,5 @@
 """PyTorch training: the trainer for the run's strategy (trainer.py), driven by the
-shared loop in algorithms/loop.py. Multi-process strategies run one process per
+shared loop in algorithms/run/loop.py. Multi-process strategies run one process per
 device under torchrun (torch_wrapper/launch.py starts it); rank 0 records the run."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from algorithms.contract import Runtime
-from algorithms.init import initial_weights
-from algorithms.loop import train_by_hand
+from algorithms.run.contract import Runtime
+from algorithms.spec.weights import initial_weights
+from algorithms.run.loop import train_by_hand
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import describe_devices, global_rank, leave_process_group, signal_of_any_rank
 from torch_wrapper.model import build_model
@@ -40,7 +40,7 @@ def train(session):
 
 
 def train_asynchronously(session):
-    from algorithms.updates import train_by_updates
+    from algorithms.run.updates import train_by_updates
 
     config = session.config
     set_threads(config.threads)  # this process scores the model between epochs, while the workers wait

@@ -1,5 +1,5 @@
 """The trainer for the run's strategy (`build_trainer`): the contract.Trainer that
-algorithms/loop.py drives, one shape for every strategy.
+algorithms/run/loop.py drives, one shape for every strategy.
 
 Every strategy scales the loss the same way: the sum of its samples' losses
 divided by the samples in the whole optimizer step (all replicas, all
@@ -21,11 +21,11 @@ from torch import nn
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.parallel import DistributedDataParallel
 
-from algorithms.contract import StepResult
-from algorithms.noise_scale import GradientNorms
-from algorithms.init import initial_weights
-from algorithms.parallel import layer_stages, split_ranges
-from algorithms.tuning import tuned_options
+from algorithms.run.contract import StepResult
+from algorithms.run.noise_scale import GradientNorms
+from algorithms.spec.weights import initial_weights
+from algorithms.spec.parallel import layer_stages, split_ranges
+from algorithms.run.tuning import tuned_options
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import (
     CommClock,

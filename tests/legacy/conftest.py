@@ -25,7 +25,7 @@ def full_data(tmp_path_factory):
         [
             MAIN_PYTHON,
             "-c",
-            "import sys; from algorithms.data import ensure_default_data; ensure_default_data(sys.argv[1])",
+            "import sys; from algorithms.spec.data import ensure_default_data; ensure_default_data(sys.argv[1])",
             str(directory),
         ],
         cwd=REPO_ROOT,

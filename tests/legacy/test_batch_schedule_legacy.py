@@ -4,7 +4,7 @@ have no lr hook, so --lr_scaling does not apply."""
 
 import pytest
 
-from algorithms.frameworks import FRAMEWORKS
+from algorithms.registry.frameworks import FRAMEWORKS
 from tests.conftest import csv_suffix
 from tests.test_batch_schedule import check_schedule_rows, run_schedule
 

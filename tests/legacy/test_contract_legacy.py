@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from algorithms.frameworks import FRAMEWORKS
+from algorithms.registry.frameworks import FRAMEWORKS
 from tests.test_contract import assert_meets_the_contract
 
 LEGACY_ENV = [framework for framework in FRAMEWORKS if framework.venv == "legacy"]

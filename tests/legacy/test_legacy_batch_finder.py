@@ -3,7 +3,7 @@ the choice are framework-neutral: tests/test_batch_finder.py)."""
 
 import pytest
 
-from algorithms.frameworks import FRAMEWORKS
+from algorithms.registry.frameworks import FRAMEWORKS
 from tests.conftest import csv_suffix
 from tests.test_batch_finder import assert_a_trial_measures_the_wrappers_steps_and_memory
 

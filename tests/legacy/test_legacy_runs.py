@@ -5,7 +5,7 @@ are written. Plus what only these runs have: THEANO_FLAGS in results.log."""
 
 import pytest
 
-from algorithms.frameworks import FRAMEWORKS, get
+from algorithms.registry.frameworks import FRAMEWORKS, get
 import tests.test_frameworks as modern
 from tests.conftest import csv_suffix
 

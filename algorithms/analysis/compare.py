@@ -1,0 +1,416 @@
+"""Compare result CSVs: is a difference real error or only floating-point and
+scheduling drift?
+
+    python -m algorithms.analysis.compare results/net_torch.csv results/net_keras_jax.csv
+    python -m algorithms.analysis.compare results/net_torch.csv@RUN_A results/net_torch.csv@RUN_B
+
+Each input is a results CSV, optionally `@RUN_ID` (default: the file's latest run).
+Runs are aligned by step. Printed: final and best validation accuracy, test accuracy,
+steps to reach given accuracies; for every pair, the per-step loss difference (max,
+mean, at checkpoints), the correlation of the loss curves, and a verdict against the
+run-to-run band: how far two runs of one framework at the same settings differ when
+only the seed changes, from two or more runs of it among the inputs or else from the
+shipped baselines at these settings (VERDICT_RULE). Without a band there is no
+verdict, only the distance. A PNG of the curves and a self-contained HTML report are
+written beside each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import itertools
+import os
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from algorithms.analysis.baseline import ACCURACY_MARGIN, check_run, format_checks, matching_baselines
+from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.paths import BASELINE_DIR
+from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
+
+SPREAD_FACTOR = 1.5  # a pair is within the band up to this x the largest seed-to-seed distance seen
+VERDICT_RULE = (
+    "verdicts: same = every aligned loss bit-identical; within spread = the two loss curves are no further "
+    f"apart than {SPREAD_FACTOR:g}x the largest distance between two seeds of either framework at these "
+    "settings, and the final validation accuracies no further apart than two such seeds' (at least "
+    f"{ACCURACY_MARGIN:g}); beyond spread = further apart than that: a real difference, not drift; "
+    "no band = no run-to-run band exists for these settings (run the command with --seeds 0,1, or at the "
+    "shipped baselines' settings): the distance is shown, no verdict. Distance = mean over the common steps "
+    "of |5-step mean loss difference|."
+)
+
+
+@dataclass(frozen=True)
+class Band:
+    """How far runs of one framework at one setting differ when only the seed changes."""
+
+    loss_distance: float  # the largest curve_distance between two of them
+    accuracy_gap: float  # the largest gap between two of their final validation accuracies
+    source: str  # where the runs come from
+
+    def describe(self) -> str:
+        return f"seed-to-seed distance up to {self.loss_distance:.4f}, val acc gap up to {self.accuracy_gap:.4f}"
+
+
+def band_of(runs: list, source: str) -> Optional[Band]:
+    """The band of two or more runs of one framework at one setting (None for fewer)."""
+    pairs = list(itertools.combinations(runs, 2))
+    distances = [d for d in (curve_distance(a, b) for a, b in pairs) if d is not None]
+    if not distances:
+        return None
+    accuracies = [run.final_val_accuracy for run in runs if run.final_val_accuracy is not None]
+    gap = max(accuracies) - min(accuracies) if len(accuracies) >= 2 else 0.0
+    return Band(max(distances), gap, source)
+
+
+def run_to_run_bands(runs: list, baseline_dir: Optional[str]) -> dict:
+    """(backend_key, settings) -> Band: from this framework's runs among `runs` at one
+    setting when there are two or more, else from the shipped baselines at that setting."""
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault((run.backend_key, run.settings), []).append(run)
+    bands = {}
+    for key, group in groups.items():
+        band = band_of(group, f"{len(group)} runs given here ({', '.join(r.run_id for r in group)})")
+        if band is None and baseline_dir:
+            baselines = matching_baselines(group[0], baseline_dir)
+            band = band_of(baselines, f"the shipped baselines ({len(baselines)} seeds, {baseline_dir})")
+        if band is not None:
+            bands[key] = band
+    return bands
+
+
+@dataclass
+class PairDiff:
+    a: Run
+    b: Run
+    common_steps: np.ndarray
+    abs_diff: np.ndarray
+    correlation: Optional[float]
+    final_accuracy_gap: Optional[float]
+
+    @property
+    def identical(self) -> bool:
+        return self.abs_diff.size > 0 and not self.abs_diff.any()
+
+    @property
+    def same_backend(self) -> bool:
+        return self.a.backend_key == self.b.backend_key
+
+
+def diff_pair(a: Run, b: Run) -> PairDiff:
+    common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
+    la, lb = a.losses[ia], b.losses[ib]
+    correlation = None
+    sa, sb = smooth(la), smooth(lb)
+    if len(sa) >= 3 and sa.std() > 0 and sb.std() > 0:
+        correlation = float(np.corrcoef(sa, sb)[0, 1])
+    elif len(sa) >= 1 and np.array_equal(sa, sb):
+        correlation = 1.0
+    gap = None
+    if a.val and b.val:
+        gap = abs(a.val[-1][2] - b.val[-1][2])
+    return PairDiff(a, b, common, np.abs(la - lb), correlation, gap)
+
+
+def steps_to_accuracy(run: Run, threshold: float) -> Optional[int]:
+    return next((step for step, _, accuracy in run.val if accuracy >= threshold), None)
+
+
+def time_to_accuracy(run: Run, threshold: float) -> tuple:
+    """DAWNBench's measure: (wall seconds, training samples) at the first validation row
+    reaching `threshold`, or (None, None)."""
+    for (_, _, accuracy), progress in zip(run.val, run.val_progress):
+        if accuracy >= threshold:
+            return progress
+    return None, None
+
+
+def verdict(pair: PairDiff, bands: dict) -> tuple:
+    """(word, [the evidence]) by VERDICT_RULE; `bands` from run_to_run_bands."""
+    if pair.identical:
+        return "same", ["every aligned loss is bit-identical"]
+    distance = curve_distance(pair.a, pair.b)
+    gap = pair.final_accuracy_gap
+    evidence = [
+        f"distance {_fmt(distance, '.4f')} (mean |5-step mean loss difference|), val acc gap {_fmt(gap, '.4f')}, "
+        f"correlation of the curves {_fmt(pair.correlation, '.3f')}"
+    ]
+    if pair.a.settings != pair.b.settings:
+        return "no band", evidence + [
+            f"the runs differ in settings (network, batch, strategy, devices, epochs): "
+            f"{pair.a.settings} vs {pair.b.settings}; no band spans both"
+        ]
+    if pair.same_backend:
+        return "run-to-run", evidence + ["two runs of one framework at one setting: this pair measures the band"]
+    known = [
+        bands[key]
+        for key in ((pair.a.backend_key, pair.a.settings), (pair.b.backend_key, pair.b.settings))
+        if key in bands
+    ]
+    loss_limit = band_limit(bands, pair)
+    if loss_limit is None or distance is None:
+        return "no band", evidence + [
+            "no run-to-run band for these settings: give two seeds of a framework (run_all.py --seeds 0,1), "
+            "or run at the shipped baselines' settings"
+        ]
+    accuracy_limit = max(ACCURACY_MARGIN, max(band.accuracy_gap for band in known))
+    within = distance <= loss_limit and (gap is None or gap <= accuracy_limit)
+    evidence += [f"band: {band.describe()}, from {band.source}" for band in known]
+    evidence.append(
+        f"distance {distance:.4f} {'<=' if distance <= loss_limit else '>'} {loss_limit:.4f} "
+        f"({SPREAD_FACTOR:g}x the largest seed-to-seed distance); val acc gap {_fmt(gap, '.4f')} "
+        f"{'<=' if gap is None or gap <= accuracy_limit else '>'} {accuracy_limit:.4f}"
+    )
+    return ("within spread" if within else "beyond spread"), evidence
+
+
+def serial_sum(values: np.ndarray) -> np.float32:
+    """Left to right, one float32 addition at a time (np.cumsum is sequential)."""
+    return np.cumsum(values, dtype=np.float32)[-1]
+
+
+def tree_sum(values: np.ndarray) -> np.float32:
+    """Pairwise: halve the array by adding neighbours until one value is left."""
+    values = values.astype(np.float32)
+    while len(values) > 1:
+        if len(values) % 2:
+            values = np.append(values, np.float32(0))
+        values = values[0::2] + values[1::2]
+    return values[0]
+
+
+def sharded_sum(values: np.ndarray, shards: int) -> np.float32:
+    """What an all-reduce over `shards` devices adds: each shard's serial sum, then
+    the shard totals in ring order."""
+    return serial_sum(np.array([serial_sum(part) for part in np.array_split(values, shards)], np.float32))
+
+
+def summation_order(network_name: str, seed: int = 0) -> tuple:
+    """(how many values, [(order, float32 sum, difference from the exact float64 sum)]) for
+    the network's own initial kernels: float32 values like those a gradient all-reduce
+    adds up, in different orders."""
+    from algorithms.spec.weights import initial_weights
+    from algorithms.spec.networks import get_network
+
+    values = np.concatenate([w.kernel.ravel() for w in initial_weights(get_network(network_name), seed)])
+    exact = float(np.sum(values, dtype=np.float64))
+    orders = [("serial, left to right", serial_sum(values)), ("pairwise tree", tree_sum(values))]
+    orders += [(f"all-reduce of {k} shards", sharded_sum(values, k)) for k in (2, 4, 8)]
+    return values.size, [(name, float(total), float(total) - exact) for name, total in orders]
+
+
+def checkpoints(steps: np.ndarray) -> list:
+    if steps.size == 0:
+        return []
+    marks = [steps[0]] + [s for s in (10, 100, 1000) if steps[0] < s < steps[-1]] + [steps[-1]]
+    return sorted(set(int(s) for s in marks))
+
+
+def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = None) -> dict:
+    """`baseline_dir`: check every run against the shipped baselines there (see baseline.py)."""
+    runs = [load_run(spec) for spec in specs]
+    pairs = [diff_pair(a, b) for a, b in itertools.combinations(runs, 2)]
+    bands = run_to_run_bands(runs, baseline_dir)
+    baseline_checks = []
+    if baseline_dir:
+        baseline_checks = [check_run(run, baseline_dir) for run in runs]
+    return {
+        "runs": runs,
+        "pairs": pairs,
+        "bands": bands,
+        "thresholds": thresholds,
+        "verdicts": [verdict(p, bands) for p in pairs],
+        "baseline": baseline_checks,
+    }
+
+
+def format_report(report: dict) -> str:
+    lines = ["runs:"]
+    thresholds = report["thresholds"]
+    header = ["run", "steps", "final val acc", "best val acc", "test acc"] + [
+        f"{what} to {t:g}" for t in thresholds for what in ("steps", "s", "samples")
+    ]
+    table = []
+    for run in report["runs"]:
+        val_acc = [accuracy for _, _, accuracy in run.val]
+        table.append(
+            [
+                run.label,
+                str(len(run.steps)),
+                _fmt(val_acc[-1] if val_acc else None),
+                _fmt(max(val_acc) if val_acc else None),
+                _fmt(run.test_accuracy),
+            ]
+            + [
+                cell
+                for t in thresholds
+                for cell in (_fmt(steps_to_accuracy(run, t), "d"), *_time_cells(time_to_accuracy(run, t)))
+            ]
+        )
+    lines += text_table(header, table)
+    for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
+        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {word}")
+        if pair.abs_diff.size == 0:
+            lines.append("  no common steps")
+            continue
+        lines.append(
+            f"  |dloss| over {pair.abs_diff.size} aligned steps: max {pair.abs_diff.max():.3e}, "
+            f"mean {pair.abs_diff.mean():.3e}; correlation {_fmt(pair.correlation, '.4f')}"
+        )
+        index = {int(s): i for i, s in enumerate(pair.common_steps)}
+        lines.append(
+            "  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps))
+        )
+        lines += [f"  {signal}" for signal in signals]
+    lines.append("\n" + VERDICT_RULE)
+    if report.get("baseline"):
+        lines.append("\n" + format_checks(report["baseline"]))
+    network = report["runs"][0].backend_key[2]
+    count, sums = summation_order(network)
+    lines.append(
+        f"\nfloat32 summation order ({network}'s initial kernels, {count:,} values; "
+        "the same numbers added in another order give another float32 result):"
+    )
+    lines += [f"  {name:<24} {total:+.9e}  vs exact float64 sum: {delta:+.3e}" for name, total, delta in sums]
+    return "\n".join(lines)
+
+
+def format_against_first(report: dict) -> str:
+    """One line per run against the first run, the band each verdict rests on, and the
+    rule once: the short form the main command prints."""
+    first = report["runs"][0]
+    lines = [f"against {first.label}:"]
+    for pair, (word, _) in zip(report["pairs"], report["verdicts"]):
+        if pair.a is not first or pair.abs_diff.size == 0 or not (pair.b.run_id == first.run_id or pair.same_backend):
+            continue  # other seeds' runs of other frameworks: in the full report
+        limit = band_limit(report["bands"], pair)
+        lines.append(
+            f"  {pair.b.label:<45} {word:<14} distance {_fmt(curve_distance(pair.a, pair.b), '.4f')}"
+            f" (band {_fmt(limit, '.4f')})  val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}"
+            f"  max |dloss| {pair.abs_diff.max():.2e}  r {_fmt(pair.correlation, '.3f')}"
+        )
+    sources = sorted({band.source for band in report["bands"].values()})
+    lines.append("bands from: " + ("; ".join(sources) if sources else "nowhere: no run-to-run band for these settings"))
+    lines.append(VERDICT_RULE)
+    return "\n".join(lines)
+
+
+def band_limit(bands: dict, pair: PairDiff) -> Optional[float]:
+    """The largest distance the pair may have and still be within spread (None: no band)."""
+    known = [
+        bands[key]
+        for key in ((pair.a.backend_key, pair.a.settings), (pair.b.backend_key, pair.b.settings))
+        if key in bands
+    ]
+    return SPREAD_FACTOR * max(band.loss_distance for band in known) if known else None
+
+
+def write_outputs(report: dict, prefix: str) -> tuple:
+    """The PNG and the HTML (full report inside); returns their paths."""
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    plot_png(report, prefix + ".png")
+    write_html(report, format_report(report), prefix + ".png", prefix + ".html")
+    return prefix + ".png", prefix + ".html"
+
+
+def text_table(header: list, rows: list) -> list:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    return [
+        "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in [header] + rows
+    ]
+
+
+def _time_cells(progress: tuple) -> tuple:
+    wall, samples = progress
+    return _fmt(wall, ".1f"), _fmt(samples, ",d")
+
+
+def _fmt(value, spec=".4f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def plot_png(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for run in report["runs"]:
+        loss_axis.plot(run.steps, run.losses, linewidth=0.8, alpha=0.35)
+        color = loss_axis.lines[-1].get_color()
+        smoothed = smooth(run.losses)
+        loss_axis.plot(run.steps[len(run.steps) - len(smoothed) :], smoothed, color=color, label=run.label)
+        if run.val:
+            steps, _, accuracy = zip(*run.val)
+            accuracy_axis.plot(steps, accuracy, marker="o", color=color, label=run.label)
+    loss_axis.set(title="training loss per step (faint) and its 5-step mean", xlabel="step", ylabel="loss")
+    accuracy_axis.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
+    for axis in (loss_axis, accuracy_axis):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_html(report: dict, text: str, png_path: str, path: str) -> None:
+    with open(png_path, "rb") as handle:
+        image = base64.b64encode(handle.read()).decode()
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>CNN-parallel comparison</title>"
+        f"<body style='font-family:sans-serif;max-width:1200px;margin:2em auto'>"
+        f"<h1>CNN-parallel comparison</h1><img alt='loss and accuracy curves' style='width:100%' "
+        f"src='data:image/png;base64,{image}'><pre>{html.escape(text)}</pre></body>"
+    )
+    with open(path, "w") as handle:
+        handle.write(page)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m algorithms.analysis.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("inputs", nargs="+", metavar="CSV[@RUN_ID]", help="results CSVs (two runs at least)")
+    parser.add_argument("--accuracies", default="0.5,0.8,0.9", help="report the first step reaching each")
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE_DIR,
+        help="check each run against the shipped baselines in this folder ('none': skip)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="path prefix of the PNG and HTML (default: results/compare/<first run id>)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        thresholds = [float(t) for t in args.accuracies.split(",") if t.strip()]
+    except ValueError:
+        parser.error(f"--accuracies: expected numbers like 0.5,0.9, got {args.accuracies!r}")
+    try:
+        report = build_report(args.inputs, thresholds, None if args.baseline == "none" else args.baseline)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if len(report["runs"]) < 2:
+        parser.error("give at least two runs (two CSVs, or one CSV twice with @RUN_ID)")
+    text = format_report(report)
+    print(text)
+    prefix = args.out or os.path.join(
+        os.path.dirname(os.path.abspath(args.inputs[0].partition("@")[0])), "compare", report["runs"][0].run_id
+    )
+    png, page = write_outputs(report, prefix)
+    print(f"\nplot: {png}\nreport: {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

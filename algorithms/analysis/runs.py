@@ -1,0 +1,102 @@
+"""A run read back from a results CSV (`path[@RUN_ID]`, default the file's latest
+run): its train losses by step, validation and test accuracy, and what must match
+for two runs to be compared; and the moving mean that smooths a loss curve. Read by
+compare.py and baseline.py."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from algorithms.errors import InputError
+from algorithms.run.recorder import read_rows, run_ids
+
+SMOOTHING_STEPS = 5
+
+
+@dataclass
+class Run:
+    path: str
+    run_id: str
+    label: str
+    backend_key: tuple
+    config_key: tuple  # (network, global batch, strategy, devices): what must match for a fair pair
+    steps: np.ndarray
+    losses: np.ndarray
+    val: list = field(default_factory=list)  # (step, loss, accuracy), one per epoch
+    test_accuracy: Optional[float] = None
+    val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
+
+    @property
+    def settings(self) -> tuple:
+        """What two runs must share for their difference to be judged against a seed band:
+        network, global batch, strategy, devices and the number of epochs."""
+        return (*self.config_key, len(self.val))
+
+    @property
+    def final_val_accuracy(self) -> Optional[float]:
+        return self.val[-1][2] if self.val else None
+
+
+def load_run(spec: str) -> Run:
+    path, _, run_id = spec.partition("@")
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: file not found; give results CSVs written by an entry script")
+    ids = run_ids(path)
+    if not ids:
+        raise InputError(f"{path}: no rows")
+    run_id = run_id or ids[-1]
+    if run_id not in ids:
+        raise InputError(f"{path}: no run {run_id!r}; runs in it: {', '.join(ids[-5:])}")
+    rows = read_rows(path, run_id)
+    train = [r for r in rows if r["phase"] == "train"]
+    first = rows[0]
+    test = [r["accuracy"] for r in rows if r["phase"] == "test"]
+    return Run(
+        path=path,
+        run_id=run_id,
+        label=f"{first['framework']}/{first['backend']} {run_id}",
+        backend_key=(first["framework"], first["backend"], first["network"]),
+        config_key=(first["network"], first["global_batch"], first["strategy"], first["devices"]),
+        steps=np.array([r["step"] for r in train]),
+        losses=np.array([r["loss"] for r in train]),
+        val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
+        test_accuracy=test[-1] if test else None,
+        val_progress=val_progress(rows),
+    )
+
+
+def val_progress(rows: list) -> list:
+    """(wall_time_s, training samples stepped on so far) at each validation row; a train
+    row's samples are samples_per_sec x step_time_ms (its batch, the last smaller one too)."""
+    progress, samples = [], 0
+    for row in rows:
+        if row["phase"] == "train" and row["samples_per_sec"] is not None:
+            samples += round(row["samples_per_sec"] * row["step_time_ms"] / 1000.0)
+        elif row["phase"] == "val":
+            progress.append((row["wall_time_s"], samples))
+    return progress
+
+
+def losses_at(run: Run, steps: np.ndarray) -> np.ndarray:
+    index = {int(step): i for i, step in enumerate(run.steps)}
+    return np.array([run.losses[index[int(step)]] for step in steps])
+
+
+def curve_distance(a: Run, b: Run) -> Optional[float]:
+    """How far apart two loss curves are: the mean, over their common steps, of
+    |5-step mean loss of a - that of b| (None without a common step)."""
+    steps = np.intersect1d(a.steps, b.steps)
+    if steps.size == 0:
+        return None
+    return float(np.mean(np.abs(smooth(losses_at(a, steps)) - smooth(losses_at(b, steps)))))
+
+
+def smooth(values: np.ndarray, width: int = SMOOTHING_STEPS) -> np.ndarray:
+    """The moving mean over `width` steps (shorter by width - 1); a curve shorter than that as it is."""
+    if len(values) < width:
+        return values
+    return np.convolve(values, np.ones(width) / width, mode="valid")

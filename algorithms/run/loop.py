@@ -1,0 +1,179 @@
+"""The two training loops every wrapper is driven by, and the evaluation they share:
+the framework gives logits, the loss and accuracy are computed here, once, in
+float64 numpy.
+
+    train_by_hand(trainer, session)    a contract.Trainer, one optimizer step at a time
+                                       (TensorFlow, PyTorch, Lasagne, Caffe); while a step
+                                       computes, a background thread gathers the next
+                                       step's rows (`Prefetcher`)
+    train_by_epochs(trainer, session)  a contract.FitTrainer, an epoch at a time (Keras's
+                                       model.fit, which records each step from a callback)
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from algorithms.run.contract import FitTrainer, Trainer
+from algorithms.run.session import RunSession
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Mean softmax cross-entropy from logits (log-sum-exp, stable)."""
+    logits = logits.astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_norm = np.log(np.exp(shifted).sum(axis=1))
+    return float(np.mean(log_norm - shifted[np.arange(len(labels)), labels]))
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(logits.argmax(axis=1) == labels))
+
+
+def batched_logits(logits_fn, images: np.ndarray, batch_size: int) -> np.ndarray:
+    return np.concatenate(
+        [logits_fn(images[start : start + batch_size]) for start in range(0, len(images), batch_size)]
+    )
+
+
+def validate(session: RunSession, epoch: int, logits_fn) -> None:
+    """Score the validation split and close the epoch in the session."""
+    data = session.dataset
+    start = time.perf_counter()
+    logits = logits_fn(data.val_x)
+    elapsed_ms = (time.perf_counter() - start) * 1000.0
+    session.end_epoch(epoch, cross_entropy(logits, data.val_y), accuracy(logits, data.val_y), elapsed_ms)
+
+
+def finish_with_test(session: RunSession, logits_fn) -> dict:
+    """Predict the test set (scored if its labels are known) and close the run."""
+    data = session.dataset
+    if data.test_x is None:
+        return session.finish(None, None, None)
+    logits = logits_fn(data.test_x)
+    if data.test_y is None:
+        return session.finish(None, None, logits.argmax(axis=1))
+    return session.finish(cross_entropy(logits, data.test_y), accuracy(logits, data.test_y), logits.argmax(axis=1))
+
+
+class Prefetcher:
+    """Gathers the next step's rows (numpy fancy indexing: a copy of the batch) in a
+    background thread while the framework computes the current step."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.pending = None  # (parts, future) of the step gathered ahead
+
+    def gather(self, parts: list) -> list:
+        return [(self.dataset.train_x[indices], self.dataset.train_y[indices]) for indices in parts]
+
+    def take(self, parts: list, next_parts=None) -> list:
+        """This step's arrays (waiting for them if gathered ahead), and starts gathering `next_parts`."""
+        pending, self.pending = self.pending, None
+        arrays = pending[1].result() if pending and pending[0] is parts else self.gather(parts)
+        if next_parts is not None:
+            self.pending = (next_parts, self.pool.submit(self.gather, next_parts))
+        return arrays
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_step(
+    trainer: Trainer,
+    session: RunSession,
+    epoch: int,
+    parts: list,
+    learning_rate,
+    prefetcher: Prefetcher,
+    next_parts=None,
+) -> float:
+    """One optimizer step and its CSV row, exactly as the loop runs it (the
+    benchmark times this against a native loop); returns the lr now set.
+    `next_parts` (the next step's rows) are gathered during this step."""
+    if session.learning_rate != learning_rate:
+        learning_rate = session.learning_rate
+        trainer.set_learning_rate(learning_rate)
+    start = time.perf_counter()
+    batches = [trainer.to_batch(images, labels) for images, labels in prefetcher.take(parts, next_parts)]
+    ready = time.perf_counter()
+    result = trainer.step(batches)
+    done = time.perf_counter()
+    if result.gradient_norms is not None:  # --noise_scale
+        session.noise_scale.update(result.gradient_norms)
+    session.train_step(
+        epoch,
+        result.loss,
+        result.accuracy,
+        (done - ready) * 1000.0,
+        (ready - start) * 1000.0,
+        sum(len(indices) for indices in parts),
+        result.comm_time_ms,
+        loss_scale=result.loss_scale,
+        skipped=result.skipped,
+    )
+    return learning_rate
+
+
+def begin_epoch(trainer, session: RunSession, epoch: int) -> None:
+    """A new --batch_schedule phase: the wrapper prepares the new batch shape (re-trace,
+    re-compile, blob reshape) here, timed on its own, so no step's time holds it."""
+    batch = session.begin_epoch(epoch)
+    if batch is not None:
+        start = time.perf_counter()
+        trainer.prepare_batch(batch)
+        session.batch_prepared(batch, (time.perf_counter() - start) * 1000.0)
+
+
+def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
+    config = session.config
+
+    def logits_fn(images):
+        return batched_logits(trainer.logits, images, config.batch_size)
+
+    start_epoch, start_index = session.resume_position
+    learning_rate = config.optimizer.learning_rate  # what every trainer is built with
+    if session.resume_from:
+        trainer.load_checkpoint(session.resume_from)
+        learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
+    prefetcher = Prefetcher(session.dataset)
+    try:
+        for epoch in range(start_epoch, config.num_epochs):
+            begin_epoch(trainer, session, epoch)
+            steps = session.optimizer_batches(epoch)
+            for index in range(start_index if epoch == start_epoch else 0, len(steps)):
+                next_parts = steps[index + 1] if index + 1 < len(steps) else None
+                learning_rate = run_step(trainer, session, epoch, steps[index], learning_rate, prefetcher, next_parts)
+                if session.checkpoint_due():
+                    session.save_checkpoint(trainer, epoch, index + 1)
+                if session.should_stop():
+                    break
+            validate(session, epoch, logits_fn)
+            if session.should_stop():
+                break
+    finally:
+        prefetcher.close()
+    return finish_with_test(session, logits_fn)
+
+
+def train_by_epochs(trainer: FitTrainer, session: RunSession) -> dict:
+    """The same epochs, resume point, validation and stopping as train_by_hand, for a
+    trainer that takes a whole epoch's optimizer steps per call."""
+    config = session.config
+    start_epoch, start_index = session.resume_position
+    if session.resume_from:
+        trainer.load_checkpoint(session.resume_from)
+    for epoch in range(start_epoch, config.num_epochs):
+        begin_epoch(trainer, session, epoch)
+        first = start_index if epoch == start_epoch else 0
+        steps = session.optimizer_batches(epoch)[first:]
+        if steps:  # empty when resumed exactly at the end of an epoch: only its validation is left
+            trainer.fit_epoch(session, epoch, steps, first)
+        validate(session, epoch, trainer.logits)
+        if session.should_stop():
+            break
+    return finish_with_test(session, trainer.logits)

@@ -1,0 +1,81 @@
+"""Initial weights, made once in numpy, and their layout conversions.
+
+Scheme (Keras's defaults, which train this net well in every framework):
+Glorot-uniform kernels, limit sqrt(6 / (fan_in + fan_out)), with
+fan_in = k*k*in_channels and fan_out = k*k*out_channels for a convolution,
+and zero biases. One `numpy.random.default_rng(seed)` draws the kernels in
+layer order, so the same seed gives the same weights everywhere.
+
+Canonical layout (what `initial_weights` returns): conv kernels HWIO
+(kh, kw, in, out); dense kernels (in, out) whose input rows follow the
+NHWC flatten order (h, w, c). TensorFlow and Keras use it as is;
+`to_channels_first` gives the layout of channels-first frameworks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from algorithms.spec.networks import Conv2D, Dense, Flatten, Network, weight_shapes
+
+
+@dataclass
+class LayerWeights:
+    layer_index: int  # index into Network.layers
+    kernel: np.ndarray
+    bias: np.ndarray
+
+
+def glorot_uniform(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    if len(shape) == 4:  # HWIO
+        receptive = shape[0] * shape[1]
+        fan_in, fan_out = receptive * shape[2], receptive * shape[3]
+    else:
+        fan_in, fan_out = shape
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, size=shape).astype(np.float32)
+
+
+def initial_weights(network: Network, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    weights = []
+    for index, layer, in_shape in network.parametric_layers():
+        kernel_shape, bias_shape = weight_shapes(layer, in_shape)
+        weights.append(LayerWeights(index, glorot_uniform(rng, kernel_shape), np.zeros(bias_shape, np.float32)))
+    return weights
+
+
+def to_channels_first(network: Network, weights: list) -> list:
+    """Canonical weights in the layout of NCHW frameworks (PyTorch, Caffe, Lasagne):
+    conv kernels OIHW, dense kernels (out, in), and the first dense layer after a
+    flatten of an (H, W, C) map re-ordered to the (C, H, W) flatten order."""
+    shapes = network.input_shapes()
+    converted = []
+    for w in weights:
+        layer = network.layers[w.layer_index]
+        if isinstance(layer, Conv2D):
+            kernel = w.kernel.transpose(3, 2, 0, 1)
+        else:
+            kernel = w.kernel
+            flattened_from = _flattened_map_shape(network, w.layer_index, shapes)
+            if flattened_from is not None:
+                h, wd, c = flattened_from
+                kernel = kernel.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(h * wd * c, -1)
+            kernel = kernel.T
+        converted.append(LayerWeights(w.layer_index, np.ascontiguousarray(kernel), w.bias.copy()))
+    return converted
+
+
+def _flattened_map_shape(network: Network, dense_index: int, shapes: list):
+    """The (H, W, C) map a dense layer's input was flattened from, if any."""
+    for index in range(dense_index - 1, -1, -1):
+        layer = network.layers[index]
+        if isinstance(layer, Flatten):
+            shape = shapes[index]
+            return shape if len(shape) == 3 and prod(shape[:2]) > 1 else None
+        if isinstance(layer, (Conv2D, Dense)):
+            return None
+    return None

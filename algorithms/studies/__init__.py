@@ -1,0 +1,4 @@
+"""Studies: commands that run many entry-script processes and read their CSVs back. The
+comparison of every framework (suite.py, run_all.py), run-to-run against cross-framework
+drift (drift.py), scaling over devices (scaling.py), Smith et al.'s batch study
+(batch_study.py) and the eager / graph / compiled sweep (execution_sweep.py)."""

@@ -1,0 +1,182 @@
+"""Smith et al. 2017, "Don't Decay the Learning Rate, Increase the Batch Size": a
+step decay of the learning rate against the batch growth that matches it (at each
+decay epoch the lr is divided by --factor in one arm, the batch multiplied by it in
+the other), the same epochs, seed and data; test accuracy, optimizer updates and wall
+time side by side, and one plot.
+
+    python -m algorithms.studies.batch_study [--framework torch] [--batch 100] [--factor 2] \\
+        [--decay_epochs 3,5] [--num_epochs 6] [any flag of the entry scripts]
+
+Each arm is one entry-script run (`--lr_schedule` in one, `--batch_schedule` in the
+other), read back from its CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from algorithms.registry.capabilities import capabilities
+from algorithms.run.config import OneLineErrorParser
+from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.registry.frameworks import get
+from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.run.entry import prepare
+from algorithms.run.session import new_run_id
+from algorithms.studies.suite import framework_names, print_help_with_entry_flags, run_framework
+
+
+def parse_study_args(argv: list):
+    parser = OneLineErrorParser(
+        prog="python -m algorithms.studies.batch_study",
+        add_help=False,
+        allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--framework",
+        default="torch",
+        help="torch, tensorflow or keras_tensorflow / keras_torch / keras_jax (those with --lr_schedule)",
+    )
+    parser.add_argument("--batch", type=int, default=100, help="the batch both arms start from")
+    parser.add_argument("--factor", type=int, default=2, help="lr divided by / batch multiplied by this")
+    parser.add_argument("--decay_epochs", default="3,5", help="the epochs (1-based) at which each arm changes")
+    parser.add_argument("--num_epochs", type=int, default=6, help="epochs of both arms")
+    parser.add_argument("--learning_rate", type=float, default=None, help="the starting lr (default: the preset's)")
+    parser.add_argument("-h", "--help", action="store_true")
+    args, forwarded = parser.parse_known_args(argv)
+    if args.help:
+        parser.description = __doc__.split("\n\n")[0]
+        print_help_with_entry_flags(parser, "python -m algorithms.studies.batch_study")
+    (name,) = framework_names(parser, args.framework, "--framework")
+    if "--lr_schedule" not in dict((n, f) for n, _, f in capabilities())[name]:
+        parser.error(
+            f"--framework {name}: it has no per-step lr hook (--lr_schedule); use torch, tensorflow or keras_*"
+        )
+    try:
+        epochs = [int(epoch) for epoch in args.decay_epochs.split(",")]
+    except ValueError:
+        parser.error(f"--decay_epochs: expected epochs like 3,5, got {args.decay_epochs!r}")
+    if epochs != sorted(set(epochs)) or epochs[0] < 2 or epochs[-1] > args.num_epochs or args.factor < 2:
+        parser.error(
+            f"--decay_epochs {args.decay_epochs} --factor {args.factor}: rising epochs from 2 to --num_epochs "
+            f"{args.num_epochs}, and a factor of 2 or more"
+        )
+    return name, args, epochs, forwarded
+
+
+def arm_flags(args, epochs: list, base_lr: float) -> dict:
+    """The two arms' entry-script flags: the same lr / batch ratio in every epoch."""
+    phases = list(enumerate([1] + epochs))  # (changes so far, first epoch of the phase)
+    decay = ",".join(f"{first}:{base_lr / args.factor**k:g}" for k, first in phases)
+    growth = ",".join(f"{first}:{args.batch * args.factor**k}" for k, first in phases)
+    common = ["--num_epochs", str(args.num_epochs)]
+    return {
+        "lr decay": common + ["--batch_size", str(args.batch), "--lr_schedule", decay],
+        "batch growth": common + ["--batch_schedule", growth, "--learning_rate", f"{base_lr:g}"],
+    }
+
+
+def summarize_arm(rows: list) -> dict:
+    train = [row for row in rows if row["phase"] == "train"]
+    val = [row for row in rows if row["phase"] == "val"]
+    test = [row["accuracy"] for row in rows if row["phase"] == "test"]
+    return {
+        "updates": len(train),
+        "test": test[-1] if test else None,
+        "val": val[-1]["accuracy"] if val else None,
+        "wall": rows[-1]["wall_time_s"] if rows else None,
+        "val_curve": [(row["epoch"], row["step"], row["accuracy"]) for row in val],
+        "batches": sorted({row["global_batch"] for row in train}),
+        "rates": sorted({row["learning_rate"] for row in train}, reverse=True),
+    }
+
+
+def format_table(results: dict) -> str:
+    header = ("arm", "batches", "learning rates", "updates", "test acc", "final val acc", "wall s")
+    lines = [header]
+    for arm, s in results.items():
+        lines.append(
+            (
+                arm,
+                " -> ".join(str(b) for b in s["batches"]),
+                " -> ".join(f"{r:g}" for r in s["rates"]),
+                str(s["updates"]),
+                "n/a" if s["test"] is None else f"{s['test']:.4f}",
+                "n/a" if s["val"] is None else f"{s['val']:.4f}",
+                "n/a" if s["wall"] is None else f"{s['wall']:.1f}",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+        for line in lines[:1] + [tuple("-" * w for w in widths)] + lines[1:]
+    )
+
+
+def plot(results: dict, title: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    figure, (by_epoch, by_update) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for arm, s in results.items():
+        epochs, steps, accuracy = zip(*s["val_curve"])
+        by_epoch.plot(epochs, accuracy, marker="o", label=arm)
+        by_update.plot(steps, accuracy, marker="o", label=f"{arm} ({s['updates']} updates)")
+    by_epoch.set(title="validation accuracy by epoch", xlabel="epoch", ylabel="accuracy")
+    by_epoch.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    by_update.set(title="validation accuracy by optimizer update", xlabel="update", ylabel="accuracy")
+    for axis in (by_epoch, by_update):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    name, args, epochs, forwarded = parse_study_args(argv)
+    try:
+        config, _ = prepare(forwarded + ["--num_epochs", str(args.num_epochs)], "batch_study", "")
+        base_lr = args.learning_rate or config.optimizer.learning_rate
+        arms = arm_flags(args, epochs, base_lr)
+        for flags in arms.values():
+            prepare(forwarded + flags, "batch_study", "")  # every arm's flags and batches checked first
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    run_id = config.run_id or new_run_id()
+    if "--run_id" in forwarded:  # each arm gets <run_id>-lr-decay / -batch-growth
+        forwarded = forwarded[: forwarded.index("--run_id")] + forwarded[forwarded.index("--run_id") + 2 :]
+    framework = get(name)
+    path = os.path.join(
+        config.results_dir, results_csv_name(config.network.name, framework.framework, framework.backend)
+    )
+    results = {}
+    for index, (arm, flags) in enumerate(arms.items(), start=1):
+        arm_id = f"{run_id}-{arm.replace(' ', '-')}"
+        code, _ = run_framework(name, forwarded + flags + ["--run_id", arm_id], f"[{index}/2 {arm}] ")
+        if code != 0:
+            print(f"error: the {arm} run failed (exit {code}); its output is above", file=sys.stderr)
+            return 1
+        results[arm] = summarize_arm(read_rows(path, arm_id))
+    title = (
+        f"{name} · {config.network.name} · {args.num_epochs} epochs · x{args.factor} at epochs "
+        f"{args.decay_epochs} · run {run_id}"
+    )
+    print(f"\n{title}\n{format_table(results)}")
+    png = os.path.join(config.results_dir, "batch_study", f"{run_id}.png")
+    plot(results, title, png)
+    print(f"\nplot: {png}\nrows: {path} (run ids {run_id}-lr-decay, {run_id}-batch-growth)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

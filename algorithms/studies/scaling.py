@@ -1,0 +1,393 @@
+"""The scaling report: one strategy at 1, 2, ... devices for each chosen framework,
+each run a real entry-script process (the 1-device run is `--strategy single`),
+read back from the CSVs they wrote, then one table: ms/step, samples/s, speedup,
+scaling efficiency, and the measured communication time next to the bytes a ring
+all-reduce must move per step (2 (K - 1) / K x gradient bytes). The verdict uses
+the seeds' rule: under 1.5x at 2 devices, adding devices does not pay.
+
+    python scaling_report.py --frameworks torch,tensorflow --devices 1,2 --max_steps 20 [entry-script flags]
+
+Works with any framework of the registry (algorithms/registry/frameworks.py) whose entry script accepts
+`--strategy STRATEGY --devices N`; a framework that refuses is reported, not fatal.
+
+The asynchronous strategies (ps, async) apply N updates of 1/N batch per global batch,
+and their workers overlap: their --max_steps is N x the report's (the same samples
+seen), and their throughput comes from the rows' wall time (updates/s x samples per
+update), not from one update's time. Every row also shows updates/s, the staleness of
+the applied updates (median, 95th percentile), the last validation accuracy and the
+run's wall time, so strategies can be set side by side at equal samples seen.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from algorithms.run.config import OneLineErrorParser
+from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.registry.frameworks import NAMES, get
+from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
+from algorithms.paths import REPO_ROOT, RESULTS_DIR
+from algorithms.run.recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms, update_rates
+from algorithms.run.entry import prepare
+from algorithms.run.session import new_run_id
+from algorithms.studies.suite import framework_names, print_help_with_entry_flags
+
+WORTH_IT_AT_TWO = 1.5  # the seeds' rule: a second device must give at least this speedup
+DEFAULT_MAX_STEPS = 20
+# set by the report for each run, so a user's copy would only be overridden
+OWN_FLAGS = ("--strategy", "--devices", "--results_dir", "--results_log", "--run_id", "--quiet", "--max_steps")
+
+
+@dataclass
+class ScalingRow:
+    framework: str
+    devices: int
+    strategy: str
+    status: str
+    ms_per_step: Optional[float] = None
+    samples_per_sec: Optional[float] = None
+    speedup: Optional[float] = None
+    efficiency: Optional[float] = None
+    comm_ms: Optional[float] = None  # median measured communication per step
+    predicted_allreduce_mb: Optional[float] = None  # ring all-reduce volume each replica sends per step
+    effective_mb_per_s: Optional[float] = None  # predicted volume / measured communication time
+    updates_per_sec: Optional[float] = None  # applied updates per second of wall time
+    staleness_median: Optional[float] = None
+    staleness_p95: Optional[float] = None
+    val_accuracy: Optional[float] = None  # the last validation pass
+    wall_s: Optional[float] = None  # from the session's start to its last row
+
+
+ASYNCHRONOUS = ("ps", "async")  # each worker's 1/N share of a batch is an update of its own
+
+
+def without_strategy_flags(forwarded: list) -> list:
+    """`forwarded` minus --ps_sync and --sync_every K, which only their strategy takes
+    (the 1-device run is --strategy single)."""
+    kept, skip = [], False
+    for arg in forwarded:
+        if skip:
+            skip = False
+        elif arg == "--sync_every":
+            skip = True
+        elif arg != "--ps_sync" and not arg.startswith("--sync_every="):
+            kept.append(arg)
+    return kept
+
+
+def updates_per_batch(strategy: str, devices: int, forwarded: list) -> int:
+    return devices if strategy in ASYNCHRONOUS and devices > 1 and "--ps_sync" not in forwarded else 1
+
+
+def replicas_of(strategy: str, devices: int, group: int) -> int:
+    """Data-parallel copies whose gradients are all-reduced (the prediction applies to them only)."""
+    return devices if strategy == "data" else devices // group if strategy == "hybrid" else 1
+
+
+def parse_args(argv: list):
+    parser = OneLineErrorParser(
+        prog="scaling_report.py",
+        add_help=False,
+        description="Run a strategy at 1, 2, ... devices per framework; print the "
+        "scaling table. Every other flag goes to each entry script.",
+    )
+    parser.add_argument("--frameworks", default="torch", help=f"comma-separated: {', '.join(NAMES)}")
+    parser.add_argument("--strategy", default="data", choices=[s for s in STRATEGIES if s != "single"])
+    parser.add_argument("--devices", default="1,2", help="comma-separated device counts; 1 runs --strategy single")
+    parser.add_argument("--max_steps", default=str(DEFAULT_MAX_STEPS), help="steps per run")
+    parser.add_argument(
+        "--threads_per_device",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS of every process: on a CPU machine one 'device' is this many "
+        "cores, so N devices use N x as many (default: cores / the largest device count)",
+    )
+    parser.add_argument(
+        "--results_dir",
+        default=RESULTS_DIR,
+        help="the report goes to RESULTS_DIR/scaling/<id>.{csv,png}, its runs under <id>/",
+    )
+    parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
+    parser.add_argument("-h", "--help", action="store_true")
+    args, forwarded = parser.parse_known_args(argv)
+    if args.help:
+        print_help_with_entry_flags(parser, "scaling_report.py")
+    frameworks = framework_names(parser, args.frameworks, "--frameworks")
+    try:
+        devices = sorted({int(text) for text in args.devices.split(",")})
+    except ValueError:
+        parser.error(f"--devices {args.devices}: expected whole numbers like 1,2,4")
+    if devices[0] < 1:
+        parser.error(f"--devices {args.devices}: counts must be 1 or more")
+    if args.threads_per_device is None:
+        args.threads_per_device = max(1, (os.cpu_count() or 1) // devices[-1])
+    if args.threads_per_device < 1:
+        parser.error(f"--threads_per_device {args.threads_per_device}: must be 1 or more")
+    return frameworks, args, devices, forwarded
+
+
+def run_one(
+    name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str, threads: int, network: str
+):
+    """One entry-script process; returns (exit status, its train rows)."""
+    framework = get(name)
+    results_dir = os.path.join(directory, f"{name}_x{devices}")
+    run_id = f"{report_id}-{name}-x{devices}"
+    flags = [
+        *(without_strategy_flags(forwarded) if devices == 1 else forwarded),
+        "--strategy",
+        "single" if devices == 1 else strategy,
+        "--devices",
+        str(devices),
+        "--results_dir",
+        results_dir,
+        "--results_log",
+        os.path.join(directory, "results.log"),
+        "--run_id",
+        run_id,
+        "--quiet",
+    ]
+    if updates_per_batch(strategy, devices, forwarded) > 1:  # the same samples as the others' steps
+        steps = int(flags[flags.index("--max_steps") + 1]) * devices
+        flags[flags.index("--max_steps") + 1] = str(steps)
+    print(f"  {name} x{devices}: python {framework.script} {' '.join(flags)}", flush=True)
+    threads_env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads * devices)}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **threads_env, **framework.env},
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        last_line = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        print(f"    failed (exit {proc.returncode}): {last_line[:200]}", flush=True)
+    csv_path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
+    rows = read_rows(csv_path, run_id) if os.path.exists(csv_path) else []
+    return proc.returncode, rows
+
+
+def without_own_flags(forwarded: list) -> list:
+    kept, skip_value = [], False
+    for arg in forwarded:
+        if skip_value:
+            skip_value = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in OWN_FLAGS:
+            skip_value = "=" not in arg and name != "--quiet"
+            continue
+        kept.append(arg)
+    return kept
+
+
+def summarize(
+    name: str, strategy: str, devices: int, code: int, rows: list, param_count: int, group: int
+) -> ScalingRow:
+    """`rows`: the run's rows (train and val)."""
+    train = [row for row in rows if row["phase"] == "train"]
+    val = [row for row in rows if row["phase"] == "val"]
+    if code != 0 or not train:
+        return ScalingRow(name, devices, "single" if devices == 1 else strategy, f"failed (exit {code})")
+    rates = update_rates(train)
+    ms = steady_state_ms([row["step_time_ms"] for row in train])
+    samples_per_sec = train[0]["global_batch"] * 1000.0 / ms
+    overlapping = train[0]["strategy"] in ASYNCHRONOUS and len({row["worker"] for row in train}) > 1
+    if overlapping and rates["updates_per_sec"]:  # one update's time says nothing of N overlapping workers
+        samples_per_update = statistics.median(row["samples_per_sec"] * row["step_time_ms"] / 1000.0 for row in train)
+        samples_per_sec = rates["updates_per_sec"] * samples_per_update
+        ms = train[0]["global_batch"] * 1000.0 / samples_per_sec  # per global batch's worth of samples
+    comm = [row["comm_time_ms"] for row in train[WARMUP_STEPS:] or train if row["comm_time_ms"] is not None]
+    replicas = replicas_of(strategy, devices, group) if devices > 1 else 1
+    predicted = ring_allreduce_bytes(param_count, replicas) / 1e6 if replicas > 1 else None
+    comm_ms = statistics.median(comm) if comm else None
+    return ScalingRow(
+        name,
+        devices,
+        train[0]["strategy"],
+        "ok",
+        ms,
+        samples_per_sec,
+        comm_ms=comm_ms,
+        predicted_allreduce_mb=predicted,
+        effective_mb_per_s=predicted / comm_ms * 1000.0 if predicted and comm_ms else None,
+        **rates,
+        val_accuracy=val[-1]["accuracy"] if val else None,
+        wall_s=max(row["wall_time_s"] for row in rows if row["wall_time_s"] is not None),
+    )
+
+
+def add_speedups(rows: list) -> None:
+    """Speedup against the same framework's 1-device run (same global batch)."""
+    for row in rows:
+        base = next((r for r in rows if r.framework == row.framework and r.devices == 1 and r.ms_per_step), None)
+        if base and row.ms_per_step:
+            row.speedup = base.ms_per_step / row.ms_per_step
+            row.efficiency = row.speedup / row.devices
+
+
+def verdicts(rows: list) -> list:
+    lines = []
+    for name in dict.fromkeys(row.framework for row in rows):
+        two = next((r for r in rows if r.framework == name and r.devices == 2 and r.speedup), None)
+        if two is None:
+            lines.append(f"{name}: no 1- and 2-device pair to judge")
+        elif two.speedup < WORTH_IT_AT_TWO:
+            lines.append(
+                f"{name}: {two.speedup:.2f}x at 2 devices (< {WORTH_IT_AT_TWO}x): don't add more devices "
+                "for this network and batch; a bigger batch or model may change that"
+            )
+        else:
+            widest = max((r for r in rows if r.framework == name and r.speedup), key=lambda r: r.devices)
+            lines.append(
+                f"{name}: {two.speedup:.2f}x at 2 devices (>= {WORTH_IT_AT_TWO}x): scaling pays; "
+                f"{widest.efficiency:.0%} efficiency at {widest.devices} devices"
+            )
+    return lines
+
+
+def format_table(rows: list) -> str:
+    header = (
+        "framework",
+        "devices",
+        "strategy",
+        "ms/step",
+        "samples/s",
+        "speedup",
+        "efficiency",
+        "comm ms",
+        "ring all-reduce MB",
+        "effective MB/s",
+        "updates/s",
+        "stale p50/p95",
+        "val acc",
+        "wall s",
+    )
+
+    def cell(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        (
+            r.framework,
+            str(r.devices),
+            r.strategy if r.status == "ok" else r.status,
+            cell(r.ms_per_step, ".1f"),
+            cell(r.samples_per_sec, ".0f"),
+            cell(r.speedup, ".2f"),
+            cell(r.efficiency, ".0%"),
+            cell(r.comm_ms, ".1f"),
+            cell(r.predicted_allreduce_mb, ".2f"),
+            cell(r.effective_mb_per_s, ".0f"),
+            cell(r.updates_per_sec, ".1f"),
+            "-" if r.staleness_median is None else f"{r.staleness_median:g}/{r.staleness_p95:g}",
+            cell(r.val_accuracy, ".4f"),
+            cell(r.wall_s, ".1f"),
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in [header, tuple("-" * w for w in widths)] + lines
+    )
+
+
+def write_csv(rows: list, path: str) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+
+
+def plot_png(rows: list, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (time_axis, speed_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = list(dict.fromkeys(r.framework for r in rows))
+    width = 0.8 / len(names)
+    for offset, name in enumerate(names):
+        mine = [r for r in rows if r.framework == name and r.ms_per_step]
+        positions = [r.devices + (offset - (len(names) - 1) / 2) * width for r in mine]
+        comm = [r.comm_ms or 0.0 for r in mine]
+        bars = time_axis.bar(positions, [r.ms_per_step - c for r, c in zip(mine, comm)], width, label=f"{name} compute")
+        time_axis.bar(
+            positions,
+            comm,
+            width,
+            bottom=[r.ms_per_step - c for r, c in zip(mine, comm)],
+            color=bars.patches[0].get_facecolor(),
+            alpha=0.45,
+            hatch="//",
+            label=f"{name} communication",
+        )
+        speed_axis.plot([r.devices for r in mine], [r.speedup for r in mine], marker="o", label=name)
+    counts = sorted({r.devices for r in rows})
+    speed_axis.plot(counts, counts, linestyle=":", color="grey", label="ideal")
+    speed_axis.scatter(
+        [2], [WORTH_IT_AT_TWO], marker="_", s=400, color="red", label=f"{WORTH_IT_AT_TWO}x at 2: the bar"
+    )
+    time_axis.set(title="ms per step (median, warm-up excluded)", xlabel="devices", ylabel="ms", xticks=counts)
+    speed_axis.set(title="speedup against 1 device", xlabel="devices", ylabel="speedup", xticks=counts)
+    for axis in (time_axis, speed_axis):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    frameworks, args, devices, forwarded = parse_args(argv)
+    strategy, max_steps = args.strategy, args.max_steps
+    forwarded = [*without_own_flags(forwarded), "--max_steps", max_steps]
+    try:
+        config, dataset = prepare(
+            [*without_strategy_flags(forwarded), "--results_dir", args.results_dir], "scaling_report.py", ""
+        )
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    report_id = args.run_id or new_run_id()
+    directory = os.path.join(config.results_dir, "scaling", report_id)
+    os.makedirs(directory, exist_ok=True)
+    print(
+        f"scaling report {report_id}: {config.network.name}, --strategy {strategy} at {devices} devices, "
+        f"global batch {config.batch_size}, {max_steps} steps per run, {args.threads_per_device} thread(s) "
+        f"per device, {dataset.describe()}",
+        flush=True,
+    )
+    rows = []
+    for name in frameworks:
+        for count in devices:
+            code, train = run_one(
+                name, strategy, count, forwarded, directory, report_id, args.threads_per_device, config.network.name
+            )
+            rows.append(summarize(name, strategy, count, code, train, config.network.param_count(), config.plan.group))
+    add_speedups(rows)
+    title = (
+        f"{config.network.name} · {strategy} · global batch {config.batch_size} · "
+        f"{config.network.param_count():,} parameters"
+    )
+    print(f"\n{title}\n{format_table(rows)}\n")
+    print(
+        "communication: 'comm ms' is measured inside the framework's collectives (blank where it does not "
+        "expose it); 'ring all-reduce MB' is 2 (K - 1) / K x the float32 gradient each replica sends per step"
+    )
+    for line in verdicts(rows):
+        print("verdict: " + line)
+    csv_path, png_path = directory + ".csv", directory + ".png"
+    write_csv(rows, csv_path)
+    plot_png(rows, png_path, title)
+    print(f"\ntable: {csv_path}\nplot:  {png_path}\nruns:  {directory}/")
+    return 0 if all(row.status == "ok" for row in rows) else 1

@@ -1,0 +1,245 @@
+"""The main job: train the same network on the same data with every framework
+available, one process after another (so timings do not compete), and print one
+comparison table read back from the CSVs they wrote.
+
+    python run_all.py [--only tensorflow,torch] [--seeds 0,1] [--preset original] [any flag of the entry scripts]
+
+Its default trains to convergence on the default data: where a network's preset makes too
+few updates there (the 3-layer net's batch 1000: 40), the same samples in smaller batches
+(Network.main_command_batch); `--preset original` runs the original preset instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from algorithms.analysis.agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
+from algorithms.analysis.baseline import format_checks
+from algorithms.run.config import OneLineErrorParser
+from algorithms.analysis.compare import build_report, format_against_first, write_outputs
+from algorithms.registry.environments import NotRun, not_run
+from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.registry.frameworks import NAMES, get
+from algorithms.paths import BASELINE_DIR, REPO_ROOT
+from algorithms.run.recorder import read_rows, results_csv_name, run_ids, summarize_rows
+from algorithms.run.entry import prepare
+from algorithms.analysis.runs import val_progress
+from algorithms.run.session import new_run_id
+from algorithms.analysis.tensorboard import export_run
+
+TABLE_ACCURACY = 0.9  # the table's time-to-accuracy columns, unless --target_accuracy names another
+
+
+def parse_suite_args(argv):
+    parser = OneLineErrorParser(
+        prog="run_all.py",
+        allow_abbrev=False,  # --seed is an entry-script flag, not short for --seeds
+        add_help=False,
+        description="Train one network with every framework and print a comparison table. "
+        "Every other flag is passed to each entry script (see python torch_script.py --help).",
+    )
+    parser.add_argument(
+        "--only", default=",".join(NAMES), help=f"comma-separated subset of: {', '.join(NAMES)} (default: all)"
+    )
+    parser.add_argument(
+        "--preset",
+        choices=("main", "original"),
+        default="main",
+        help="main: the network's preset, at a batch that converges on the default data where the preset's "
+        "does not (the 3-layer net: batch 100 instead of 1000, the same 10 epochs); original: the preset as "
+        "the original ran it. An explicit --batch_size wins over both",
+    )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds (e.g. 0,1): every framework runs once per seed, and the seeds' spread "
+        "is the run-to-run band the verdicts rest on (default: one run at --seed)",
+    )
+    parser.add_argument("-h", "--help", action="store_true")
+    args, forwarded = parser.parse_known_args(argv)
+    if args.help:
+        print_help_with_entry_flags(parser, "run_all.py")
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+        except ValueError:
+            parser.error(f"--seeds: expected whole numbers like 0,1, got {args.seeds!r}")
+        if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+            parser.error(f"--seeds {args.seeds}: give two or more different seeds")
+        if "--seed" in forwarded:
+            parser.error("--seeds and --seed: give one of them")
+    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded
+
+
+def main_command_flags(network, forwarded: list, preset: str) -> tuple:
+    """The flags with the main command's batch added (see the module docstring), and a note saying so."""
+    if preset == "original" or "--batch_size" in forwarded or network.main_command_batch is None:
+        return forwarded, ""
+    batch = network.main_command_batch
+    note = (
+        f"batch {batch}, not the preset's {network.training.batch_size}: the preset makes too few updates to "
+        f"converge on small data (run_all.py --preset original runs it)"
+    )
+    return forwarded + ["--batch_size", str(batch)], note
+
+
+def print_help_with_entry_flags(parser, prog: str, note: str = "") -> None:
+    """The command's own help, then the entry scripts' flags it passes on; exits."""
+    parser.print_help()
+    print(f"\nflags passed to every entry script{note}:")
+    prepare(["--help"], prog, "")  # prints the shared flags and exits
+
+
+def framework_names(parser, text: str, flag: str) -> list:
+    """A comma-separated list of registry names (algorithms/registry/frameworks.py), or the parser's one-line error."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in NAMES]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(NAMES)}")
+    return names
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    names, preset, seeds, forwarded = parse_suite_args(argv)
+    try:
+        config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
+        forwarded, note = main_command_flags(config.network, forwarded, preset)
+        if note:
+            config, dataset = prepare(forwarded, "run_all.py", "")
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    run_id = config.run_id or new_run_id()
+    if "--run_id" in forwarded:
+        forwarded = forwarded[: forwarded.index("--run_id")] + forwarded[forwarded.index("--run_id") + 2 :]
+    # one run id per seed: every framework's run of seed s is <run_id>-seed<s>
+    runs = [(None, run_id)] if seeds is None else [(seed, f"{run_id}-seed{seed}") for seed in seeds]
+    print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}", flush=True)
+    print((f"{note}\n" if note else "") + (f"seeds {args_text(seeds)}\n" if seeds else ""), flush=True)
+    outcomes = {}
+    build_logs = os.path.join(config.results_dir, "build")
+    for seed, this_run in runs:
+        flags = forwarded + ["--run_id", this_run] + ([] if seed is None else ["--seed", str(seed)])
+        for index, name in enumerate(names, start=1):
+            prefix = f"[{index}/{len(names)}{seed_text(seed)}] "
+            outcomes[name, this_run] = not_run(get(name), build_logs, prefix) or run_framework(name, flags, prefix)
+    first_run = runs[0][1]
+    csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
+    print_agreement(config, csv_paths, first_run)
+    if len(csv_paths) >= 2:
+        specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
+        report = build_report(specs, [0.5, 0.8, 0.9], BASELINE_DIR)
+        png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
+        print("\n" + format_against_first(report))
+        print("\n" + format_checks(report["baseline"]))
+        print(
+            f"\ncurves: {png}\nfull comparison (every pair and the evidence of its verdict): {page}\n"
+            f"any two CSVs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
+        )
+    for _, this_run in runs:
+        finished = [path for path in csv_paths if this_run in run_ids(path)]
+        export_run(finished, this_run, os.path.join(config.results_dir, "tensorboard"))
+    # a framework whose environment could not be built is shown, not counted (docs/legacy.md)
+    ran = [outcome for outcome in outcomes.values() if not isinstance(outcome, NotRun)]
+    return 0 if ran and all(code == 0 for code, _ in ran) else 1
+
+
+def args_text(seeds: list) -> str:
+    return ", ".join(str(seed) for seed in seeds)
+
+
+def seed_text(seed) -> str:
+    return "" if seed is None else f", seed {seed}"
+
+
+def print_agreement(config, csv_paths: list, run_id: str) -> None:
+    """The pairwise agreement of the finished runs' test predictions (when the test set was predicted)."""
+    predictions = {}
+    for path in csv_paths:
+        prediction_file = predictions_path(config.results_dir, path, run_id)
+        if os.path.exists(prediction_file):
+            rows = read_rows(path, run_id)
+            predictions[f"{rows[0]['framework']}/{rows[0]['backend']}"] = read_predictions(prediction_file)
+    if len(predictions) >= 2:
+        images = len(next(iter(predictions.values())))
+        print("\n" + format_agreement(pairwise_agreement(predictions), images))
+
+
+def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
+    """One entry script in its own process (so timings do not compete);
+    returns (exit status, wall seconds)."""
+    framework = get(name)
+    print(f"{prefix}{name}: python {framework.script} {' '.join(flags)}", flush=True)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
+    )
+    print(flush=True)
+    return proc.returncode, time.perf_counter() - started
+
+
+def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
+    """Prints the table; returns the CSVs of the runs that finished."""
+    header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
+    accuracy = config.target_accuracy or TABLE_ACCURACY
+    header += tuple(f"{what} to {accuracy:g}" for what in ("steps", "s", "samples"))
+    lines, finished = [], []
+    for name in names:
+        framework, backend = get(name).framework, get(name).backend
+        if isinstance(outcomes[name], NotRun):
+            lines.append((framework, backend, str(outcomes[name])))
+            continue
+        code, wall = outcomes[name]
+        path = os.path.join(config.results_dir, results_csv_name(config.network.name, framework, backend))
+        rows = read_rows(path, run_id) if os.path.exists(path) else []
+        if code != 0 or not rows:
+            lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
+            continue
+        finished.append(path)
+        s = summarize_rows(rows)
+        lines.append(
+            (
+                framework,
+                backend,
+                _fmt(s["val_accuracy"]),
+                _fmt(s["test_accuracy"]),
+                _fmt(s["train_loss"]),
+                _fmt(s["median_ms"], ".1f"),
+                _fmt(s["samples_per_sec"], ".0f"),
+                f"{wall:.0f}",
+                *to_accuracy_cells(rows, accuracy),
+            )
+        )
+    widths = [max(len(str(row[i])) for row in [header] + lines if len(row) == len(header)) for i in range(len(header))]
+    print(f"{config.network.name} · run {run_id} · batch {config.batch_size} · {config.num_epochs} epochs")
+    for row in [header, tuple("-" * w for w in widths)] + lines:
+        print(
+            "  ".join(
+                str(cell).ljust(w) if i < 2 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+            )
+        )
+    print(
+        f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
+        f"summaries: {config.results_log}"
+    )
+    return finished
+
+
+def to_accuracy_cells(rows: list, threshold: float) -> tuple:
+    """Steps, wall seconds and training samples to the first validation row at or above
+    `threshold` (DAWNBench's time to accuracy), or dashes."""
+    val = [row for row in rows if row["phase"] == "val"]
+    for row, (wall, samples) in zip(val, val_progress(rows)):
+        if row["accuracy"] >= threshold:
+            return str(row["step"]), f"{wall:.1f}", f"{samples:,}"
+    return "-", "-", "-"
+
+
+def _fmt(value, spec=".4f"):
+    return "n/a" if value is None else format(value, spec)
