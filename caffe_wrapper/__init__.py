@@ -5,6 +5,8 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 through algorithms/run/loop.py."""
 
 from algorithms.run.contract import Support
+from algorithms.run.tuning import Setting, Tuning
+from backends.tuning import MEASURED
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Caffe 1.0's only parallelism is multi-GPU data parallel (P2PSync), and this build is CPU_ONLY
@@ -22,12 +24,19 @@ GRAPH_ONLY_FP32 = {
     "drop --compile / --execution compiled or pass --execution graph",
 }
 
+BLAS_ONE_THREAD = Setting(
+    "blas_1_thread",
+    {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+    why="OpenBLAS on one thread: its GEMMs are small per image (Caffe's im2col per sample)",
+)
+
 
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph"),
+        tuning=Tuning("caffe", (BLAS_ONE_THREAD,), measured=MEASURED),
         advice=GRAPH_ONLY_FP32
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(

@@ -10,6 +10,8 @@ import json
 import os
 
 from algorithms.run.contract import Support
+from algorithms.run.tuning import Setting, Tuning
+from backends.tuning import MEASURED, OMP_SPIN, TENSORFLOW, THEANO_OPENMP, YNN_OFF
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
@@ -82,6 +84,30 @@ KERAS_2_ADVICE = {
     "drop --compile / --execution compiled or pass --execution graph",
 }
 
+# --tuned, per backend: (candidates, the best measured one)
+TUNING = {
+    "tensorflow": (TENSORFLOW, "default"),
+    "torch": ((OMP_SPIN,), "default"),
+    "jax": (
+        (
+            Setting("ynn_off", {"XLA_FLAGS": YNN_OFF}, why="XLA CPU's YNNPACK fusions off: its own emitters"),
+            Setting("onednn", {"XLA_FLAGS": "--xla_cpu_use_onednn=true"}, why="XLA CPU's oneDNN rewrites on"),
+            Setting(
+                "ynn_xnn_off",
+                {"XLA_FLAGS": YNN_OFF + " --xla_cpu_experimental_xnn_fusion_type="},
+                why="both XNNPACK and YNNPACK fusions off",
+            ),
+        ),
+        "ynn_off",
+    ),
+    "theano": ((THEANO_OPENMP,), "default"),
+}
+
+
+def tuning(name: str) -> Tuning:
+    candidates, best = TUNING[name]
+    return Tuning(f"keras_{name}", candidates, best, MEASURED)
+
 
 def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
@@ -90,12 +116,14 @@ def supported() -> Support:
         return Support(
             strategies=("single", "data", "tensor", "hybrid"),
             flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
+            tuning=tuning(name),
             advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
         )
     if name == "tensorflow":
         return Support(
             strategies=("single", "data"),
             flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
+            tuning=tuning(name),
             advice={
                 "tensor": JAX_ONLY,
                 "hybrid": HYBRID_JAX_ONLY,
@@ -108,6 +136,7 @@ def supported() -> Support:
         return Support(
             strategies=("single",),
             flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
+            tuning=tuning(name),
             advice={
                 "data": "Keras on torch has no data parallel here; run torch_script.py --strategy "
                 "data (DistributedDataParallel), or KERAS_BACKEND=tensorflow or jax",
@@ -121,6 +150,7 @@ def supported() -> Support:
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph"),
+        tuning=tuning("theano"),
         advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
         | NO_WORKER_STRATEGIES
         | KERAS_2_ADVICE,

@@ -13,6 +13,8 @@ import os
 import sys
 
 from algorithms.run.contract import Support
+from algorithms.run.tuning import Tuning
+from backends.tuning import MEASURED, TENSORFLOW
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
 
@@ -43,6 +45,7 @@ def supported() -> Support:
             "--execution graph",
             "--noise_scale",
         ),
+        tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED),
         advice=worker_strategy_advice(
             "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
             ("async", "localsgd"),

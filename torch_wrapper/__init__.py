@@ -17,7 +17,19 @@ _NOT_WITH_WORKER_STRATEGIES = {
 }
 
 from algorithms.run.contract import Support
+from algorithms.run.tuning import Setting, Tuning
+from backends.tuning import MEASURED, OMP_SPIN
 from algorithms.errors import InputError
+
+TUNING_CANDIDATES = (
+    OMP_SPIN,
+    Setting("compile", options={"torch.compile": "default"}, why="torch.compile (Inductor), default mode"),
+    Setting(
+        "compile_max_autotune",
+        options={"torch.compile": "max-autotune-no-cudagraphs"},
+        why="torch.compile, Inductor benchmarking its kernel choices",
+    ),
+)
 
 
 def supported() -> Support:
@@ -39,6 +51,7 @@ def supported() -> Support:
             "--execution eager",
             "--noise_scale",
         ),
+        tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={
             "--execution graph": "PyTorch runs eager (its default) or compiled (torch.compile); "
             "pass --execution eager or compiled",

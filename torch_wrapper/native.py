@@ -34,7 +34,7 @@ class Native:
         self.model = build_model(config.network, initial_weights(config.network, config.seed))
         self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
         torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
-        mode = tuned_options(config, "torch").get("torch.compile")  # as the trainer compiles under --tuned
+        mode = tuned_options(config).get("torch.compile")  # as the trainer compiles under --tuned
         self.forward = (
             torch.compile(self.model, mode=None if mode in (None, "default") else mode)
             if compile_model or mode

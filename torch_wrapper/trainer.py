@@ -286,7 +286,7 @@ def _build_trainer(config):
     if plan.strategy == "single" or config.dp_impl == "dataparallel":
         device = torch.device("cuda" if plan.strategy != "single" else "cpu")
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
-        mode = tuned_options(config, "torch").get("torch.compile")  # --tuned compile / compile_max_autotune
+        mode = tuned_options(config).get("torch.compile")  # --tuned compile / compile_max_autotune
         if config.compile or mode:  # --compile: torch.compile (Inductor); the first step compiles
             model = torch.compile(model, mode=None if mode in (None, "default") else mode)
         if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)

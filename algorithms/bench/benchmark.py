@@ -23,7 +23,8 @@ from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, REPO_ROOT, RESULTS_DIR
 from algorithms.run.threads import MALLOC_POLICIES
-from algorithms.run.tuning import CANDIDATES, DEFAULT, TUNED
+from algorithms.registry.capabilities import support
+from algorithms.run.tuning import DEFAULT
 
 COLUMNS = [
     "framework",
@@ -96,7 +97,7 @@ def parse_args(argv):
         const="all",
         default="",
         metavar="NAMES",
-        help="beside each framework's defaults, a row at every candidate setting of algorithms/run/tuning.py "
+        help="beside each framework's defaults, a row at every candidate setting of the wrapper's --tuned table "
         "(the measurement that picks --tuned's), or at the comma-separated NAMES only",
     )
     parser.add_argument(
@@ -143,10 +144,11 @@ def run_probe(name: str, probe_args: list, timeout: int) -> dict:
 
 def extra_settings(name: str, args) -> list:
     """The settings probed beside the defaults: the tuned one, or every candidate."""
+    tuning = support(get(name)).tuning
     if args.candidates:
         wanted = None if args.candidates == "all" else args.candidates.split(",")
-        return [setting.name for setting in CANDIDATES[name] if wanted is None or setting.name in wanted]
-    return [TUNED[name]] if args.tuned and TUNED[name] != DEFAULT else []
+        return [setting.name for setting in tuning.candidates if wanted is None or setting.name in wanted]
+    return [tuning.best] if args.tuned and tuning.best != DEFAULT else []
 
 
 def median_probe(probes: list, full: dict = None) -> dict:
@@ -162,9 +164,10 @@ def median_probe(probes: list, full: dict = None) -> dict:
 
 def setting_label(name: str, setting: str) -> str:
     """The table's setting cell: the name, marked where it is --tuned's choice."""
+    best = support(get(name)).tuning.best
     if setting == DEFAULT:
-        return "default (= tuned)" if TUNED[name] == DEFAULT else "default"
-    return f"{setting} (tuned)" if setting == TUNED[name] else setting
+        return "default (= tuned)" if best == DEFAULT else "default"
+    return f"{setting} (tuned)" if setting == best else setting
 
 
 def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float, setting: str = DEFAULT) -> dict:

@@ -44,7 +44,7 @@ import time
 
 from algorithms.run.loop import Prefetcher, run_step
 from algorithms.run.recorder import read_rows
-from algorithms.run.entry import prepare
+from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import RunSession
 from algorithms.run.threads import peak_rss_mb, set_malloc, set_thread_environment
 from algorithms.run.tuning import apply_tuned, resolve_tuned
@@ -155,9 +155,9 @@ def measure(
     package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, xla_dump: str = ""
 ) -> dict:
     config, dataset = prepare(argv, "algorithms.bench.probe", "")
-    config = resolve_tuned(config, package)
+    config = resolve_tuned(config, support_of(package).tuning)
     environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
-    tuned = apply_tuned(config, package)  # before PACKAGE.native imports the framework
+    tuned = apply_tuned(config)  # before PACKAGE.native imports the framework
     if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
         os.environ["XLA_FLAGS"] = (
             f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()

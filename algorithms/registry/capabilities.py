@@ -10,7 +10,8 @@ import importlib
 import os
 from contextlib import contextmanager
 
-from algorithms.registry.frameworks import FRAMEWORKS
+from algorithms.registry.frameworks import FRAMEWORKS, Framework
+from algorithms.run.contract import Support
 from algorithms.spec.parallel import STRATEGIES
 
 FLAGS = (
@@ -44,19 +45,19 @@ def environment(values: dict):
                 os.environ[key] = value
 
 
-def _support_of(package: str) -> tuple:
-    """(strategies, flags) from the package's supported(): the one place that reads it."""
-    support = importlib.import_module(package).supported()
-    return support.strategies, support.flags
+def support(framework: Framework) -> Support:
+    """The framework's wrapper's supported(), read with the framework's environment
+    (KERAS_BACKEND picks Keras's backend); no framework is imported."""
+    with environment(framework.env):
+        return importlib.import_module(framework.package).supported()
 
 
 def capabilities() -> list:
-    """(name, strategies, flags) for every framework of the registry, each package
-    imported with its framework's environment (KERAS_BACKEND picks Keras's backend)."""
+    """(name, strategies, flags) for every framework of the registry."""
     table = []
     for framework in FRAMEWORKS:
-        with environment(framework.env):
-            table.append((framework.name, *_support_of(framework.package)))
+        found = support(framework)
+        table.append((framework.name, found.strategies, found.flags))
     return table
 
 

@@ -24,6 +24,7 @@ from algorithms.spec.parallel import (
 from algorithms.spec.parallel import check_batch_schedule
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Network, Optimizer, get_network
 from algorithms.run.threads import MALLOC_POLICIES
+from algorithms.run.tuning import Tuning
 
 DEFAULT_SYNC_EVERY = 4
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -76,7 +77,8 @@ class RunConfig:
     def effective_batch_at(self, epoch: int) -> int:
         return self.batch_at(epoch) * self.accumulate
 
-    tuned: str = ""  # --tuned: "" (the framework's defaults), "best", or a setting of algorithms/run/tuning.py
+    tuned: str = ""  # --tuned: "" (the framework's defaults), "best", or a setting of the wrapper's table
+    tuning: Optional[Tuning] = None  # --tuned: the wrapper's table (Support.tuning), once resolved
     sync_every: int = 0  # localsgd: local steps between parameter averages
     ps_sync: bool = False  # ps: the server applies the sum of all workers' gradients at once
     precision: str = "fp32"
@@ -434,7 +436,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default="",
         metavar="SETTING",
         help="the framework's best measured CPU setting (XLA/oneDNN flags, OpenMP, torch.compile mode; "
-        "the table is algorithms/run/tuning.py), or the named one of its settings; recorded in results.log. "
+        "each wrapper's table, measured by `benchmark.py --candidates`), or the named one of its settings; "
+        "recorded in results.log. "
         "Without it: the framework's defaults",
     )
     hygiene = parser.add_argument_group("large-batch training")

@@ -26,16 +26,18 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from algorithms.run.noise_scale import GradientNorms
+from algorithms.run.tuning import Tuning
 
 
 @dataclass(frozen=True)
 class Support:
     """What a wrapper runs: strategies, the optional flags (`RunConfig.uses()` keys) it
-    implements, and `advice` replacing the generic refusal for a strategy or a flag
-    it does not run."""
+    implements, its --tuned table, and `advice` replacing the generic refusal for a
+    strategy or a flag it does not run."""
 
     strategies: Sequence[str]
     flags: Sequence[str]
+    tuning: Tuning
     advice: Mapping[str, str] = field(default_factory=dict)
 
 

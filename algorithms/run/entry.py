@@ -85,7 +85,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_RESOURCE_ERROR
     try:
         check_supported(config, wrapper_module, prog)
-        config = resolve_tuned(config, wrapper_module.split(".")[0])
+        config = resolve_tuned(config, support_of(wrapper_module).tuning)
         if config.batch_size_auto:  # trial processes, before this one loads the framework
             config = find_batch_size(
                 config, wrapper_module.split(".")[0], sys.argv[1:] if argv is None else list(argv), len(dataset.train_x)
@@ -99,7 +99,7 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
-    apply_tuned(config, wrapper_module.split(".")[0])  # XLA and TensorFlow read their flags at import
+    apply_tuned(config)  # XLA and TensorFlow read their flags at import
     wrapper = importlib.import_module(wrapper_module)
     try:
         session = RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))

@@ -549,7 +549,7 @@ class RunSession:
                 ("precision", self.precision_note + self._loss_scale_text()),
                 ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
                 ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
-                ("tuned", tuned_log_line(config, self.framework, self.backend)),
+                ("tuned", tuned_log_line(config)),
                 ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
                 ("csv", self.csv_path),
                 ("predictions", summary["test_predictions"] or "none"),
