@@ -275,6 +275,8 @@ def plot_png(rows: list, path: str, title: str) -> None:
     width = 0.8 / len(names)
     for offset, name in enumerate(names):
         mine = [r for r in rows if r.framework == name and r.ms_per_step]
+        if not mine:  # every run of it failed: its table row says so, it has no bar
+            continue
         positions = [r.devices + (offset - (len(names) - 1) / 2) * width for r in mine]
         comm = [r.comm_ms or 0.0 for r in mine]
         bars = time_axis.bar(positions, [r.ms_per_step - c for r, c in zip(mine, comm)], width, label=f"{name} compute")
