@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from algorithms.bench.probe import shape_text
+from algorithms.tables import shape_text
 
 
 def set_threads(threads: int) -> str:

@@ -10,7 +10,7 @@ import glob
 import os
 import re
 
-from algorithms.bench.probe import shape_text
+from algorithms.tables import shape_text
 
 # a kernel's trace event is "op_name:OpType"; framework events ("ExecutorState::Process",
 # "EagerLocalExecute: x", "ParallelFor") are not ops, but their time inside an op is the op's

@@ -14,7 +14,8 @@ from caffe_wrapper.trainer import CaffeTrainer, build_trainer, feed  # sets GLOG
 import caffe
 import numpy as np
 
-from algorithms.bench.probe import HandStepHarness, shape_text
+from algorithms.bench.probe import HandStepHarness
+from algorithms.tables import shape_text
 
 STEPS_PER_CALL = 1
 

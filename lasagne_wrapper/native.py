@@ -15,7 +15,8 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.bench.probe import HandStepHarness, shape_text
+from algorithms.bench.probe import HandStepHarness
+from algorithms.tables import shape_text
 from lasagne_wrapper.trainer import build_trainer
 
 STEPS_PER_CALL = 1

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from algorithms.run.batch_finder import START_BATCH, Trial, search, without_flag
+from algorithms.run.batch_finder import START_BATCH, Trial, search
 from algorithms.registry.frameworks import get
 from algorithms.paths import REPO_ROOT
 from algorithms.run.recorder import read_rows
@@ -48,11 +48,6 @@ def test_search_stops_at_the_training_rows_and_out_of_memory_does_not_fit():
     assert [t.batch for t in trials] == [16, 32, 64, 48, 40, 44] and chosen.batch == 40
     trials, _, chosen = search(curve, lambda first: first.peak_mb - 1, most=1000)
     assert [t.batch for t in trials] == [START_BATCH] and chosen is None
-
-
-def test_trials_drop_the_budget_flag_with_its_value():
-    argv = ["--batch_size", "auto", "--memory_budget_mb", "500", "--seed", "1", "--memory_budget_mb=7"]
-    assert without_flag(argv, "--memory_budget_mb") == ["--batch_size", "auto", "--seed", "1"]
 
 
 # --------------------------------------------------------------------------- real trials

@@ -248,3 +248,49 @@ def test_the_commands_offer_exactly_the_registry_in_its_order():
     assert benchmark.parse_args([])[1] == list(NAMES)
     assert drift.parse_args([])[0] == list(NAMES)
     assert [row[0] for row in capabilities.capabilities()] == list(NAMES)
+
+
+# what a framework helper must not load: the flags, the entry point, the session, the loops
+RUN_CORE = ("run/config", "run/entry", "run/session", "run/loop")
+
+
+def algorithms_reached(starts: set, graph: dict) -> set:
+    """Every algorithms module (run/session form) that importing `starts` loads, transitively."""
+    reached, todo = set(), list(starts)
+    while todo:
+        name = todo.pop()
+        if name in graph and name not in reached:
+            reached.add(name)
+            todo += [target for target, _ in graph[name]]
+    return reached
+
+
+def backends_algorithms_imports() -> set:
+    """The algorithms modules backends/ imports (run/session form), `from algorithms.run import x` as run/x too."""
+    found = set()
+    for path in sorted((ROOT / "backends").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found |= {_short(name) for name in names if name.split(".")[0] == "algorithms"}
+    return found
+
+
+def test_backends_load_no_run_core_and_no_benchmark_from_algorithms():
+    """backends/ is loaded in every framework process by the wrappers' own modules: what it takes
+    from algorithms/ is small pure helpers (tables.py's shape_text), never the run core nor the
+    benchmark's probe, which loads all of it."""
+    graph = import_graph()
+    reached = algorithms_reached(backends_algorithms_imports(), graph)
+    assert "tables" in reached, "the check should see backends/'s imports"
+    heavy = sorted(module for module in reached if module in RUN_CORE or module.startswith("bench/"))
+    assert not heavy, f"backends/ loads {', '.join(heavy)} of algorithms/"
+    assert algorithms_reached({"tables"}, graph) == {"tables"}, "tables.py imports nothing of the project"
+
+
+def test_the_reach_check_sees_the_probe_load_the_run_core():
+    assert set(RUN_CORE) <= algorithms_reached({"bench/probe"}, import_graph())

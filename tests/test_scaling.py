@@ -74,6 +74,23 @@ def test_verdict_follows_the_one_and_a_half_rule():
     assert "no 1- and 2-device pair" in verdicts([ScalingRow("b", 2, "data", "failed (exit 2)")])[0]
 
 
+def test_a_framework_that_refuses_every_run_is_a_failed_row_and_the_report_is_still_written(small_data, tmp_path):
+    results = tmp_path / "results"
+    flags = ["--frameworks", "keras_torch", "--strategy", "data", "--devices", "2", "--max_steps", "2"]
+    flags += ["--train", str(small_data / "train.csv"), "--results_dir", str(results), "--run_id", "refused"]
+    proc = run_script("scaling_report.py", flags)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "  keras_torch x2: python keras_script.py " in proc.stdout
+    # the child's own one line, under its command (its output is captured)
+    assert "    failed (exit 2): error: --strategy data: Keras on torch has no data parallel" in proc.stdout
+    with open(results / "scaling" / "refused.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["framework"], r["devices"], r["strategy"], r["status"]) for r in rows] == [
+        ("keras_torch", "2", "data", "failed (exit 2)")
+    ]
+    assert (results / "scaling" / "refused.png").read_bytes().startswith(b"\x89PNG")
+
+
 @pytest.mark.slow  # three TensorFlow and jax processes
 @pytest.mark.parametrize("strategy, frameworks", [("tensor", "tensorflow,keras_jax"), ("pipeline", "tensorflow")])
 def test_scaling_report_runs_tensor_and_pipeline_beside_torch_in_tensorflow_and_keras_jax(

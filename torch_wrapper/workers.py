@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from typing import Callable
 
 import torch.multiprocessing as mp
@@ -16,13 +15,6 @@ from algorithms.errors import PeerLost
 
 CONTEXT = mp.get_context("spawn")  # a fresh interpreter: no OpenMP pool or lock copied from this one
 STOP_GRACE_S = 10
-
-
-def loopback_port() -> int:
-    """A free TCP port on 127.0.0.1, where every server of a one-machine run listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def ignore_interrupts() -> None:

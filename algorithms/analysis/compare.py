@@ -32,6 +32,7 @@ from algorithms.analysis.baseline import ACCURACY_MARGIN, check_run, format_chec
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import BASELINE_DIR
 from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
+from algorithms.tables import number, text_table
 
 SPREAD_FACTOR = 1.5  # a pair is within the band up to this x the largest seed-to-seed distance seen
 VERDICT_RULE = (
@@ -138,8 +139,8 @@ def verdict(pair: PairDiff, bands: dict) -> tuple:
     distance = curve_distance(pair.a, pair.b)
     gap = pair.final_accuracy_gap
     evidence = [
-        f"distance {_fmt(distance, '.4f')} (mean |5-step mean loss difference|), val acc gap {_fmt(gap, '.4f')}, "
-        f"correlation of the curves {_fmt(pair.correlation, '.3f')}"
+        f"distance {number(distance, '.4f')} (mean |5-step mean loss difference|), val acc gap {number(gap, '.4f')}, "
+        f"correlation of the curves {number(pair.correlation, '.3f')}"
     ]
     if pair.a.settings != pair.b.settings:
         return "no band", evidence + [
@@ -164,7 +165,7 @@ def verdict(pair: PairDiff, bands: dict) -> tuple:
     evidence += [f"band: {band.describe()}, from {band.source}" for band in known]
     evidence.append(
         f"distance {distance:.4f} {'<=' if distance <= loss_limit else '>'} {loss_limit:.4f} "
-        f"({SPREAD_FACTOR:g}x the largest seed-to-seed distance); val acc gap {_fmt(gap, '.4f')} "
+        f"({SPREAD_FACTOR:g}x the largest seed-to-seed distance); val acc gap {number(gap, '.4f')} "
         f"{'<=' if gap is None or gap <= accuracy_limit else '>'} {accuracy_limit:.4f}"
     )
     return ("within spread" if within else "beyond spread"), evidence
@@ -243,17 +244,17 @@ def format_report(report: dict) -> str:
             [
                 run.label,
                 str(len(run.steps)),
-                _fmt(val_acc[-1] if val_acc else None),
-                _fmt(max(val_acc) if val_acc else None),
-                _fmt(run.test_accuracy),
+                number(val_acc[-1] if val_acc else None),
+                number(max(val_acc) if val_acc else None),
+                number(run.test_accuracy),
             ]
             + [
-                cell
+                text
                 for t in thresholds
-                for cell in (_fmt(steps_to_accuracy(run, t), "d"), *_time_cells(time_to_accuracy(run, t)))
+                for text in (number(steps_to_accuracy(run, t), "d"), *_time_cells(time_to_accuracy(run, t)))
             ]
         )
-    lines += text_table(header, table)
+    lines += text_table(header, table, indent="  ")
     for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
         lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {word}")
         if pair.abs_diff.size == 0:
@@ -261,7 +262,7 @@ def format_report(report: dict) -> str:
             continue
         lines.append(
             f"  |dloss| over {pair.abs_diff.size} aligned steps: max {pair.abs_diff.max():.3e}, "
-            f"mean {pair.abs_diff.mean():.3e}; correlation {_fmt(pair.correlation, '.4f')}"
+            f"mean {pair.abs_diff.mean():.3e}; correlation {number(pair.correlation, '.4f')}"
         )
         index = {int(s): i for i, s in enumerate(pair.common_steps)}
         lines.append(
@@ -291,9 +292,9 @@ def format_against_first(report: dict) -> str:
             continue  # other seeds' runs of other frameworks: in the full report
         limit = band_limit(report["bands"], pair)
         lines.append(
-            f"  {pair.b.label:<45} {word:<14} distance {_fmt(curve_distance(pair.a, pair.b), '.4f')}"
-            f" (band {_fmt(limit, '.4f')})  val acc gap {_fmt(pair.final_accuracy_gap, '.4f')}"
-            f"  max |dloss| {pair.abs_diff.max():.2e}  r {_fmt(pair.correlation, '.3f')}"
+            f"  {pair.b.label:<45} {word:<14} distance {number(curve_distance(pair.a, pair.b), '.4f')}"
+            f" (band {number(limit, '.4f')})  val acc gap {number(pair.final_accuracy_gap, '.4f')}"
+            f"  max |dloss| {pair.abs_diff.max():.2e}  r {number(pair.correlation, '.3f')}"
         )
     sources = sorted({band.source for band in report["bands"].values()})
     lines.append("bands from: " + ("; ".join(sources) if sources else "nowhere: no run-to-run band for these settings"))
@@ -319,21 +320,9 @@ def write_outputs(report: dict, prefix: str) -> tuple:
     return prefix + ".png", prefix + ".html"
 
 
-def text_table(header: list, rows: list) -> list:
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    return [
-        "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-        for r in [header] + rows
-    ]
-
-
 def _time_cells(progress: tuple) -> tuple:
     wall, samples = progress
-    return _fmt(wall, ".1f"), _fmt(samples, ",d")
-
-
-def _fmt(value, spec=".4f") -> str:
-    return "n/a" if value is None else format(value, spec)
+    return number(wall, ".1f"), number(samples, ",d")
 
 
 def plot_png(report: dict, path: str) -> None:

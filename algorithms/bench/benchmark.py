@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 
 from algorithms.bench.data_benchmark import csv_vs_cache
 from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
-from algorithms.paths import DEFAULT_DATA_DIR, REPO_ROOT, RESULTS_DIR
+from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
+from algorithms.run import probe_process
 from algorithms.run.threads import MALLOC_POLICIES
 from algorithms.registry.capabilities import support
 from algorithms.run.tuning import DEFAULT
+from algorithms.tables import last_line, text_table
 
 COLUMNS = [
     "framework",
@@ -121,25 +121,13 @@ def parse_args(argv):
 def run_probe(name: str, probe_args: list, timeout: int) -> dict:
     """One probe process; {'status': ...} on failure."""
     framework = get(name)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env}
-    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        out = os.path.join(scratch, "probe.json")
-        try:
-            proc = subprocess.run(
-                [framework.python, "-m", "algorithms.bench.probe", framework.package, "--out", out, *probe_args],
-                cwd=REPO_ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": f"timed out after {timeout} s"}
-        if proc.returncode != 0 or not os.path.exists(out):
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return {"status": f"failed (exit {proc.returncode}): {last[:120]}"}
-        with open(out) as handle:
-            return {**json.load(handle), "status": "ok"}
+    try:
+        probe = probe_process.run_probe(framework.python, framework.package, probe_args, timeout, framework.env)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {timeout} s"}
+    if probe.result is None:
+        return {"status": f"failed (exit {probe.returncode}): {last_line(probe.stderr)[:120]}"}
+    return {**probe.result, "status": "ok"}
 
 
 def extra_settings(name: str, args) -> list:
@@ -215,10 +203,8 @@ UNSHOWN_COLUMNS = ("steps_timed", "block", "threads", "machine_peak_gflops", "co
 
 def print_table(rows: list) -> None:
     shown = [column for column in COLUMNS if column not in UNSHOWN_COLUMNS]
-    cells = [shown] + [[str(row[column]) for column in shown] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
-    for line in cells:
-        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
+    for line in text_table(shown, [[str(row[column]) for column in shown] for row in rows], left=0):
+        print(line)
     for row in rows:
         if row["compiled"] or row["status"] != "ok":
             print(f"  {row['framework']}/{row['backend']} {row['setting']}: {row['compiled'] or row['status']}")

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from algorithms.spec.data import ensure_default_data
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.spec.networks import DEFAULT_NETWORK, get_network
+from algorithms.tables import last_line
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 MODES = ("eager", "compiled")
@@ -118,7 +119,7 @@ def run_side(module: str, plan: dict, env: dict, timeout: float, scratch: str) -
             text=True,
             timeout=timeout,
         )
-        problem = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["no output"])[-1][:160]
+        problem = "" if proc.returncode == 0 else last_line(proc.stderr)[:160]
     except subprocess.TimeoutExpired:
         problem = f"timed out after {timeout:.0f} s"
     rows = []

@@ -265,13 +265,5 @@ def main(argv=None) -> int:
     return 0
 
 
-def shape_text(shapes) -> str:
-    """Array shapes as the profiles name them, e.g. [128,32,28,28] [48,32,3,3];
-    scalars (empty shapes) and unknowns (None) left out."""
-    return " ".join(
-        "[" + ",".join(map(str, shape)) + "]" for shape in shapes or () if isinstance(shape, (tuple, list)) and shape
-    )
-
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,6 @@ before the entry script's framework loads. Imports no framework."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,8 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from algorithms.errors import InputError
+from algorithms.run.argv import without_flags
+from algorithms.run.probe_process import run_probe
 from algorithms.spec.parallel import make_plan
-from algorithms.paths import REPO_ROOT
+from algorithms.tables import last_line
 
 START_BATCH = 16
 BISECT_UNTIL = 8  # stop bisecting once the bracket is narrower than 1/8 of its lower end
@@ -107,59 +108,42 @@ def trial_argv(argv: list, batch: int, scratch: str) -> list:
     ]
 
 
-def without_flag(argv: list, flag: str) -> list:
-    """argv without `flag VALUE` and `flag=VALUE`."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == flag:
-            skip = True
-        elif not arg.startswith(flag + "="):
-            kept.append(arg)
-    return kept
-
-
 def run_trial(package: str, argv: list, batch: int, accumulate: int) -> Trial:
     """One probe process at `batch`; a trial that runs out of memory does not fit, any
     other failure stops the search with the trial's last line."""
-    argv = without_flag(argv, "--memory_budget_mb")  # the trial's own flags must parse without --batch_size auto
+    argv = without_flags(argv, "--memory_budget_mb")  # the trial's own flags must parse without --batch_size auto
+    steps = max(TRIAL_STEPS, -(-TRIAL_SAMPLES // (batch * accumulate)))
+    probe_args = ["--mode", "trial", "--steps", str(steps), "--block", "1", "--gemm", "0", "--skip_compiled"]
     with tempfile.TemporaryDirectory(prefix="batch-trial-") as scratch:
-        out = os.path.join(scratch, "trial.json")
-        command = [sys.executable, "-m", "algorithms.bench.probe", package, "--out", out, "--mode", "trial"]
-        steps = max(TRIAL_STEPS, -(-TRIAL_SAMPLES // (batch * accumulate)))
-        command += ["--steps", str(steps), "--block", "1", "--gemm", "0", "--skip_compiled"]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         try:
-            proc = subprocess.run(
-                command + trial_argv(argv, batch, scratch),
-                cwd=REPO_ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=TRIAL_TIMEOUT_S,
+            probe = run_probe(
+                sys.executable,
+                package,
+                probe_args + trial_argv(argv, batch, scratch),
+                TRIAL_TIMEOUT_S,
+                {"PYTHONUNBUFFERED": "1"},
             )
         except subprocess.TimeoutExpired:
             raise InputError(
                 f"--batch_size auto: the trial at batch {batch} took over {TRIAL_TIMEOUT_S} s; "
                 "pass --memory_budget_mb lower, or --batch_size"
             ) from None
-        if proc.returncode == 0 and os.path.exists(out):
-            with open(out) as handle:
-                result = json.load(handle)
-            device = result.get("device_memory")
-            return Trial(
-                batch,
-                result["harness_ms"],
-                batch * accumulate * 1000.0 / result["harness_ms"],
-                device["peak_mb"] if device else result["peak_rss_mb"],
-                "GPU peak allocated" if device else "peak RSS",
-                device.get("free_mb") if device else None,
-            )
-    if proc.returncode in (-9, 137) or any(sign in proc.stderr for sign in OUT_OF_MEMORY_SIGNS):
+    if probe.result is not None:
+        device = probe.result.get("device_memory")
+        return Trial(
+            batch,
+            probe.result["harness_ms"],
+            batch * accumulate * 1000.0 / probe.result["harness_ms"],
+            device["peak_mb"] if device else probe.result["peak_rss_mb"],
+            "GPU peak allocated" if device else "peak RSS",
+            device.get("free_mb") if device else None,
+        )
+    if probe.returncode in (-9, 137) or any(sign in probe.stderr for sign in OUT_OF_MEMORY_SIGNS):
         return Trial(batch, None, None, None)
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise InputError(f"--batch_size auto: the trial at batch {batch} failed (exit {proc.returncode}): {last[:200]}")
+    raise InputError(
+        f"--batch_size auto: the trial at batch {batch} failed (exit {probe.returncode}): "
+        f"{last_line(probe.stderr)[:200]}"
+    )
 
 
 def available_memory_mb() -> float:

@@ -76,40 +76,32 @@ def check_batch_fits(config, train_rows: int) -> None:
 
 def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Optional[list] = None) -> int:
     try:
-        config, dataset = prepare(argv, prog, description)
-    except InputError as error:
+        wrapper, session = start_run(wrapper_module, prog, description, sys.argv[1:] if argv is None else list(argv))
+    except (InputError, ResourceError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except ResourceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_RESOURCE_ERROR
-    try:
-        check_supported(config, wrapper_module, prog)
-        config = resolve_tuned(config, support_of(wrapper_module).tuning)
-        if config.batch_size_auto:  # trial processes, before this one loads the framework
-            config = find_batch_size(
-                config, wrapper_module.split(".")[0], sys.argv[1:] if argv is None else list(argv), len(dataset.train_x)
-            )
-        package = importlib.import_module(wrapper_module.split(".")[0])
-        package.prepare_process(config, dataset)
-        package.launch(config, sys.argv[1:] if argv is None else list(argv))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+        return EXIT_INPUT_ERROR if isinstance(error, InputError) else EXIT_RESOURCE_ERROR
+    return train_session(wrapper, session)
+
+
+def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> tuple:
+    """Everything before the first step: flags and data checked, the wrapper's refusals,
+    --batch_size auto's trials and its launch, this process's environment, the framework
+    loaded; returns (the wrapper's train module, the RunSession). A problem the user can
+    fix raises InputError or ResourceError before any row is written."""
+    config, dataset = prepare(argv, prog, description)
+    check_supported(config, wrapper_module, prog)
+    config = resolve_tuned(config, support_of(wrapper_module).tuning)
+    if config.batch_size_auto:  # trial processes, before this one loads the framework
+        config = find_batch_size(config, wrapper_module.split(".")[0], argv, len(dataset.train_x))
+    package = importlib.import_module(wrapper_module.split(".")[0])
+    package.prepare_process(config, dataset)
+    package.launch(config, argv)
     parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
     apply_tuned(config)  # XLA and TensorFlow read their flags at import
     wrapper = importlib.import_module(wrapper_module)
-    try:
-        session = RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except ResourceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_RESOURCE_ERROR
-    return train_session(wrapper, session)
+    return wrapper, RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
 
 
 def enable_parity(wrapper_module: str) -> tuple:

@@ -1,4 +1,5 @@
 """Studies: commands that run many entry-script processes and read their CSVs back. The
 comparison of every framework (suite.py, run_all.py), run-to-run against cross-framework
 drift (drift.py), scaling over devices (scaling.py), Smith et al.'s batch study
-(batch_study.py) and the eager / graph / compiled sweep (execution_sweep.py)."""
+(batch_study.py) and the eager / graph / compiled sweep (execution_sweep.py); what they
+share, the child entry-script runs and the command line, in children.py."""

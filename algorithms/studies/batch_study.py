@@ -18,19 +18,19 @@ import os
 import sys
 
 from algorithms.registry.capabilities import capabilities
-from algorithms.run.config import OneLineErrorParser
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import get
-from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.run.argv import without_flags
+from algorithms.run.recorder import read_rows
 from algorithms.run.entry import prepare
 from algorithms.run.session import new_run_id
-from algorithms.studies.suite import framework_names, print_help_with_entry_flags, run_framework
+from algorithms.studies import children
+from algorithms.tables import number, text_table
 
 
 def parse_study_args(argv: list):
-    parser = OneLineErrorParser(
-        prog="python -m algorithms.studies.batch_study",
-        add_help=False,
+    parser = children.study_parser(
+        "python -m algorithms.studies.batch_study",
+        __doc__.split("\n\n")[0],
         allow_abbrev=False,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -44,12 +44,8 @@ def parse_study_args(argv: list):
     parser.add_argument("--decay_epochs", default="3,5", help="the epochs (1-based) at which each arm changes")
     parser.add_argument("--num_epochs", type=int, default=6, help="epochs of both arms")
     parser.add_argument("--learning_rate", type=float, default=None, help="the starting lr (default: the preset's)")
-    parser.add_argument("-h", "--help", action="store_true")
-    args, forwarded = parser.parse_known_args(argv)
-    if args.help:
-        parser.description = __doc__.split("\n\n")[0]
-        print_help_with_entry_flags(parser, "python -m algorithms.studies.batch_study")
-    (name,) = framework_names(parser, args.framework, "--framework")
+    args, forwarded = children.parse_study_flags(parser, argv)
+    (name,) = children.framework_names(parser, args.framework, "--framework")
     if "--lr_schedule" not in dict((n, f) for n, _, f in capabilities())[name]:
         parser.error(
             f"--framework {name}: it has no per-step lr hook (--lr_schedule); use torch, tensorflow or keras_*"
@@ -95,7 +91,7 @@ def summarize_arm(rows: list) -> dict:
 
 def format_table(results: dict) -> str:
     header = ("arm", "batches", "learning rates", "updates", "test acc", "final val acc", "wall s")
-    lines = [header]
+    lines = []
     for arm, s in results.items():
         lines.append(
             (
@@ -103,16 +99,12 @@ def format_table(results: dict) -> str:
                 " -> ".join(str(b) for b in s["batches"]),
                 " -> ".join(f"{r:g}" for r in s["rates"]),
                 str(s["updates"]),
-                "n/a" if s["test"] is None else f"{s['test']:.4f}",
-                "n/a" if s["val"] is None else f"{s['val']:.4f}",
-                "n/a" if s["wall"] is None else f"{s['wall']:.1f}",
+                number(s["test"]),
+                number(s["val"]),
+                number(s["wall"], ".1f"),
             )
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
-        for line in lines[:1] + [tuple("-" * w for w in widths)] + lines[1:]
-    )
+    return "\n".join(text_table(header, lines, left=3, rule=True))
 
 
 def plot(results: dict, title: str, path: str) -> None:
@@ -153,16 +145,12 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     run_id = config.run_id or new_run_id()
-    if "--run_id" in forwarded:  # each arm gets <run_id>-lr-decay / -batch-growth
-        forwarded = forwarded[: forwarded.index("--run_id")] + forwarded[forwarded.index("--run_id") + 2 :]
-    framework = get(name)
-    path = os.path.join(
-        config.results_dir, results_csv_name(config.network.name, framework.framework, framework.backend)
-    )
+    forwarded = without_flags(forwarded, "--run_id")  # each arm gets <run_id>-lr-decay / -batch-growth
+    path = children.results_csv(config.results_dir, config.network.name, name)
     results = {}
     for index, (arm, flags) in enumerate(arms.items(), start=1):
         arm_id = f"{run_id}-{arm.replace(' ', '-')}"
-        code, _ = run_framework(name, forwarded + flags + ["--run_id", arm_id], f"[{index}/2 {arm}] ")
+        code, _ = children.run_framework(name, forwarded + flags + ["--run_id", arm_id], f"[{index}/2 {arm}] {name}")
         if code != 0:
             print(f"error: the {arm} run failed (exit {code}); its output is above", file=sys.stderr)
             return 1

@@ -48,17 +48,17 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.run.config import OneLineErrorParser
-from algorithms.analysis.compare import text_table
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.recorder import read_log_field, read_rows, results_csv_name
+from algorithms.run.argv import split_flags, without_flags
+from algorithms.run.recorder import read_log_field
 from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import new_run_id
-from algorithms.studies.suite import framework_names, print_help_with_entry_flags, run_framework
+from algorithms.studies import children
+from algorithms.tables import number, text_table
 
 THRESHOLDS = (1e-6, 1e-4, 1e-2)
 DEFAULT_STEPS = 100
@@ -76,7 +76,7 @@ def first_step_beyond(steps: np.ndarray, differences: np.ndarray, threshold: flo
 
 
 def train_losses(path: str, run_id: str) -> tuple:
-    rows = [r for r in read_rows(path, run_id) if r["phase"] == "train"] if os.path.exists(path) else []
+    rows = [r for r in children.run_rows(path, run_id) if r["phase"] == "train"]
     return np.array([r["step"] for r in rows], dtype=int), np.array([r["loss"] for r in rows], dtype=np.float64)
 
 
@@ -85,13 +85,15 @@ def aligned(a: tuple, b: tuple) -> tuple:
     return steps, a[1][ia], b[1][ib]
 
 
-STRATEGY_FLAGS = ("--strategy", "--devices", "--ps_sync", "--sync_every")  # the pair --strategy adds
+# --strategy and what comes with it: run by the strategy's pair of runs only
+STRATEGY_FLAGS = ("--strategy", "--devices", "--sync_every")
+STRATEGY_SWITCHES = ("--ps_sync",)
 
 
 def measure_strategy(results_dir: str, results_log: str, network: str, name: str, label: str, run_id: str) -> dict:
     """The run-to-run divergence of the two runs of `name` with the --strategy flags."""
     framework = get(name)
-    path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
+    path = children.results_csv(results_dir, network, name)
     first, second = train_losses(path, run_id + "-a"), train_losses(path, run_id + "-b")
     if first[0].size == 0 or second[0].size == 0:
         return {"name": label, "failed": True}
@@ -120,7 +122,7 @@ def measure(
     measured, reference = [], None
     for name in names:
         framework = get(name)
-        path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
+        path = children.results_csv(results_dir, network, name)
         first, second = train_losses(path, run_id + "-a"), train_losses(path, run_id + "-b")
         if first[0].size == 0 or second[0].size == 0:
             measured.append({"name": name, "failed": True})
@@ -225,7 +227,7 @@ def format_axes(rows: list, reference: str, low_precision: str) -> list:
         for item in axis_rows(rows, reference, low_precision)
     ]
     header = ["framework", "axis", "step 1", "max", "first >1e-6/1e-4/1e-2"]
-    return ["the same differences by axis:"] + text_table(header, body)
+    return ["the same differences by axis:"] + text_table(header, body, indent="  ")
 
 
 def format_drift(rows: list, measured: list, reference: str, low_precision: str = "none") -> str:
@@ -260,7 +262,7 @@ def format_drift(rows: list, measured: list, reference: str, low_precision: str 
             ]
         )
     lines = ["relative loss difference |dloss|/loss per step, parity mode ('-': never crossed):"]
-    lines += text_table(header, body)
+    lines += text_table(header, body, indent="  ")
     lines += ["", *format_axes(rows, reference, low_precision)]
     lines.append("\nwhat each parity run could not make deterministic:")
     lines += [f"  {item['name']}: {item['notes'] or 'not recorded'}" for item in measured if not item["failed"]]
@@ -268,11 +270,11 @@ def format_drift(rows: list, measured: list, reference: str, low_precision: str 
 
 
 def _step(value) -> str:
-    return "-" if value is None else str(value)
+    return number(value, "d", "-")
 
 
 def _sci(value) -> str:
-    return "n/a" if value is None else f"{value:.2e}"
+    return number(value, ".2e")
 
 
 def write_csvs(rows: list, measured: list, prefix: str) -> None:
@@ -309,22 +311,18 @@ def plot_drift(measured: list, reference: str, path: str, low_precision: str = "
         (line,) = axis.plot(
             item["cross_steps"], np.maximum(item["cross"], floor), label=f"{item['name']} vs {reference}"
         )
-        same = "bit-identical" if item["identical"] else "run-to-run"
-        axis.plot(
-            item["steps"],
-            np.maximum(item["run_to_run"], floor),
-            linestyle="--",
-            color=line.get_color(),
-            label=f"{item['name']} {same}",
-        )
-        if item["precision"].size:
-            axis.plot(
-                item["precision_steps"],
-                np.maximum(item["precision"], floor),
-                linestyle=":",
-                color=line.get_color(),
-                label=f"{item['name']} {low_precision} vs fp32",
-            )
+        for steps, differences, style, what in (
+            (item["steps"], item["run_to_run"], "--", "bit-identical" if item["identical"] else "run-to-run"),
+            (item["precision_steps"], item["precision"], ":", f"{low_precision} vs fp32"),
+        ):
+            if differences.size:
+                axis.plot(
+                    steps,
+                    np.maximum(differences, floor),
+                    linestyle=style,
+                    color=line.get_color(),
+                    label=f"{item['name']} {what}",
+                )
     for threshold in THRESHOLDS:
         axis.axhline(threshold, color="grey", linewidth=0.6, linestyle=":")
     axis.set(
@@ -348,25 +346,9 @@ def runs_precision(name: str, precision: str) -> bool:
         return f"--precision {precision}" in support_of(framework.package).flags
 
 
-def without_flag(flags: list, name: str, takes_value: bool = True) -> list:
-    """`flags` minus `name VALUE` / `name=VALUE` (or a bare `name`)."""
-    kept, skip = [], False
-    for flag in flags:
-        if skip:
-            skip = False
-        elif flag == name:
-            skip = takes_value
-        elif not flag.startswith(name + "="):
-            kept.append(flag)
-    return kept
-
-
 def split_strategy(flags: list) -> tuple:
     """(flags without the --strategy ones, those flags, the strategy or None)."""
-    rest = flags
-    for name in STRATEGY_FLAGS:
-        rest = without_flag(rest, name, takes_value=name != "--ps_sync")
-    moved = [flag for flag in flags if flag not in rest]
+    rest, moved = split_flags(flags, STRATEGY_FLAGS, STRATEGY_SWITCHES)
     strategy = next((moved[i + 1] for i, flag in enumerate(moved[:-1]) if flag == "--strategy"), None)
     strategy = strategy or next((flag.split("=", 1)[1] for flag in moved if flag.startswith("--strategy=")), None)
     return rest, moved, strategy
@@ -381,11 +363,8 @@ def runs_strategy(name: str, strategy: str) -> bool:
 
 
 def parse_args(argv: list) -> tuple:
-    parser = OneLineErrorParser(
-        prog="python -m algorithms.studies.drift",
-        description=__doc__,
-        add_help=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = children.study_parser(
+        "python -m algorithms.studies.drift", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--only",
@@ -399,13 +378,8 @@ def parse_args(argv: list) -> tuple:
         default="bf16",
         help="a third run per framework at this --precision, measured against its float32 run (none: skip)",
     )
-    parser.add_argument("-h", "--help", action="store_true")
-    args, forwarded = parser.parse_known_args(argv)
-    if args.help:
-        print_help_with_entry_flags(
-            parser, "python -m algorithms.studies.drift", " (--parity and --max_steps are added)"
-        )
-    names = framework_names(parser, args.only, "--only")
+    args, forwarded = children.parse_study_flags(parser, argv, " (--parity and --max_steps are added)")
+    names = children.framework_names(parser, args.only, "--only")
     if args.steps < 1:
         parser.error(f"--steps {args.steps}: must be 1 or more")
     if not any(flag.startswith("--batch_size") for flag in forwarded):
@@ -436,7 +410,7 @@ def main(argv=None) -> int:
         per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
         forwarded += ["--num_epochs", str(max(config.num_epochs, -(-steps // per_epoch)))]
     run_id = config.run_id or new_run_id()
-    forwarded = without_flag(forwarded, "--run_id")
+    forwarded = without_flags(forwarded, "--run_id")
     print(
         f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
         f"each of {', '.join(names)} twice in parity mode"
@@ -446,22 +420,24 @@ def main(argv=None) -> int:
     )
     for index, name in enumerate(names, start=1):
         for copy in ("a", "b"):
-            run_framework(
-                name, forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"], f"[{index}/{len(names)} run {copy}] "
+            children.run_framework(
+                name,
+                forwarded + ["--run_id", f"{run_id}-{copy}", "--quiet"],
+                f"[{index}/{len(names)} run {copy}] {name}",
             )
         if low_precision != "none" and runs_precision(name, low_precision):
-            run_framework(
+            children.run_framework(
                 name,
                 forwarded + ["--precision", low_precision, "--run_id", f"{run_id}-{low_precision}", "--quiet"],
-                f"[{index}/{len(names)} run {low_precision}] ",
+                f"[{index}/{len(names)} run {low_precision}] {name}",
             )
     label = f"{strategist} {' '.join(strategy_flags)}" if strategist else ""
     if strategist:
         for copy in ("a", "b"):
-            run_framework(
+            children.run_framework(
                 strategist,
                 forwarded + strategy_flags + ["--run_id", f"{run_id}-{strategy}-{copy}", "--quiet"],
-                f"[{label} run {copy}] ",
+                f"[{label} run {copy}] {strategist}",
             )
     measured = measure(config.results_dir, config.results_log, config.network.name, names, run_id, low_precision)
     if strategist:

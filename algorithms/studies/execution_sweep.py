@@ -25,16 +25,15 @@ import os
 import sys
 
 from algorithms.registry.capabilities import environment
-from algorithms.run.config import OneLineErrorParser
-from algorithms.analysis.compare import text_table
-from algorithms.studies.drift import without_flag
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import get
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.recorder import read_rows, results_csv_name, steady_state_ms
+from algorithms.run.argv import without_flags
+from algorithms.run.recorder import steady_state_ms
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import new_run_id
-from algorithms.studies.suite import framework_names, print_help_with_entry_flags, run_framework
+from algorithms.studies import children
+from algorithms.tables import text_table
 
 MODE_FLAGS = {"eager": "--execution eager", "graph": "--execution graph", "compiled": "--compile"}
 DEFAULT_ONLY = "torch,tensorflow"
@@ -51,21 +50,15 @@ def modes_of(name: str) -> list:
 
 
 def parse_args(argv: list) -> tuple:
-    parser = OneLineErrorParser(
-        prog="python -m algorithms.studies.execution_sweep",
-        description=__doc__,
-        add_help=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = children.study_parser(
+        "python -m algorithms.studies.execution_sweep", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", default=DEFAULT_ONLY, help=f"comma-separated frameworks (default: {DEFAULT_ONLY})")
     parser.add_argument("--batches", default=DEFAULT_BATCHES, help=f"batch sizes (default: {DEFAULT_BATCHES})")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first 3 are not timed)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"), help="where the table and plot go")
-    parser.add_argument("-h", "--help", action="store_true")
-    args, forwarded = parser.parse_known_args(argv)
-    if args.help:
-        print_help_with_entry_flags(parser, "python -m algorithms.studies.execution_sweep", " (--execution is added)")
-    names = framework_names(parser, args.only, "--only")
+    args, forwarded = children.parse_study_flags(parser, argv, " (--execution is added)")
+    names = children.framework_names(parser, args.only, "--only")
     try:
         batches = [int(text) for text in args.batches.split(",") if text.strip()]
     except ValueError:
@@ -85,16 +78,15 @@ def sweep(names: list, batches: list, steps: int, folder: str, run_id: str, netw
     results_dir, results_log = os.path.join(folder, "runs"), os.path.join(folder, "results.log")
     rows = []
     for name in names:
-        framework = get(name)
+        path = children.results_csv(results_dir, network, name)
         for mode in modes_of(name):
             for batch in batches:
                 run = f"{run_id}-{name}-{mode}-{batch}"
                 flags = forwarded + [*MODE_FLAGS[mode].split(), "--batch_size", str(batch), "--max_steps", str(steps)]
                 flags += ["--num_epochs", "1000", "--test", "none", "--quiet", "--run_id", run]
                 flags += ["--results_dir", results_dir, "--results_log", results_log]
-                code, _ = run_framework(name, flags, f"[{name} {mode} batch {batch}] ")
-                path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
-                train = [r for r in read_rows(path, run) if r["phase"] == "train"] if os.path.exists(path) else []
+                code, _ = children.run_framework(name, flags, f"[{name} {mode} batch {batch}] {name}")
+                train = [r for r in children.run_rows(path, run) if r["phase"] == "train"]
                 median = steady_state_ms([r["step_time_ms"] for r in train])
                 rows.append(
                     {
@@ -127,7 +119,7 @@ def format_sweep(rows: list, batches: list) -> str:
         body.append([*key, *cells])
     return "\n".join(
         ["median ms per step (x: over the framework's fastest mode at that batch; 1.00 is the fastest):"]
-        + text_table(header, body)
+        + text_table(header, body, indent="  ")
     )
 
 
@@ -173,7 +165,7 @@ def main(argv=None) -> int:
         return EXIT_INPUT_ERROR
     run_id = config.run_id or new_run_id()
     folder = os.path.join(out, f"{run_id}-runs")
-    rows = sweep(names, batches, steps, folder, run_id, config.network.name, without_flag(forwarded, "--run_id"))
+    rows = sweep(names, batches, steps, folder, run_id, config.network.name, without_flags(forwarded, "--run_id"))
     print(format_sweep(rows, batches))
     os.makedirs(out, exist_ok=True)
     prefix = os.path.join(out, f"{run_id}-execution-sweep")

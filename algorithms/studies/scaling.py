@@ -23,25 +23,26 @@ from __future__ import annotations
 import csv
 import os
 import statistics
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from algorithms.run.config import OneLineErrorParser
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
-from algorithms.paths import REPO_ROOT, RESULTS_DIR
-from algorithms.run.recorder import WARMUP_STEPS, read_rows, results_csv_name, steady_state_ms, update_rates
+from algorithms.paths import RESULTS_DIR
+from algorithms.run.argv import without_flags
+from algorithms.run.recorder import WARMUP_STEPS, steady_state_ms, update_rates
 from algorithms.run.entry import prepare
 from algorithms.run.session import new_run_id
-from algorithms.studies.suite import framework_names, print_help_with_entry_flags
+from algorithms.studies import children
+from algorithms.tables import number, text_table
 
 WORTH_IT_AT_TWO = 1.5  # the seeds' rule: a second device must give at least this speedup
 DEFAULT_MAX_STEPS = 20
 # set by the report for each run, so a user's copy would only be overridden
-OWN_FLAGS = ("--strategy", "--devices", "--results_dir", "--results_log", "--run_id", "--quiet", "--max_steps")
+OWN_FLAGS = ("--strategy", "--devices", "--results_dir", "--results_log", "--run_id", "--max_steps")
+OWN_SWITCHES = ("--quiet",)
 
 
 @dataclass
@@ -70,15 +71,7 @@ ASYNCHRONOUS = ("ps", "async")  # each worker's 1/N share of a batch is an updat
 def without_strategy_flags(forwarded: list) -> list:
     """`forwarded` minus --ps_sync and --sync_every K, which only their strategy takes
     (the 1-device run is --strategy single)."""
-    kept, skip = [], False
-    for arg in forwarded:
-        if skip:
-            skip = False
-        elif arg == "--sync_every":
-            skip = True
-        elif arg != "--ps_sync" and not arg.startswith("--sync_every="):
-            kept.append(arg)
-    return kept
+    return without_flags(forwarded, "--sync_every", "--ps_sync")
 
 
 def updates_per_batch(strategy: str, devices: int, forwarded: list) -> int:
@@ -91,9 +84,8 @@ def replicas_of(strategy: str, devices: int, group: int) -> int:
 
 
 def parse_args(argv: list):
-    parser = OneLineErrorParser(
-        prog="scaling_report.py",
-        add_help=False,
+    parser = children.study_parser(
+        "scaling_report.py",
         description="Run a strategy at 1, 2, ... devices per framework; print the "
         "scaling table. Every other flag goes to each entry script.",
     )
@@ -114,11 +106,8 @@ def parse_args(argv: list):
         help="the report goes to RESULTS_DIR/scaling/<id>.{csv,png}, its runs under <id>/",
     )
     parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
-    parser.add_argument("-h", "--help", action="store_true")
-    args, forwarded = parser.parse_known_args(argv)
-    if args.help:
-        print_help_with_entry_flags(parser, "scaling_report.py")
-    frameworks = framework_names(parser, args.frameworks, "--frameworks")
+    args, forwarded = children.parse_study_flags(parser, argv)
+    frameworks = children.framework_names(parser, args.frameworks, "--frameworks")
     try:
         devices = sorted({int(text) for text in args.devices.split(",")})
     except ValueError:
@@ -135,8 +124,7 @@ def parse_args(argv: list):
 def run_one(
     name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str, threads: int, network: str
 ):
-    """One entry-script process; returns (exit status, its train rows)."""
-    framework = get(name)
+    """One entry-script process; returns (exit status, its rows)."""
     results_dir = os.path.join(directory, f"{name}_x{devices}")
     run_id = f"{report_id}-{name}-x{devices}"
     flags = [
@@ -156,34 +144,9 @@ def run_one(
     if updates_per_batch(strategy, devices, forwarded) > 1:  # the same samples as the others' steps
         steps = int(flags[flags.index("--max_steps") + 1]) * devices
         flags[flags.index("--max_steps") + 1] = str(steps)
-    print(f"  {name} x{devices}: python {framework.script} {' '.join(flags)}", flush=True)
     threads_env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads * devices)}
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **threads_env, **framework.env},
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        last_line = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        print(f"    failed (exit {proc.returncode}): {last_line[:200]}", flush=True)
-    csv_path = os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
-    rows = read_rows(csv_path, run_id) if os.path.exists(csv_path) else []
-    return proc.returncode, rows
-
-
-def without_own_flags(forwarded: list) -> list:
-    kept, skip_value = [], False
-    for arg in forwarded:
-        if skip_value:
-            skip_value = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in OWN_FLAGS:
-            skip_value = "=" not in arg and name != "--quiet"
-            continue
-        kept.append(arg)
-    return kept
+    code, _ = children.run_framework(name, flags, f"  {name} x{devices}", threads_env, quiet=True)
+    return code, children.run_rows(children.results_csv(results_dir, network, name), run_id)
 
 
 def summarize(
@@ -270,7 +233,7 @@ def format_table(rows: list) -> str:
     )
 
     def cell(value, spec):
-        return "-" if value is None else format(value, spec)
+        return number(value, spec, missing="-")
 
     lines = [
         (
@@ -291,11 +254,7 @@ def format_table(rows: list) -> str:
         )
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-        for row in [header, tuple("-" * w for w in widths)] + lines
-    )
+    return "\n".join(text_table(header, lines, left=3, rule=True))
 
 
 def write_csv(rows: list, path: str) -> None:
@@ -316,6 +275,8 @@ def plot_png(rows: list, path: str, title: str) -> None:
     width = 0.8 / len(names)
     for offset, name in enumerate(names):
         mine = [r for r in rows if r.framework == name and r.ms_per_step]
+        if not mine:  # every run of it failed: its table row says so, it has no bar
+            continue
         positions = [r.devices + (offset - (len(names) - 1) / 2) * width for r in mine]
         comm = [r.comm_ms or 0.0 for r in mine]
         bars = time_axis.bar(positions, [r.ms_per_step - c for r, c in zip(mine, comm)], width, label=f"{name} compute")
@@ -350,7 +311,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     frameworks, args, devices, forwarded = parse_args(argv)
     strategy, max_steps = args.strategy, args.max_steps
-    forwarded = [*without_own_flags(forwarded), "--max_steps", max_steps]
+    forwarded = [*without_flags(forwarded, OWN_FLAGS, OWN_SWITCHES), "--max_steps", max_steps]
     try:
         config, dataset = prepare(
             [*without_strategy_flags(forwarded), "--results_dir", args.results_dir], "scaling_report.py", ""

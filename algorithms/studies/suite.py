@@ -12,32 +12,31 @@ few updates there (the 3-layer net's batch 1000: 40), the same samples in smalle
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 
 from algorithms.analysis.agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
 from algorithms.analysis.baseline import format_checks
-from algorithms.run.config import OneLineErrorParser
 from algorithms.analysis.compare import build_report, format_against_first, write_outputs
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
-from algorithms.paths import BASELINE_DIR, REPO_ROOT
-from algorithms.run.recorder import read_rows, results_csv_name, run_ids, summarize_rows
+from algorithms.paths import BASELINE_DIR
+from algorithms.run.argv import without_flags
+from algorithms.run.recorder import read_rows, run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress
 from algorithms.run.session import new_run_id
 from algorithms.analysis.tensorboard import export_run
+from algorithms.studies import children
+from algorithms.tables import number, text_table
 
 TABLE_ACCURACY = 0.9  # the table's time-to-accuracy columns, unless --target_accuracy names another
 
 
 def parse_suite_args(argv):
-    parser = OneLineErrorParser(
-        prog="run_all.py",
+    parser = children.study_parser(
+        "run_all.py",
         allow_abbrev=False,  # --seed is an entry-script flag, not short for --seeds
-        add_help=False,
         description="Train one network with every framework and print a comparison table. "
         "Every other flag is passed to each entry script (see python torch_script.py --help).",
     )
@@ -58,10 +57,7 @@ def parse_suite_args(argv):
         help="comma-separated seeds (e.g. 0,1): every framework runs once per seed, and the seeds' spread "
         "is the run-to-run band the verdicts rest on (default: one run at --seed)",
     )
-    parser.add_argument("-h", "--help", action="store_true")
-    args, forwarded = parser.parse_known_args(argv)
-    if args.help:
-        print_help_with_entry_flags(parser, "run_all.py")
+    args, forwarded = children.parse_study_flags(parser, argv)
     seeds = None
     if args.seeds is not None:
         try:
@@ -72,7 +68,7 @@ def parse_suite_args(argv):
             parser.error(f"--seeds {args.seeds}: give two or more different seeds")
         if "--seed" in forwarded:
             parser.error("--seeds and --seed: give one of them")
-    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded
+    return children.framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded
 
 
 def main_command_flags(network, forwarded: list, preset: str) -> tuple:
@@ -87,22 +83,6 @@ def main_command_flags(network, forwarded: list, preset: str) -> tuple:
     return forwarded + ["--batch_size", str(batch)], note
 
 
-def print_help_with_entry_flags(parser, prog: str, note: str = "") -> None:
-    """The command's own help, then the entry scripts' flags it passes on; exits."""
-    parser.print_help()
-    print(f"\nflags passed to every entry script{note}:")
-    prepare(["--help"], prog, "")  # prints the shared flags and exits
-
-
-def framework_names(parser, text: str, flag: str) -> list:
-    """A comma-separated list of registry names (algorithms/registry/frameworks.py), or the parser's one-line error."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in NAMES]
-    if unknown or not names:
-        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(NAMES)}")
-    return names
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     names, preset, seeds, forwarded = parse_suite_args(argv)
@@ -115,8 +95,7 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     run_id = config.run_id or new_run_id()
-    if "--run_id" in forwarded:
-        forwarded = forwarded[: forwarded.index("--run_id")] + forwarded[forwarded.index("--run_id") + 2 :]
+    forwarded = without_flags(forwarded, "--run_id")
     # one run id per seed: every framework's run of seed s is <run_id>-seed<s>
     runs = [(None, run_id)] if seeds is None else [(seed, f"{run_id}-seed{seed}") for seed in seeds]
     print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}", flush=True)
@@ -127,7 +106,8 @@ def main(argv=None) -> int:
         flags = forwarded + ["--run_id", this_run] + ([] if seed is None else ["--seed", str(seed)])
         for index, name in enumerate(names, start=1):
             prefix = f"[{index}/{len(names)}{seed_text(seed)}] "
-            outcomes[name, this_run] = not_run(get(name), build_logs, prefix) or run_framework(name, flags, prefix)
+            environment_missing = not_run(get(name), build_logs, prefix)
+            outcomes[name, this_run] = environment_missing or children.run_framework(name, flags, prefix + name)
     first_run = runs[0][1]
     csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
     print_agreement(config, csv_paths, first_run)
@@ -170,20 +150,6 @@ def print_agreement(config, csv_paths: list, run_id: str) -> None:
         print("\n" + format_agreement(pairwise_agreement(predictions), images))
 
 
-def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
-    """One entry script in its own process (so timings do not compete);
-    returns (exit status, wall seconds)."""
-    framework = get(name)
-    print(f"{prefix}{name}: python {framework.script} {' '.join(flags)}", flush=True)
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
-    )
-    print(flush=True)
-    return proc.returncode, time.perf_counter() - started
-
-
 def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     """Prints the table; returns the CSVs of the runs that finished."""
     header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
@@ -196,8 +162,8 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
             lines.append((framework, backend, str(outcomes[name])))
             continue
         code, wall = outcomes[name]
-        path = os.path.join(config.results_dir, results_csv_name(config.network.name, framework, backend))
-        rows = read_rows(path, run_id) if os.path.exists(path) else []
+        path = children.results_csv(config.results_dir, config.network.name, name)
+        rows = children.run_rows(path, run_id)
         if code != 0 or not rows:
             lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
             continue
@@ -207,23 +173,18 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
             (
                 framework,
                 backend,
-                _fmt(s["val_accuracy"]),
-                _fmt(s["test_accuracy"]),
-                _fmt(s["train_loss"]),
-                _fmt(s["median_ms"], ".1f"),
-                _fmt(s["samples_per_sec"], ".0f"),
+                number(s["val_accuracy"]),
+                number(s["test_accuracy"]),
+                number(s["train_loss"]),
+                number(s["median_ms"], ".1f"),
+                number(s["samples_per_sec"], ".0f"),
                 f"{wall:.0f}",
                 *to_accuracy_cells(rows, accuracy),
             )
         )
-    widths = [max(len(str(row[i])) for row in [header] + lines if len(row) == len(header)) for i in range(len(header))]
     print(f"{config.network.name} · run {run_id} · batch {config.batch_size} · {config.num_epochs} epochs")
-    for row in [header, tuple("-" * w for w in widths)] + lines:
-        print(
-            "  ".join(
-                str(cell).ljust(w) if i < 2 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
-            )
-        )
+    for line in text_table(header, lines, left=2, rule=True):
+        print(line)
     print(
         f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
         f"summaries: {config.results_log}"
@@ -239,7 +200,3 @@ def to_accuracy_cells(rows: list, threshold: float) -> tuple:
         if row["accuracy"] >= threshold:
             return str(row["step"]), f"{wall:.1f}", f"{samples:,}"
     return "-", "-", "-"
-
-
-def _fmt(value, spec=".4f"):
-    return "n/a" if value is None else format(value, spec)

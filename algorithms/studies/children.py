@@ -1,0 +1,83 @@
+"""The studies' child runs: an entry script run in a process of its own (so timings do
+not compete) and the rows it wrote read back, and the command line every study shares
+(its framework names from the registry, and a --help that also lists the entry
+scripts' flags it passes on)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from algorithms.paths import REPO_ROOT
+from algorithms.registry.frameworks import NAMES, get
+from algorithms.run.config import OneLineErrorParser
+from algorithms.run.entry import prepare
+from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.tables import last_line
+
+
+def run_framework(name: str, flags: list, label: str = "", env: dict = None, quiet: bool = False) -> tuple:
+    """The entry script of registry name `name` with `flags`, after the line
+    `LABEL: python SCRIPT FLAGS` (LABEL: the name); `env` over this process's
+    environment and under the framework's own. Its output is shown as it comes, or with
+    `quiet` captured, and only a failure's last line shown. Returns (exit status, wall
+    seconds)."""
+    framework = get(name)
+    print(f"{label or name}: python {framework.script} {' '.join(flags)}", flush=True)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {}), **framework.env},
+        capture_output=quiet,
+        text=quiet,
+    )
+    if not quiet:
+        print(flush=True)
+    elif proc.returncode != 0:
+        print(f"    failed (exit {proc.returncode}): {last_line(proc.stderr, '(no message)')[:200]}", flush=True)
+    return proc.returncode, time.perf_counter() - started
+
+
+def results_csv(results_dir: str, network: str, name: str) -> str:
+    """Where the entry script of registry name `name` writes its rows for `network`."""
+    framework = get(name)
+    return os.path.join(results_dir, results_csv_name(network, framework.framework, framework.backend))
+
+
+def run_rows(path: str, run_id: str) -> list:
+    """The rows run `run_id` wrote to `path`; none when it failed before the file was made."""
+    return read_rows(path, run_id) if os.path.exists(path) else []
+
+
+def framework_names(parser, text: str, flag: str) -> list:
+    """A comma-separated list of registry names (algorithms/registry/frameworks.py), or the parser's one-line error."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in NAMES]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(NAMES)}")
+    return names
+
+
+def study_parser(prog: str, description: str = None, **options) -> OneLineErrorParser:
+    """A study's parser: one-line errors, and no help flag of argparse's own
+    (parse_study_flags adds the one that also lists the entry scripts' flags)."""
+    return OneLineErrorParser(prog=prog, description=description, add_help=False, **options)
+
+
+def parse_study_flags(parser, argv: list, note: str = "") -> tuple:
+    """(the study's own flags, the rest: passed on to every entry script); -h/--help,
+    added after the study's flags, prints both and exits."""
+    parser.add_argument("-h", "--help", action="store_true")
+    args, forwarded = parser.parse_known_args(argv)
+    if args.help:
+        print_help_with_entry_flags(parser, note)
+    return args, forwarded
+
+
+def print_help_with_entry_flags(parser, note: str = "") -> None:
+    """The command's own help, then the entry scripts' flags it passes on; exits."""
+    parser.print_help()
+    print(f"\nflags passed to every entry script{note}:")
+    prepare(["--help"], parser.prog, "")  # prints the shared flags and exits
