@@ -24,8 +24,8 @@ NETWORK = "cnn2d_3layer_fullconnected_3layer"
 SCRIPTS = {"torch": "torch_script.py", "tensorflow": "tensorflow_script.py"}
 BATCH = 64  # 480 training rows of the small data: 8 global batches an epoch, 16 updates of 32 samples
 EPOCHS = 2
-# two busy workers give about 2 (measured 1.5 to 2.1 on 2 cores at load 10 to 14, both frameworks);
-# the chief's gaps give exactly 1
+# two busy workers give about 2 (measured 1.77 to 2.07 for these runs, both frameworks, on 2 cores
+# at load 10 to 14); the chief's gaps give exactly 1 (measured 1.00001 from TensorFlow's old rows)
 OVERLAP = 1.25
 
 
