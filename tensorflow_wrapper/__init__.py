@@ -5,8 +5,9 @@ channel-split variant, `devices.py` picks devices and the tf.distribute strategy
 (MirroredStrategy; MultiWorkerMirroredStrategy from TF_CONFIG), `trainer.py` holds
 the steps (pipeline's micro-batches too), `train.py` runs them through the shared
 loop in algorithms/run/loop.py; `ps.py` is --strategy ps (ParameterServerStrategy and
-its ClusterCoordinator, with its own asynchronous loop), `cluster.py` starts its
-processes; `native.py` serves the benchmark."""
+its ClusterCoordinator as an UpdatePool of the shared asynchronous loop in
+algorithms/run/updates.py), `cluster.py` starts its processes; `native.py` serves
+the benchmark."""
 
 import json
 import os

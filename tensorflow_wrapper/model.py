@@ -53,36 +53,40 @@ class SpecModel(tf.Module):
     def _on_device(self, index: int):
         return tf.device(self.layer_devices[index]) if self.layer_devices else contextlib.nullcontext()
 
-    def __call__(self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None) -> tf.Tensor:
+    def __call__(
+        self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None, values=None
+    ) -> tf.Tensor:
         """`step_seed` ([2] int64), `row_offset` and `step_rows` place this call's rows
-        inside the optimizer step's batch; needed only with training=True."""
+        inside the optimizer step's batch; needed only with training=True. `values`:
+        tensors in weights_in_order's order, computed with in place of the variables (a
+        parameter-server worker's copy, pulled before its forward pass)."""
         x = tf.cast(x, self.compute_dtype)
+        pulled = None if values is None else dict(zip(sorted(self.kernels), zip(values[0::2], values[1::2])))
         for index, layer in enumerate(self.network.layers):
             with self._on_device(index):
-                x = self._layer(index, layer, x, training, step_seed, row_offset, step_rows)
+                x = self._layer(index, layer, x, training, step_seed, row_offset, step_rows, pulled)
         return tf.cast(x, tf.float32)
 
-    def _kernel(self, index):
-        return tf.cast(self.kernels[index], self.compute_dtype)
+    def _weights(self, index, pulled=None) -> tuple:
+        """The layer's kernel and bias in the compute dtype: its variables', or the pulled copy's."""
+        kernel, bias = pulled[index] if pulled else (self.kernels[index], self.biases[index])
+        return tf.cast(kernel, self.compute_dtype), tf.cast(bias, self.compute_dtype)
 
-    def _bias(self, index):
-        return tf.cast(self.biases[index], self.compute_dtype)
-
-    def _layer(self, index, layer, x, training, step_seed, row_offset, step_rows):
+    def _layer(self, index, layer, x, training, step_seed, row_offset, step_rows, pulled=None):
         if isinstance(layer, ZeroPad2D):
             if index + 1 in self.folded_pads:
                 return x
             p = layer.padding
             return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if isinstance(layer, Conv2D):
-            return self._conv(index, layer, x, self._kernel(index), self._bias(index))
+            return self._conv(index, layer, x, *self._weights(index, pulled))
         if isinstance(layer, MaxPool2D):
             x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
             return tf.nn.relu(x) if index - 1 in self.late_relus else x
         if isinstance(layer, Flatten):
             return tf.reshape(x, [tf.shape(x)[0], -1])
         if isinstance(layer, Dense):
-            return self._dense(index, x, self._kernel(index), self._bias(index))
+            return self._dense(index, x, *self._weights(index, pulled))
         if isinstance(layer, Dropout):
             return dropout(x, layer.rate, index, step_seed, row_offset, step_rows) if training else x
         raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")

@@ -1,6 +1,7 @@
 """Raw TensorFlow 2 training: the trainer for the run's strategy (trainer.py), driven
-by the shared loop in algorithms/run/loop.py. With TF_CONFIG, one process per worker
-(MultiWorkerMirroredStrategy); the chief records the run."""
+by the shared loop in algorithms/run/loop.py; --strategy ps's pool (ps.py), by the
+shared asynchronous loop in algorithms/run/updates.py. With TF_CONFIG, one process per
+worker (MultiWorkerMirroredStrategy); the chief records the run."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from algorithms.run.contract import Runtime
 from algorithms.run.faults import install_signal_handlers
 from algorithms.spec.weights import initial_weights
 from algorithms.run.loop import train_by_hand
+from algorithms.run.updates import train_by_updates
 from tensorflow_wrapper.devices import describe_devices, is_chief, signal_of_any_worker, tf_config
 from tensorflow_wrapper.model import build_model
-from tensorflow_wrapper.ps import build_ps_trainer, train_ps
+from tensorflow_wrapper.ps import ParameterServerPool
 from tensorflow_wrapper.trainer import build_trainer, describe_modes
 
 
@@ -35,8 +37,8 @@ def records(config) -> bool:
 
 
 def train(session):
-    if session.config.plan.strategy == "ps":
-        return train_ps(build_ps_trainer(session), session)
+    if session.config.plan.strategy == "ps":  # the chief schedules; the workers update (ps.py)
+        return train_by_updates(ParameterServerPool(session.config, session.dataset), session)
     trainer = build_trainer(session.config)
     session.execution_note, session.precision_note = describe_modes(session.config)
     if tf_config():  # workers in separate processes: a signal to any stops all after the same step

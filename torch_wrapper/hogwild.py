@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.spec.weights import initial_weights
-from algorithms.run.updates import Update
+from algorithms.run.contract import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, make_optimizer
 from torch_wrapper.workers import CONTEXT, Processes, ignore_interrupts
 
 
 class HogwildPool:
-    """The algorithms.run.updates.UpdatePool of a Hogwild run."""
+    """The algorithms.run.contract.UpdatePool of a Hogwild run."""
 
     def __init__(self, config, dataset):
         self.slots = self.parts = workers = config.plan.replicas
@@ -68,6 +68,9 @@ class HogwildPool:
 
     def check(self, after: str) -> None:
         self.processes.check(after)
+
+    def absorbed_faults(self) -> list:
+        return []  # a Hogwild worker that dies ends the run: check() raises PeerLost
 
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:

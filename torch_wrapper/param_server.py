@@ -28,7 +28,7 @@ import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 
 from algorithms.spec.weights import initial_weights
-from algorithms.run.updates import Update
+from algorithms.run.contract import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, make_optimizer
 from torch_wrapper.workers import Processes, ignore_interrupts
@@ -181,7 +181,7 @@ def work(config, worker: int, threads: int, rendezvous_file: str) -> None:
 
 
 class ParameterServerPool:
-    """The algorithms.run.updates.UpdatePool of a parameter-server run."""
+    """The algorithms.run.contract.UpdatePool of a parameter-server run."""
 
     def __init__(self, config, dataset):
         global _MODEL
@@ -246,6 +246,9 @@ class ParameterServerPool:
 
     def check(self, after: str) -> None:
         self.processes.check(after)
+
+    def absorbed_faults(self) -> list:
+        return []  # a process that dies ends the run: check() raises PeerLost
 
     def _failed(self, failure: str, when: str) -> None:
         """A call failed: raises PeerLost naming the process that died, if one did."""

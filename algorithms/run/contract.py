@@ -25,6 +25,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 from algorithms.run.noise_scale import GradientNorms
 from algorithms.run.tuning import Tuning
 
@@ -112,6 +114,53 @@ class FitTrainer(Protocol):
     def load_checkpoint(self, folder: str) -> None: ...
 
     def prepare_batch(self, batch_size: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Update:
+    """One applied update of an asynchronous strategy (ps, async), as its worker reports
+    it. The times are the worker's own, measured on the worker, the same in every
+    framework: `step_time_ms` from its read of the parameters (a pull, or the forward
+    pass's start on shared ones) to its update applied, not counting the time its job
+    waited for the worker; `data_time_ms` its gathering of its share's rows before that
+    (0 where the rows arrive with the job); `comm_time_ms` the part of step_time_ms spent
+    in calls to the parameter server, None where the framework's reads and writes of the
+    parameters are not separate calls."""
+
+    worker: int
+    loss: float  # mean over its samples
+    accuracy: float
+    step_time_ms: float
+    data_time_ms: float
+    samples: int
+    staleness: int  # updates other workers applied between this one's read and its apply
+    comm_time_ms: Optional[float] = None
+
+
+class UpdatePool(Protocol):
+    """What algorithms/run/updates.py drives: workers that each apply their own update
+    as soon as it is done (torch's ps and Hogwild, TensorFlow's ps)."""
+
+    slots: int  # jobs in flight at once
+    parts: int  # pieces each step's batch is cut into
+
+    def submit(self, slot: int, indices: np.ndarray, learning_rate: float) -> None:
+        """Starts one job: the update of these training rows at this lr. `slot` is one of
+        range(slots) that no job holds, taken back when an Update with that `worker`
+        arrives; a pool whose own scheduler picks the worker ignores it."""
+
+    def result(self, timeout_s: float) -> Optional[Update]:
+        """The next applied update, or None if none came within the timeout."""
+
+    def check(self, after: str) -> None:
+        """Raises errors.PeerLost if a process of the run has died."""
+
+    def logits(self, images: np.ndarray) -> np.ndarray: ...
+
+    def absorbed_faults(self) -> list:
+        """What went wrong that the run went on past (a worker lost, an update applied
+        twice), one sentence each, for results.log's diagnostics; empty where every fault
+        ends the run."""
 
 
 PACKAGE_NAMES = ("supported", "prepare_process", "launch")

@@ -297,7 +297,7 @@ class RunSession:
         self.skipped_steps += bool(skipped)
         self.recorded_step = self.step
         if self.step == 1:
-            self._diagnose(first_loss_problem(loss, self.config.network.num_classes))
+            self.diagnose(first_loss_problem(loss, self.config.network.num_classes))
         self._progress(epoch)
         raise_if_stop_requested(self.signal_of_any_process)  # a Ctrl-C / SIGTERM ends the run here, its row written
 
@@ -354,7 +354,7 @@ class RunSession:
         self._epoch_start = self._last_progress = now
         if epoch_steps:
             updates_before, train_count = self._steps_before(epoch), len(self.dataset.train_x)
-            self._diagnose(
+            self.diagnose(
                 stuck_loss_problem(
                     EpochEvidence(
                         epoch=epoch,
@@ -396,7 +396,7 @@ class RunSession:
             flush=True,
         )
 
-    def _diagnose(self, problem: Optional[str]) -> None:
+    def diagnose(self, problem: Optional[str]) -> None:
         if problem:
             self.diagnostics.append(problem)
             if self.record:

@@ -1,6 +1,7 @@
-"""The loop of the asynchronous strategies (ps, async): workers apply their updates
-whenever they are done, and every applied update is one CSV row, naming its worker
-and its staleness. Framework-free: a wrapper supplies an `UpdatePool`.
+"""The loop of the asynchronous strategies (ps, async), in every framework that runs
+them: workers apply their updates whenever they are done, and every applied update is
+one CSV row, naming its worker and its staleness, with the worker's own time for it.
+Framework-free: a wrapper supplies an `UpdatePool` (algorithms/run/contract.py).
 
 The shared batch order is cut as for data parallel: each step's global batch into
 `pool.parts` pieces (the workers' shares), handed out in order to whichever worker
@@ -12,44 +13,12 @@ run's steps); a `--ps_sync` pool takes whole steps (parts = 1) and applies each 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-from typing import Optional, Protocol
 
-import numpy as np
-
+from algorithms.run.contract import UpdatePool
 from algorithms.run.loop import batched_logits, finish_with_test, validate
 from algorithms.spec.parallel import split_ranges
 
 POLL_S = 1.0  # how often a wait for the next update checks that every process still lives
-
-
-@dataclass(frozen=True)
-class Update:
-    """One applied update, as its worker reports it."""
-
-    worker: int
-    loss: float  # mean over its samples
-    accuracy: float
-    step_time_ms: float  # the worker's time for it: read, forward, backward, apply
-    data_time_ms: float
-    samples: int
-    staleness: int  # updates other workers applied between this one's read and its apply
-    comm_time_ms: Optional[float] = None
-
-
-class UpdatePool(Protocol):
-    slots: int  # jobs in flight at once (the workers)
-    parts: int  # pieces each step's batch is cut into
-
-    def submit(self, slot: int, indices: np.ndarray, learning_rate: float) -> None: ...
-
-    def result(self, timeout_s: float) -> Optional[Update]:
-        """The next applied update, or None if none came within the timeout."""
-
-    def check(self, after: str) -> None:
-        """Raises errors.PeerLost if a process of the run has died."""
-
-    def logits(self, images: np.ndarray) -> np.ndarray: ...
 
 
 def train_by_updates(pool: UpdatePool, session) -> dict:
@@ -61,7 +30,9 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
     limit = config.max_steps or float("inf")
     issued = 0
     for epoch in range(config.num_epochs):
-        session.begin_epoch(epoch)  # --batch_schedule / --lr_schedule phases; eager torch needs no re-trace
+        # --batch_schedule / --lr_schedule phases; no re-trace: every pool's step takes any
+        # batch (eager torch; TensorFlow's closure has a None batch dimension)
+        session.begin_epoch(epoch)
         jobs = deque(
             indices[start:stop]
             for (indices,) in session.optimizer_batches(epoch)
@@ -94,4 +65,6 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
         validate(session, epoch, logits_fn)
         if session.should_stop():
             break
+    for problem in pool.absorbed_faults():
+        session.diagnose(problem)
     return finish_with_test(session, logits_fn)
