@@ -1,8 +1,7 @@
 """Two of the three shared training loops, and the evaluation every loop uses: the
 framework gives logits, the loss and accuracy are computed here, once, in float64
-numpy. The third, for the asynchronous strategies (ps, async), is updates.py's
-train_by_updates; TensorFlow's --strategy ps steps its own (tensorflow_wrapper/ps.py)
-and evaluates through this module too.
+numpy. The third, for the asynchronous strategies (ps, async) of every framework that
+runs them, is updates.py's train_by_updates, driving a wrapper's contract.UpdatePool.
 
     train_by_hand(trainer, session)    a contract.Trainer, one optimizer step at a time
                                        (TensorFlow, PyTorch, Lasagne, Caffe); while a step
