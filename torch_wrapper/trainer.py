@@ -130,7 +130,7 @@ class _StrategyTrainer:
         small_sq = before_sum * self.replicas  # mean over replicas of (replicas x |g_r|)^2
         return GradientNorms(total / self.replicas, small_sq, total, after_sq_sum / self.replicas)
 
-    def save_checkpoint(self, directory: str) -> None:
+    def save_checkpoint(self, folder: str) -> None:
         """This process's weights, optimizer state and RNG, in torch's format; returns
         once every process of the run has written its file."""
         torch.save(
@@ -140,13 +140,13 @@ class _StrategyTrainer:
                 "rng": torch.get_rng_state(),
                 **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             },
-            os.path.join(directory, f"torch-rank{global_rank()}.pt"),
+            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
         )
         if dist.is_initialized():
             dist.barrier()
 
-    def load_checkpoint(self, directory: str) -> None:
-        path = os.path.join(directory, f"torch-rank{global_rank()}.pt")
+    def load_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
         state = torch.load(path, map_location=self.device, weights_only=True)
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
