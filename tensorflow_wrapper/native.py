@@ -12,6 +12,7 @@ import tensorflow as tf
 from algorithms.spec.weights import initial_weights
 from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
+from backends.tensorflow_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.model import build_model, make_optimizer
 from tensorflow_wrapper.train import describe_runtime
@@ -87,12 +88,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     graph = native.step.get_concrete_function(images, labels, tf.constant([0, 0], tf.int64)).graph
     shapes = graph_input_shapes(graph)
     return "tf.profiler (XSpace, host op self time)", [(op_label(name, shapes), ms) for name, ms in times.items()]
-
-
-def device_memory_mb():
-    """--batch_size auto on a GPU: TensorFlow's peak-allocated counter of GPU 0 (its
-    free memory is not TensorFlow's to say: it reserves most of the GPU at start, so
-    the finder needs --memory_budget_mb there); None on the CPU."""
-    if not tf.config.list_logical_devices("GPU"):
-        return None
-    return {"peak_mb": tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "free_mb": None}

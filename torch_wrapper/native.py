@@ -14,6 +14,7 @@ from algorithms.spec.weights import initial_weights
 from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
 from algorithms.run.tuning import tuned_options
+from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import describe_runtime
@@ -79,16 +80,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
     return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
-
-
-def device_memory_mb():
-    """--batch_size auto on a GPU: torch's peak-allocated counter and the GPU's free
-    memory (with what this process holds counted free); None when nothing ran on CUDA
-    (torch_script.py's single-device run trains on the CPU)."""
-    if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
-        return None
-    free, _ = torch.cuda.mem_get_info()
-    return {
-        "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-        "free_mb": (free + torch.cuda.memory_reserved()) / 2**20,
-    }
