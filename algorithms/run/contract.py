@@ -115,7 +115,7 @@ class Trainer(Protocol):
 class FitTrainer(Protocol):
     """What algorithms/run/loop.py drives an epoch at a time (Keras's model.fit)."""
 
-    def fit_epoch(self, session, epoch: int, steps: list, first_index: int) -> None:
+    def fit_epoch(self, session: WrapperSession, epoch: int, steps: list, first_index: int) -> None:
         """Train `steps` (lists of index arrays, one per optimizer step) of `epoch`,
         recording each step in the session; `first_index` counts steps done before."""
 
@@ -235,7 +235,7 @@ class NativeModule(Protocol):
 
     def Native(self, config, dataset, schedule): ...
 
-    def Harness(self, config, session): ...
+    def Harness(self, config, session: WrapperSession): ...
 
     def gemm(self, n: int) -> Callable[[], object]: ...
 
