@@ -148,7 +148,7 @@ def test_the_step_on_zeros_of_a_new_shape_is_undone_bit_for_bit(framework, small
     check_a_step_on_zeros_is_undone(framework, [], small_data, prepare)
 
 
-@pytest.mark.slow  # XLA and torch.compile build the step twice: 1.5 and 6 minutes on 2 busy cores
+@pytest.mark.slow  # XLA and torch.compile build the step at both batch shapes
 @pytest.mark.parametrize("framework", ["tensorflow", "torch"])
 def test_prepare_batch_compiles_the_new_shape_and_leaves_the_state_bit_equal(framework, small_data):
     """--compile (XLA, torch.compile) builds each batch shape: prepare_batch takes one step on
