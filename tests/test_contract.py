@@ -205,10 +205,10 @@ def test_the_run_session_is_the_session_the_contract_names(tmp_path):
     session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"), record=False)
     assert member_problems("RunSession", session, WrapperSession) == []
 
-    class NarrowSession:  # a session without the schedule, recording fewer columns
+    class NarrowSession:  # a session that cannot stop a run nor save one, recording fewer columns
         def __init__(self):
             self.config = self.dataset = self.run_id = self.checkpoint_root = self.resume_from = None
-            self.steps_per_epoch, self.execution_note, self.precision_note = 1, "", ""
+            self.execution_note = self.precision_note = ""
             self.signal_of_any_process = None
             self.learning_rate = 0.1
 
@@ -216,7 +216,7 @@ def test_the_run_session_is_the_session_the_contract_names(tmp_path):
             pass
 
     problems = member_problems("NarrowSession", NarrowSession(), WrapperSession)
-    assert "NarrowSession: no schedule (WrapperSession)" in problems
+    assert "NarrowSession: no should_stop (WrapperSession)" in problems
     assert "NarrowSession: no save_checkpoint (WrapperSession)" in problems
     assert (
         "NarrowSession.train_step(epoch, loss, accuracy, step_time_ms, data_time_ms, batch_size): "
