@@ -20,6 +20,35 @@ def set_threads(threads: int) -> str:
     )
 
 
+def local_devices(count: int) -> list:
+    """Device names for `count` replicas or stages on this machine: its first `count`
+    GPUs, else `count` logical CPU devices, which can only be made before TensorFlow
+    initialises its devices (so no op may run before this)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if len(gpus) < count:
+            raise RuntimeError(f"--devices {count}: this machine has {len(gpus)} GPU(s)")
+        return [f"/gpu:{i}" for i in range(count)]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    made = tf.config.get_logical_device_configuration(cpu) or []
+    if count > 1 and len(made) < count:  # once made (and initialised), more cannot be added; fewer are used as is
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    return [f"/cpu:{i}" for i in range(count)]
+
+
+def device_memory_mb():
+    """--batch_size auto on a GPU: TensorFlow's peak-allocated counter of GPU 0 (its
+    free memory is not TensorFlow's to say: it reserves most of the GPU at start, so
+    the finder needs --memory_budget_mb there); None on the CPU."""
+    import tensorflow as tf
+
+    if not tf.config.list_logical_devices("GPU"):
+        return None
+    return {"peak_mb": tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "free_mb": None}
+
+
 def enable_determinism() -> tuple:
     """Turns on what TensorFlow offers; returns (what was set, what still is not deterministic)."""
     import tensorflow as tf

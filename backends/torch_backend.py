@@ -35,6 +35,21 @@ def enable_determinism() -> tuple:
     return applied, caveats
 
 
+def device_memory_mb():
+    """--batch_size auto on a GPU: torch's peak-allocated counter and the GPU's free
+    memory (with what this process holds counted free); None when nothing ran on CUDA
+    (torch_script.py's single-device run trains on the CPU)."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
+        return None
+    free, _ = torch.cuda.mem_get_info()
+    return {
+        "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+        "free_mb": (free + torch.cuda.memory_reserved()) / 2**20,
+    }
+
+
 def profiled_ops(run) -> list:
     """[(aten op and input shapes, self CPU ms)] of everything `run()` does, by torch.profiler."""
     from torch.profiler import ProfilerActivity, profile

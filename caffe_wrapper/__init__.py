@@ -5,6 +5,7 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 through algorithms/run/loop.py."""
 
 from algorithms.run.contract import Support
+from algorithms.run.shared_support import graph_only_fp32_advice
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
@@ -15,14 +16,7 @@ ONE_DEVICE = (
     "is multi-GPU data parallel); use torch_script.py or tensorflow_script.py for parallel strategies"
 )
 
-GRAPH_ONLY_FP32 = {
-    "--precision bf16": "Caffe trains in float32 only here; drop --precision",
-    "--precision fp16": "Caffe trains in float32 only here; drop --precision",
-    "--execution eager": "Caffe is graph-only (the whole step is built once, then run); "
-    "drop --execution or pass --execution graph",
-    "--compile": "Caffe is graph-only (the whole step is built once, then run); "
-    "drop --compile / --execution compiled or pass --execution graph",
-}
+GRAPH_ONLY_FP32 = graph_only_fp32_advice("Caffe", "Caffe is graph-only (the whole step is built once, then run)")
 
 BLAS_ONE_THREAD = Setting(
     "blas_1_thread",

@@ -9,12 +9,12 @@ import os
 import tempfile
 import time
 
-from caffe_wrapper.trainer import CaffeTrainer, build_trainer, feed  # sets GLOG_minloglevel first
+from caffe_wrapper.trainer import build_trainer, feed  # sets GLOG_minloglevel first
 
 import caffe
 import numpy as np
 
-from algorithms.bench.probe import HandStepHarness
+from algorithms.bench.probe import NativeLoop, hand_step_harness
 from algorithms.tables import shape_text
 
 STEPS_PER_CALL = 1
@@ -24,15 +24,9 @@ def apply_threads(config) -> str:
     return f"Caffe's OpenBLAS from the environment (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')})"
 
 
-def _trainer(config) -> CaffeTrainer:
-    """The solver reads its prototxt when it is built: the folder can go right after."""
-    with tempfile.TemporaryDirectory(prefix="caffe-probe-") as directory:
-        return build_trainer(config, directory)
-
-
-class Native:
+class Native(NativeLoop):
     def __init__(self, config, dataset, schedule):
-        self.solver = _trainer(config).solver
+        self.solver = build_trainer(config).solver
         self.batches = {
             id(parts): (
                 np.ascontiguousarray(dataset.train_x[parts[0]], np.float32),
@@ -40,22 +34,14 @@ class Native:
             )
             for _, parts in schedule
         }
-        self.losses: list = []
+        self.losses: list = []  # None each: the loss stays in the net's blob
 
-    def run(self, steps: list) -> list:
-        times = []
-        for _, parts in steps:
-            images, labels = self.batches[id(parts)]
-            start = time.perf_counter()
-            feed(self.solver.net, images, labels)
-            self.solver.step(1)
-            times.append((time.perf_counter() - start) * 1000.0)
-        return times
+    def native_step(self, batch):
+        feed(self.solver.net, *batch)
+        self.solver.step(1)
 
 
-class Harness(HandStepHarness):
-    def __init__(self, config, session):
-        super().__init__(_trainer(config), session)
+Harness = hand_step_harness(build_trainer)
 
 
 GEMM_NET = """

@@ -5,6 +5,7 @@ batch order."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("GLOG_minloglevel", "2")  # Caffe logs every layer setup otherwise
 
@@ -56,10 +57,10 @@ class CaffeTrainer:
         caffe.set_mode_cpu()
         caffe.set_random_seed(seed)  # dropout masks
         self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
-        self.paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
-        self.solver = caffe.get_solver(self.paths["solver"])
+        paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
+        self.solver = caffe.get_solver(paths["solver"])
         load_weights(self.solver.net, network, seed)
-        self.deploy = caffe.Net(self.paths["deploy"], caffe.TEST)
+        self.deploy = caffe.Net(paths["deploy"], caffe.TEST)
         self.deploy.share_with(self.solver.net)  # same weight blobs, no copy
         self.base_lr = optimizer.learning_rate
 
@@ -112,6 +113,12 @@ class CaffeTrainer:
         return self.deploy.forward()[LOGITS].copy()
 
 
-def build_trainer(config, directory: str, checkpoint_root: str = "") -> CaffeTrainer:
-    """The solver for the config, its prototxt written to `directory`."""
-    return CaffeTrainer(config.network, config.optimizer, config.seed, config.batch_size, directory, checkpoint_root)
+def build_trainer(config, directory: str = "", checkpoint_root: str = "") -> CaffeTrainer:
+    """The solver for the config, its prototxt written to `directory`; without one (the
+    benchmark's), to a scratch folder, gone once the solver has read it."""
+    if directory:
+        return CaffeTrainer(
+            config.network, config.optimizer, config.seed, config.batch_size, directory, checkpoint_root
+        )
+    with tempfile.TemporaryDirectory(prefix="caffe-prototxt-") as scratch:
+        return build_trainer(config, scratch, checkpoint_root)

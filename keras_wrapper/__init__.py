@@ -10,15 +10,14 @@ import json
 import os
 
 from algorithms.run.contract import Support
+from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN, TENSORFLOW, THEANO_OPENMP, YNN_OFF
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
 
-# Keras 3 has no parameter-server training (keras-team/keras#18624)
-SCHEDULE_FLAGS = ("--lr_scaling linear", "--warmup_steps", "--reduce_lr_on_plateau")
-KERAS_3_FLAGS = SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
+KERAS_3_FLAGS = LR_SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
 # why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
 JAX_ONLY = (
     "Keras's tensor parallel (keras.distribution.ModelParallel) runs on jax only; use KERAS_BACKEND=jax, "
@@ -36,7 +35,6 @@ ONE_DEVICE_KERAS_2 = (
     "Keras 2 on Theano runs on one CPU device here (Theano has no multi-device machinery, and Keras 2's "
     "multi_gpu_model needs TensorFlow); use keras_script.py on Keras 3, tensorflow_script.py or torch_script.py"
 )
-KERAS_3_FLAGS += ("--lr_schedule",)
 # model.fit applies every update itself, in step, and Keras has no parameter-server
 # training (keras-team/keras#18624) nor shared-memory or periodically averaged replicas
 NO_WORKER_STRATEGIES = worker_strategy_advice(
@@ -74,15 +72,9 @@ MODE_ADVICE = {
         "pass --execution eager or compiled"
     },
 }
-PRECISION_FLAGS = ("--precision bf16", "--precision fp16")
-KERAS_2_ADVICE = {
-    "--precision bf16": "Keras 2 on Theano trains in float32 only here; drop --precision",
-    "--precision fp16": "Keras 2 on Theano trains in float32 only here; drop --precision",
-    "--execution eager": "Keras 2 on Theano is graph-only (one compiled Theano train function); "
-    "drop --execution or pass --execution graph",
-    "--compile": "Keras 2 on Theano is graph-only (one compiled Theano train function); "
-    "drop --compile / --execution compiled or pass --execution graph",
-}
+KERAS_2_ADVICE = graph_only_fp32_advice(
+    "Keras 2 on Theano", "Keras 2 on Theano is graph-only (one compiled Theano train function)"
+)
 
 # --tuned, per backend: (candidates, the best measured one)
 TUNING = {

@@ -36,7 +36,9 @@ def data_parallel(devices: int):
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
-        return tf.distribute.MirroredStrategy(_tensorflow_devices(tf, devices)).scope()
+        from backends.tensorflow_backend import local_devices
+
+        return tf.distribute.MirroredStrategy(local_devices(devices)).scope()
     if BACKEND == "jax":
         available = keras.distribution.list_devices()
         if len(available) < devices:
@@ -44,18 +46,6 @@ def data_parallel(devices: int):
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=available[:devices]))
         return contextlib.nullcontext()
     raise RuntimeError(f"Keras on {BACKEND} has no data parallel here")
-
-
-def _tensorflow_devices(tf, count: int) -> list:
-    """The first `count` GPUs, else `count` logical CPU devices (made before TF initialises)."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        if len(gpus) < count:
-            raise RuntimeError(f"--devices {count}: this machine has {len(gpus)} GPU(s)")
-        return [f"/gpu:{i}" for i in range(count)]
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
-    return [f"/cpu:{i}" for i in range(count)]
 
 
 def tensor_parallel(network, plan):

@@ -205,15 +205,9 @@ def device_memory_mb():
     """--batch_size auto on a GPU: the backend's own peak-allocated counter (and, where
     it says, the memory it may still take); None on the CPU and on Theano."""
     if compat.BACKEND == "torch":
-        import torch
+        from backends.torch_backend import device_memory_mb as torch_memory_mb
 
-        if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
-            return None
-        free, _ = torch.cuda.mem_get_info()
-        return {
-            "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-            "free_mb": (free + torch.cuda.memory_reserved()) / 2**20,
-        }
+        return torch_memory_mb()
     if compat.BACKEND == "jax":
         import jax
 
@@ -224,9 +218,7 @@ def device_memory_mb():
         limit = stats.get("bytes_limit")  # what jax's allocator may hold on this GPU
         return {"peak_mb": stats["peak_bytes_in_use"] / 2**20, "free_mb": None if limit is None else limit / 2**20}
     if compat.BACKEND == "tensorflow":
-        import tensorflow as tf
+        from backends.tensorflow_backend import device_memory_mb as tensorflow_memory_mb
 
-        if not tf.config.list_logical_devices("GPU"):
-            return None
-        return {"peak_mb": tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "free_mb": None}
+        return tensorflow_memory_mb()
     return None

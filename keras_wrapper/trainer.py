@@ -173,7 +173,7 @@ class KerasTrainer:
             return
         variables = list(self.model.variables) + list(self.model.optimizer.variables)
         saved = [keras.ops.convert_to_numpy(variable.value) for variable in variables]
-        zeros = np.zeros((batch_size, 28, 28, 1), np.float32)
+        zeros = np.zeros((batch_size, *self.config.network.input_shape), np.float32)
         self.model.fit(zeros, np.zeros(batch_size, np.int32), batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
         for variable, value in zip(variables, saved):
             variable.assign(value)

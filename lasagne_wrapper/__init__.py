@@ -5,6 +5,7 @@ backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 
 (and Keras 2.3.1); it is imported before lasagne."""
 
 from algorithms.run.contract import Support
+from algorithms.run.shared_support import graph_only_fp32_advice
 from algorithms.run.tuning import Tuning
 from backends.tuning import MEASURED, THEANO_OPENMP
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
@@ -15,14 +16,9 @@ ONE_DEVICE = (
     "multi-device machinery); use torch_script.py or tensorflow_script.py for parallel strategies"
 )
 
-GRAPH_ONLY_FP32 = {
-    "--precision bf16": "Lasagne on Theano trains in float32 only here; drop --precision",
-    "--precision fp16": "Lasagne on Theano trains in float32 only here; drop --precision",
-    "--execution eager": "Theano is graph-only (the whole step is built once, then run); "
-    "drop --execution or pass --execution graph",
-    "--compile": "Theano is graph-only (the whole step is built once, then run); "
-    "drop --compile / --execution compiled or pass --execution graph",
-}
+GRAPH_ONLY_FP32 = graph_only_fp32_advice(
+    "Lasagne on Theano", "Theano is graph-only (the whole step is built once, then run)"
+)
 
 
 def supported() -> Support:

@@ -6,7 +6,6 @@ and batches; a compiled T.dot for the GEMM peak."""
 from __future__ import annotations
 
 import os
-import time
 import warnings
 
 from backends import theano_backend  # noqa: F401  (before lasagne: the bridges)
@@ -15,7 +14,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.bench.probe import HandStepHarness
+from algorithms.bench.probe import NativeLoop, hand_step_harness
 from algorithms.tables import shape_text
 from lasagne_wrapper.trainer import build_trainer
 
@@ -29,7 +28,7 @@ def apply_threads(config) -> str:
     )
 
 
-class Native:
+class Native(NativeLoop):
     def __init__(self, config, dataset, schedule):
         self.trainer = build_trainer(config)
         self.batches = {
@@ -38,19 +37,11 @@ class Native:
         }
         self.losses: list = []
 
-    def run(self, steps: list) -> list:
-        times = []
-        for _, parts in steps:
-            batch = self.batches[id(parts)]
-            start = time.perf_counter()
-            self.losses.append(self.trainer._train(*batch)[0])
-            times.append((time.perf_counter() - start) * 1000.0)
-        return times
+    def native_step(self, batch):
+        return self.trainer._train(*batch)[0]
 
 
-class Harness(HandStepHarness):
-    def __init__(self, config, session):
-        super().__init__(build_trainer(config), session)
+Harness = hand_step_harness(build_trainer)
 
 
 def gemm(n: int):

@@ -14,6 +14,7 @@ import os
 import sys
 
 from algorithms.run.contract import Support
+from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.run.tuning import Tuning
 from backends.tuning import MEASURED, TENSORFLOW
 from algorithms.errors import InputError
@@ -32,16 +33,12 @@ def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single", "data", "model", "tensor", "pipeline", "ps"),
-        flags=(
-            "--lr_scaling linear",
-            "--warmup_steps",
-            "--reduce_lr_on_plateau",
+        flags=LR_SCHEDULE_FLAGS
+        + PRECISION_FLAGS
+        + (
             "--accumulate",
             "--checkpoint_every",
             "--compile",
-            "--lr_schedule",
-            "--precision bf16",
-            "--precision fp16",
             "--execution eager",
             "--execution graph",
             "--noise_scale",

@@ -8,7 +8,8 @@
               with TF_CONFIG set, MultiWorkerMirroredStrategy across its workers
 
 Logical CPU devices can only be made before TensorFlow initialises its devices,
-so nothing here (nor describe_runtime) may run an op before `local_devices`.
+so nothing here (nor describe_runtime) may run an op before `local_devices`
+(backends/tensorflow_backend.py, which Keras's MirroredStrategy uses too).
 """
 
 from __future__ import annotations
@@ -20,22 +21,10 @@ import signal
 
 import tensorflow as tf
 
+from backends.tensorflow_backend import local_devices
+
 # a collective that waits longer than this on a dead peer fails the run instead of hanging
 COLLECTIVE_TIMEOUT_S = 30
-
-
-def local_devices(count: int) -> list:
-    """Device names for `count` replicas or stages on this machine."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        if len(gpus) < count:
-            raise RuntimeError(f"--devices {count}: this machine has {len(gpus)} GPU(s)")
-        return [f"/gpu:{i}" for i in range(count)]
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    made = tf.config.get_logical_device_configuration(cpu) or []
-    if count > 1 and len(made) < count:  # once made (and initialised), more cannot be added; fewer are used as is
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
-    return [f"/cpu:{i}" for i in range(count)]
 
 
 def tf_config() -> dict | None:

@@ -5,14 +5,14 @@ the GEMM peak and XLA (jit_compile) beside graph mode."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import tensorflow as tf
 
 from algorithms.spec.weights import initial_weights
-from algorithms.bench.probe import HandStepHarness, compiled_pair_ms
+from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
+from backends.tensorflow_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.model import build_model, make_optimizer
 from tensorflow_wrapper.train import describe_runtime
@@ -25,7 +25,7 @@ def apply_threads(config) -> str:
     return set_threads(config.threads)
 
 
-class Native:
+class Native(NativeLoop):
     """One tf.function step (tape, mean cross-entropy, apply); the loss stays a tensor."""
 
     def __init__(self, config, dataset, schedule, jit_compile: bool = False):
@@ -49,20 +49,12 @@ class Native:
         self.optimizer.apply_gradients(zip(tape.gradient(loss, self.variables), self.variables))
         return loss
 
-    def run(self, steps: list) -> list:
-        times = []
-        for _, parts in steps:
-            images, labels = self.batches[id(parts)]
-            self.count += 1
-            start = time.perf_counter()
-            self.losses.append(self.step(images, labels, tf.constant([self.seed, self.count], tf.int64)))
-            times.append((time.perf_counter() - start) * 1000.0)
-        return times
+    def native_step(self, batch):
+        self.count += 1
+        return self.step(*batch, tf.constant([self.seed, self.count], tf.int64))
 
 
-class Harness(HandStepHarness):
-    def __init__(self, config, session):
-        super().__init__(build_trainer(config), session)
+Harness = hand_step_harness(build_trainer)
 
 
 def gemm(n: int):
@@ -96,12 +88,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     graph = native.step.get_concrete_function(images, labels, tf.constant([0, 0], tf.int64)).graph
     shapes = graph_input_shapes(graph)
     return "tf.profiler (XSpace, host op self time)", [(op_label(name, shapes), ms) for name, ms in times.items()]
-
-
-def device_memory_mb():
-    """--batch_size auto on a GPU: TensorFlow's peak-allocated counter of GPU 0 (its
-    free memory is not TensorFlow's to say: it reserves most of the GPU at start, so
-    the finder needs --memory_budget_mb there); None on the CPU."""
-    if not tf.config.list_logical_devices("GPU"):
-        return None
-    return {"peak_mb": tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "free_mb": None}

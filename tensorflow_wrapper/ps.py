@@ -50,7 +50,7 @@ from algorithms.spec.weights import initial_weights
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
-from tensorflow_wrapper.trainer import IMAGE_SPEC, LABEL_SPEC, SEED_SPEC
+from tensorflow_wrapper.trainer import LABEL_SPEC, SEED_SPEC, image_spec
 
 STEP_SPEC = tf.TensorSpec([], tf.int32)
 RATE_SPEC = tf.TensorSpec([], tf.float32)
@@ -99,9 +99,11 @@ class ParameterServerPool:
             self.outcomes = tf.Variable(tf.zeros([updates, 6], tf.float32), name="outcome_per_step")
         self._closure = tf.function(  # strategy.run: the optimizer's update needs a replica context
             lambda *args: self.strategy.run(self._on_worker, args=args),
-            input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, STEP_SPEC, RATE_SPEC],
+            input_signature=[image_spec(config.network), LABEL_SPEC, SEED_SPEC, STEP_SPEC, RATE_SPEC],
         )
-        self._forward = tf.function(lambda x: self.model(x, training=False), input_signature=[IMAGE_SPEC])
+        self._forward = tf.function(
+            lambda x: self.model(x, training=False), input_signature=[image_spec(config.network)]
+        )
 
     def _on_worker(self, images, labels, step_seed, step_index, learning_rate):
         """One update, as torch's worker makes it: pull the parameters, compute the

@@ -28,11 +28,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from algorithms.run.contract import StepResult
-from algorithms.run.noise_scale import GradientNorms
+from algorithms.run.loop import step_on_zeros_then_restore
+from algorithms.run.noise_scale import replica_gradient_norms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
@@ -41,10 +41,14 @@ from tensorflow_wrapper.model import build_model, make_optimizer
 from tensorflow_wrapper.tensor_parallel import TensorParallelModel
 
 COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
-IMAGE_SPEC = tf.TensorSpec([None, 28, 28, 1], tf.float32)
 LABEL_SPEC = tf.TensorSpec([None], tf.int32)
 SEED_SPEC = tf.TensorSpec([2], tf.int64)
 ROWS_SPEC = tf.TensorSpec([], tf.int32)
+
+
+def image_spec(network) -> tf.TensorSpec:
+    """Any number of the spec's (H, W, C) images, float32."""
+    return tf.TensorSpec([None, *network.input_shape], tf.float32)
 
 
 class TensorFlowTrainer:
@@ -69,6 +73,7 @@ class TensorFlowTrainer:
         noise_scale=False,
     ):
         tf.random.set_seed(seed)
+        self.input_shape = network.input_shape
         self.noise_scale = noise_scale  # data parallel: the gradient norms of every step (GradientNorms)
         self.seed, self.optimizer_steps = seed, 0
         self.data_parallel = strategy is not None
@@ -90,11 +95,12 @@ class TensorFlowTrainer:
             self.optimizer.build(self.variables)
         # --execution eager: the same Python functions, run op by op instead of traced once
         function = (lambda fn, **options: fn) if eager else tf.function
+        images = image_spec(network)
         self._fused_step = function(
-            self._fused, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC], jit_compile=jit_compile
+            self._fused, input_signature=[images, LABEL_SPEC, SEED_SPEC], jit_compile=jit_compile
         )  # --compile: XLA
         self._part_gradients = function(
-            self._gradients, input_signature=[IMAGE_SPEC, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC]
+            self._gradients, input_signature=[images, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC]
         )
         self._apply = function(self._apply_gradients)
         self._replica_apply = tf.function(self._apply_on_replicas, reduce_retracing=True)
@@ -102,7 +108,7 @@ class TensorFlowTrainer:
         self._add = tf.function(self._add_on_replicas, reduce_retracing=True)
         self._all_reduce = tf.function(self._sum_across_replicas, reduce_retracing=True)
         self._squared_norms = tf.function(self._norms_before_and_after, reduce_retracing=True)
-        self._forward = function(lambda x: self.model(x, training=False), input_signature=[IMAGE_SPEC])
+        self._forward = function(lambda x: self.model(x, training=False), input_signature=[images])
 
     # ------------------------------------------------------------------ step pieces
     def _gradients(self, images, labels, step_seed, row_offset, step_rows):
@@ -179,17 +185,6 @@ class TensorFlowTrainer:
             )
         return before, squared_norm([self.strategy.experimental_local_results(g)[0] for g in summed])
 
-    def _gradient_norms(self, per_replica_gradients, summed, batches, step_rows: int):
-        """This step's GradientNorms, or None when a batch does not split evenly over the
-        replicas (their gradients would stand for unequal batches). A replica's gradient
-        is its share of the global mean (loss / global batch): its own batch's mean
-        gradient is `replicas` times it."""
-        replicas = self.strategy.num_replicas_in_sync
-        if any(int(labels.shape[0]) % replicas for _, labels in batches):
-            return None
-        before_sum, after_sq = (float(value) for value in self._squared_norms(per_replica_gradients, summed))
-        return GradientNorms(step_rows / replicas, before_sum * replicas, step_rows, after_sq)
-
     def _distribute(self, images, labels, row_offset: int, step_rows: int):
         """Each replica's contiguous slice of the batch (global replica ids, so the
         workers of a multi-worker run take disjoint slices of the same batch)."""
@@ -254,7 +249,15 @@ class TensorFlowTrainer:
         loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
         self.strategy.experimental_local_results(gradients[-1])[0].numpy()  # ... and the gradients' one
         comm_ms = (time.perf_counter() - start) * 1000.0
-        norms = self._gradient_norms(total[0], gradients, batches, step_rows) if self.noise_scale else None
+        norms = (
+            replica_gradient_norms(
+                [int(labels.shape[0]) for _, labels in batches],
+                self.strategy.num_replicas_in_sync,
+                lambda: tuple(float(value) for value in self._squared_norms(total[0], gradients)),
+            )
+            if self.noise_scale
+            else None
+        )
         self._replica_apply(gradients)
         return StepResult(loss, float(correct) / step_rows, comm_ms, gradient_norms=norms)
 
@@ -263,15 +266,19 @@ class TensorFlowTrainer:
         it None): nothing to do. XLA (--compile) compiles each shape, and the data-parallel
         functions (reduce_retracing) re-trace for a new replica slice: one step on zeros
         of the new shape here, then every variable and the dropout-seed counter put back."""
-        if not (self.jit_compile or self.data_parallel):
-            return
+        if self.jit_compile or self.data_parallel:
+            step_on_zeros_then_restore(self, batch_size, self.input_shape, self._snapshot, self._restore)
+
+    def _snapshot(self) -> tuple:
+        """Every variable's value (weights, optimizer slots and counters) and the dropout-seed counter."""
         variables = list(self.variables) + list(self.optimizer.variables)
-        saved, steps = [variable.numpy() for variable in variables], self.optimizer_steps
-        self.step([self.to_batch(np.zeros((batch_size, 28, 28), np.float32), np.zeros(batch_size, np.int32))])
+        return variables, [variable.numpy() for variable in variables], self.optimizer_steps
+
+    def _restore(self, state: tuple) -> None:
+        variables, values, self.optimizer_steps = state
         with self.strategy.scope():
-            for variable, value in zip(variables, saved):
+            for variable, value in zip(variables, values):
                 variable.assign(value)
-        self.optimizer_steps = steps
 
     def save_checkpoint(self, folder: str) -> None:
         """TensorFlow's own checkpoint: weights, optimizer slots and the step counter

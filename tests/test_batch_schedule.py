@@ -89,6 +89,73 @@ def test_torch_data_parallel_follows_the_schedule(small_data, tmp_path):
     check_schedule_rows(rows, log, lr_follows=True)
 
 
+@pytest.mark.slow
+def test_tensorflow_data_parallel_follows_the_schedule(small_data, tmp_path):
+    """Its replica functions re-trace for the new slice in prepare_batch (a step on zeros, then restored)."""
+    rows, log = run_schedule(get("tensorflow"), small_data, tmp_path, ["--strategy", "data", "--devices", "2"])
+    check_schedule_rows(rows, log, lr_follows=True)
+
+
+def trainer_state(framework: str, trainer) -> list:
+    """Everything a step changes, as numpy arrays: weights, optimizer state and the
+    random state the next step's dropout draws from."""
+    if framework == "tensorflow":
+        variables = list(trainer.variables) + list(trainer.optimizer.variables)
+        return [variable.numpy() for variable in variables] + [np.array(trainer.optimizer_steps)]
+    import torch
+
+    optimizer = trainer.optimizer.state_dict()["state"]
+    return (
+        [tensor.detach().numpy().copy() for tensor in trainer._state_module().state_dict().values()]
+        + [value.numpy().copy() for slot in optimizer.values() for value in slot.values() if torch.is_tensor(value)]
+        + [torch.get_rng_state().numpy().copy()]
+    )
+
+
+def same_state(before: list, after: list) -> bool:
+    return len(before) == len(after) and all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def check_a_step_on_zeros_is_undone(framework: str, flags: list, small_data, prepare) -> None:
+    """After one real step (so the optimizer's slots hold something to lose), `prepare(trainer)`
+    takes a step on zeros of batch 40 and must leave the state bit-equal; the same step
+    taken plainly does not (the check can fail)."""
+    from importlib import import_module
+
+    from algorithms.spec.data import load_dataset
+
+    flags = flags + ["--batch_size", "20", "--threads", "2", "--train", str(small_data / "train.csv")]
+    config = parse_config(flags, f"{framework}_script.py", "")
+    dataset = load_dataset(config.train, None, None, config.validation_split, config.seed)
+    trainer = import_module(f"{framework}_wrapper.trainer").build_trainer(config)
+    trainer.step([trainer.to_batch(dataset.train_x[:20], dataset.train_y[:20])])
+    before = trainer_state(framework, trainer)
+    prepare(trainer)
+    assert same_state(before, trainer_state(framework, trainer))
+    trainer.step([trainer.to_batch(np.zeros((40, 28, 28), np.float32), np.zeros(40, np.int32))])
+    assert not same_state(before, trainer_state(framework, trainer))
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "torch"])
+def test_the_step_on_zeros_of_a_new_shape_is_undone_bit_for_bit(framework, small_data):
+    """The shared half of prepare_batch (algorithms/run/loop.py) with each trainer's own
+    snapshot and restore, on its uncompiled step."""
+    from algorithms.run.loop import step_on_zeros_then_restore
+
+    def prepare(trainer):
+        step_on_zeros_then_restore(trainer, 40, trainer.input_shape, trainer._snapshot, trainer._restore)
+
+    check_a_step_on_zeros_is_undone(framework, [], small_data, prepare)
+
+
+@pytest.mark.slow  # XLA and torch.compile build the step at both batch shapes
+@pytest.mark.parametrize("framework", ["tensorflow", "torch"])
+def test_prepare_batch_compiles_the_new_shape_and_leaves_the_state_bit_equal(framework, small_data):
+    """--compile (XLA, torch.compile) builds each batch shape: prepare_batch takes one step on
+    zeros of the new shape, then puts back every weight, optimizer slot and the RNG."""
+    check_a_step_on_zeros_is_undone(framework, ["--compile"], small_data, lambda trainer: trainer.prepare_batch(40))
+
+
 @pytest.mark.parametrize("script", ["torch_script.py", "tensorflow_script.py"])
 def test_a_scheduled_batch_that_does_not_split_across_the_devices_is_refused(script, small_data, tmp_path):
     args = ["--train", str(small_data / "train.csv"), "--strategy", "data", "--devices", "2"]

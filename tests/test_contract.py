@@ -10,7 +10,16 @@ import sys
 
 import pytest
 
-from algorithms.run.contract import StepResult, Support, check_wrapper, known_flags
+from algorithms.run.contract import (
+    Runtime,
+    StepResult,
+    Support,
+    WrapperSession,
+    check_wrapper,
+    known_flags,
+    member_problems,
+)
+from algorithms.run.tuning import Tuning
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.paths import REPO_ROOT
@@ -40,7 +49,8 @@ def test_every_wrapper_meets_the_contract(framework):
 
 BROKEN = {
     "__init__.py": "from algorithms.run.contract import Support\n"
-    "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'))\n"
+    "from algorithms.run.tuning import Tuning\n"
+    "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'), Tuning('broken'))\n"
     "def prepare_process(config, dataset):\n    pass\n",  # no launch
     "model.py": "def build_model(network, weights):\n    return None\n",
     "trainer.py": "class BrokenTrainer:\n    def to_batch(self, images, labels):\n        return images\n"
@@ -79,5 +89,139 @@ def test_the_checker_names_each_way_a_wrapper_breaks_the_contract(tmp_path, monk
 
 def test_the_contract_types_hold_their_values():
     assert StepResult(1.5, 0.25).comm_time_ms is None
-    assert Support(("single",), ()).advice == {}
+    assert Support(("single",), (), Tuning("torch")).advice == {}
     assert "--accumulate" in known_flags() and "--checkpoint_every" in known_flags()
+
+
+def write_package(root, name: str, files: dict) -> None:
+    (root / name).mkdir()
+    for file, text in files.items():
+        (root / name / file).write_text(text)
+
+
+# a wrapper that meets the contract in full: the known answer for "no problem"
+SOUND = {
+    "__init__.py": "from algorithms.run.contract import Support\n"
+    "from algorithms.run.tuning import Tuning\n"
+    "def supported():\n    return Support(('single',), (), Tuning('sound'))\n"
+    "def prepare_process(config, dataset):\n    pass\n"
+    "def launch(config, argv):\n    pass\n",
+    "model.py": "def build_model(network, batch_size, deploy):\n    return None\n",  # its own further parameters
+    "trainer.py": "class SoundTrainer:\n"
+    "    def to_batch(self, images, labels):\n        return images, labels\n"
+    "    def step(self, batches, tracing=False):\n        return None\n"  # an optional extra is fine
+    "    def set_learning_rate(self, learning_rate):\n        pass\n"
+    "    def logits(self, images):\n        return images\n"
+    "    def save_checkpoint(self, folder):\n        pass\n"
+    "    def load_checkpoint(self, folder):\n        pass\n"
+    "    def prepare_batch(self, batch_size):\n        pass\n"
+    "def build_trainer(config):\n    return SoundTrainer()\n",
+    "train.py": "from algorithms.run.contract import Runtime\n"
+    "def describe_runtime():\n    return Runtime('sound', 'sound', {}, 'cpu')\n"
+    "def records(config):\n    return True\n"
+    "def train(session):\n"
+    "    session.execution_note = 'graph'\n"
+    "    return {'steps': session.config.max_steps}\n"
+    "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n",
+    "native.py": "STEPS_PER_CALL = 1\n"
+    "def apply_threads(config):\n    return ''\n"
+    "class Native:\n    def __init__(self, config, dataset, schedule):\n        pass\n"
+    "def Harness(config, session):\n    return None\n"
+    "def gemm(n):\n    return None\n"
+    "def compiled_ms(config, dataset, schedule, block):\n    return {}\n"
+    "def profile_ops(config, dataset, schedule, warmup):\n    return '', []\n"
+    "def device_memory_mb():\n    return None\n",
+    "determinism.py": "def enable():\n    return [], []\n",
+}
+
+
+def test_the_checker_names_each_parameter_list_that_differs_from_the_contract(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_package(tmp_path, "sound_wrapper", SOUND)
+    assert check_wrapper("sound_wrapper", STRATEGIES, known_flags()) == []
+
+    skewed = dict(SOUND)
+    skewed["trainer.py"] = (
+        SOUND["trainer.py"]
+        .replace("def to_batch(self, images, labels)", "def to_batch(self, images)")
+        .replace("def save_checkpoint(self, folder)", "def save_checkpoint(self, directory)")
+        .replace("def prepare_batch(self, batch_size)", "def prepare_batch(self, shape, batch_size)")
+    )
+    skewed["train.py"] = SOUND["train.py"].replace("def train(session)", "def train(session, extra)")
+    skewed["train.py"] = skewed["train.py"].replace(
+        "(network, images, labels, seed=0)", "(network, images, labels, seed)"
+    )
+    skewed["native.py"] = SOUND["native.py"].replace("def Harness(config, session)", "def Harness(session, config)")
+    write_package(tmp_path, "skewed_wrapper", skewed)
+    problems = check_wrapper("skewed_wrapper", STRATEGIES, known_flags())
+    assert sorted(problems) == sorted(
+        [
+            "skewed_wrapper.train.train(session, extra): required parameter 'extra' the contract never passes "
+            "(contract: TrainModule.train(session))",
+            "skewed_wrapper.train.initial_loss_and_logits(network, images, labels, seed): 'seed' needs a default "
+            "(the shared code may leave it out) "
+            "(contract: TrainModule.initial_loss_and_logits(network, images, labels, seed=0))",
+            "skewed_wrapper.native.Harness(session, config): 'config' is parameter 2, the contract's 1; "
+            "'session' is parameter 1, the contract's 2 (contract: NativeModule.Harness(config, session))",
+            "skewed_wrapper.trainer.SoundTrainer.to_batch(images): no parameter 'labels' "
+            "(contract: Trainer.to_batch(images, labels))",
+            "skewed_wrapper.trainer.SoundTrainer.save_checkpoint(directory): 'directory' where the contract has "
+            "'folder' (contract: Trainer.save_checkpoint(folder))",
+            "skewed_wrapper.trainer.SoundTrainer.prepare_batch(shape, batch_size): 'batch_size' is parameter 2, "
+            "the contract's 1; required parameter 'shape' the contract never passes "
+            "(contract: Trainer.prepare_batch(batch_size))",
+        ]
+    )
+
+
+def test_the_checker_names_each_session_member_a_wrapper_uses_outside_the_contract(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reaching = dict(SOUND)
+    reaching["train.py"] = SOUND["train.py"].replace(
+        "    return {'steps'", "    session._epoch_losses.clear()\n    session.csv = None\n    return {'steps'"
+    )
+    reaching["native.py"] = SOUND["native.py"] + (
+        "class Recorder:\n    def __init__(self, session):\n        self.session = session\n"
+        "    def on_step(self):\n        return self.session.step_times_ms[-1], self.session.learning_rate\n"
+    )
+    write_package(tmp_path, "reaching_wrapper", reaching)
+    assert check_wrapper("reaching_wrapper", STRATEGIES, known_flags()) == [
+        "reaching_wrapper/native.py:21: session.step_times_ms is not in the contract's WrapperSession",
+        "reaching_wrapper/train.py:8: session._epoch_losses is not in the contract's WrapperSession",
+        "reaching_wrapper/train.py:9: session.csv is not in the contract's WrapperSession",
+    ]
+
+
+def test_the_run_session_is_the_session_the_contract_names(tmp_path):
+    import numpy as np
+
+    from algorithms.run.config import parse_config
+    from algorithms.run.session import RunSession
+    from algorithms.spec.data import Dataset
+
+    config = parse_config(["--results_dir", str(tmp_path), "--quiet"], "torch_script.py", "")
+    images = np.zeros((20, 28, 28), np.float32)
+    dataset = Dataset(images, np.zeros(20, np.int32), images[:5], np.zeros(5, np.int32))
+    session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"), record=False)
+    assert member_problems("RunSession", session, WrapperSession) == []
+
+    class NarrowSession:  # a session that cannot stop a run nor save one, recording fewer columns
+        def __init__(self):
+            self.config = self.dataset = self.run_id = self.checkpoint_root = self.resume_from = None
+            self.execution_note = self.precision_note = ""
+            self.signal_of_any_process = None
+            self.learning_rate = 0.1
+
+        def train_step(self, epoch, loss, accuracy, step_time_ms, data_time_ms, batch_size):
+            pass
+
+    problems = member_problems("NarrowSession", NarrowSession(), WrapperSession)
+    assert "NarrowSession: no should_stop (WrapperSession)" in problems
+    assert "NarrowSession: no save_checkpoint (WrapperSession)" in problems
+    assert (
+        "NarrowSession.train_step(epoch, loss, accuracy, step_time_ms, data_time_ms, batch_size): "
+        "no parameter 'comm_time_ms'; no parameter 'worker'; no parameter 'staleness'; "
+        "no parameter 'loss_scale'; no parameter 'skipped' (contract: WrapperSession.train_step(epoch, loss, "
+        "accuracy, step_time_ms, data_time_ms, batch_size, comm_time_ms=None, worker=0, staleness=0, "
+        "loss_scale=None, skipped=False))"
+    ) in problems

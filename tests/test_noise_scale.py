@@ -6,7 +6,7 @@ and the all-reduced gradient is their mean, exactly as data parallel makes them.
 import numpy as np
 import pytest
 
-from algorithms.run.noise_scale import GradientNorms, NoiseScale, unbiased_estimates
+from algorithms.run.noise_scale import GradientNorms, NoiseScale, replica_gradient_norms, unbiased_estimates
 
 DIMENSIONS = 64
 REPLICAS, B_SMALL = 2, 16
@@ -63,3 +63,19 @@ def test_noise_only_gradients_give_no_estimate_and_bad_batches_are_refused():
     assert estimator.b_simple is None
     with pytest.raises(ValueError, match="B_small < B_big"):
         unbiased_estimates(GradientNorms(32, 1.0, 32, 1.0))
+
+
+def test_replica_norms_become_the_per_replica_and_global_batch_norms():
+    """4 replicas, two accumulated batches of 32: each replica's gradient is its share of the
+    global mean (1/4 of its own batch's mean gradient), so the mean over replicas of its own
+    batch's |g|^2 is 4 x the summed squared shares; a batch that does not split evenly gives
+    no norms, without the framework computing them."""
+    asked = []
+
+    def squared_norms():
+        asked.append(True)
+        return 0.5, 0.25  # sum over replicas of |share|^2, |all-reduced gradient|^2
+
+    assert replica_gradient_norms([32, 32], 4, squared_norms) == GradientNorms(16, 2.0, 64, 0.25)
+    assert replica_gradient_norms([32, 30], 4, squared_norms) is None
+    assert len(asked) == 1

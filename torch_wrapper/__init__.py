@@ -17,6 +17,7 @@ _NOT_WITH_WORKER_STRATEGIES = {
 }
 
 from algorithms.run.contract import Support
+from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN
 from algorithms.errors import InputError
@@ -36,18 +37,14 @@ def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single", "data", "model", "tensor", "pipeline", "hybrid", "ps", "async", "localsgd"),
-        flags=(
-            "--lr_scaling linear",
-            "--warmup_steps",
-            "--reduce_lr_on_plateau",
+        flags=LR_SCHEDULE_FLAGS
+        + PRECISION_FLAGS
+        + (
             "--accumulate",
             "--checkpointing",
             "--dp_impl dataparallel",
             "--checkpoint_every",
             "--compile",
-            "--lr_schedule",
-            "--precision bf16",
-            "--precision fp16",
             "--execution eager",
             "--noise_scale",
         ),

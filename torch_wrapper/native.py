@@ -4,7 +4,6 @@ wrapper's own step as the harness, torch.mm for the GEMM peak and torch.compile.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -12,9 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.spec.weights import initial_weights
-from algorithms.bench.probe import HandStepHarness, compiled_pair_ms
+from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
 from algorithms.run.tuning import tuned_options
+from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import describe_runtime
@@ -27,11 +27,11 @@ def apply_threads(config) -> str:
     return set_threads(config.threads)
 
 
-class Native:
+class Native(NativeLoop):
     """zero_grad, forward, mean cross-entropy, backward, step: nothing else per step."""
 
     def __init__(self, config, dataset, schedule, compile_model: bool = False):
-        self.model = build_model(config.network, initial_weights(config.network, config.seed))
+        self.model = build_model(config.network, initial_weights(config.network, config.seed)).train()
         self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
         torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
         mode = tuned_options(config).get("torch.compile")  # as the trainer compiles under --tuned
@@ -49,24 +49,16 @@ class Native:
         }
         self.losses: list = []  # loss tensors, read only after the timed steps
 
-    def run(self, steps: list) -> list:
-        times = []
-        self.model.train()
-        for _, parts in steps:
-            images, labels = self.batches[id(parts)]
-            start = time.perf_counter()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(self.forward(images), labels)
-            loss.backward()
-            self.optimizer.step()
-            times.append((time.perf_counter() - start) * 1000.0)
-            self.losses.append(loss.detach())
-        return times
+    def native_step(self, batch):
+        images, labels = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.forward(images), labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
 
 
-class Harness(HandStepHarness):
-    def __init__(self, config, session):
-        super().__init__(build_trainer(config), session)
+Harness = hand_step_harness(build_trainer)
 
 
 def gemm(n: int):
@@ -88,16 +80,3 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     native = Native(config, dataset, schedule)
     native.run(schedule[:warmup])
     return "torch.profiler (self CPU time)", profiled_ops(lambda: native.run(schedule[warmup:]))
-
-
-def device_memory_mb():
-    """--batch_size auto on a GPU: torch's peak-allocated counter and the GPU's free
-    memory (with what this process holds counted free); None when nothing ran on CUDA
-    (torch_script.py's single-device run trains on the CPU)."""
-    if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
-        return None
-    free, _ = torch.cuda.mem_get_info()
-    return {
-        "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-        "free_mb": (free + torch.cuda.memory_reserved()) / 2**20,
-    }

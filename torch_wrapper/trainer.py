@@ -22,7 +22,8 @@ from torch.distributed.algorithms.model_averaging.averagers import PeriodicModel
 from torch.nn.parallel import DistributedDataParallel
 
 from algorithms.run.contract import StepResult
-from algorithms.run.noise_scale import GradientNorms
+from algorithms.run.loop import step_on_zeros_then_restore
+from algorithms.run.noise_scale import replica_gradient_norms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
 from algorithms.run.tuning import tuned_options
@@ -68,6 +69,7 @@ class _StrategyTrainer:
         self.gradient_norm_totals = None  # --noise_scale: a GradientNormTotals filled by DDP's hook
         self.compute_dtype = None  # --precision bf16 / fp16: autocast's dtype (set by build_trainer)
         self.scaler = None  # --precision fp16: torch.amp.GradScaler, the dynamic loss scale
+        self.input_shape = None  # the spec's (H, W, C), for prepare_batch's step (set by build_trainer)
 
     def autocast(self):
         """Mixed precision: the float32 weights cast to the compute dtype op by op (torch.autocast)."""
@@ -112,25 +114,17 @@ class _StrategyTrainer:
             loss_sum, correct = sum_over(sums, self.metrics_group, self.clock).tolist()
             return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped)
         before, after = self.gradient_norm_totals.take()
-        # the replicas' squared norms ride on the metrics' all-reduce: no extra collective
-        loss_sum, correct, before_sum, after_sq = sum_over(
+        # the replicas' squared norms ride on the metrics' all-reduce: no extra collective;
+        # every replica holds the same all-reduced gradient, so its norm sums `replicas` times
+        loss_sum, correct, before_sum, after_sq_sum = sum_over(
             torch.cat([sums.double(), before, after]), self.metrics_group, self.clock
         ).tolist()
-        norms = self._gradient_norms(batches, before_sum, after_sq)
+        norms = replica_gradient_norms(
+            [size for _, _, size in batches], self.replicas, lambda: (before_sum, after_sq_sum / self.replicas)
+        )
         return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped, gradient_norms=norms)
 
-    def _gradient_norms(self, batches, before_sum: float, after_sq_sum: float):
-        """This step's GradientNorms, or None for a step whose batches do not split
-        evenly (its replicas' gradients would stand for unequal batches). Each
-        replica's gradient is its share of the global mean (loss / global batch): its
-        own batch's mean gradient is `replicas` times it."""
-        if any(size % self.replicas for _, _, size in batches):
-            return None
-        total = sum(size for _, _, size in batches)
-        small_sq = before_sum * self.replicas  # mean over replicas of (replicas x |g_r|)^2
-        return GradientNorms(total / self.replicas, small_sq, total, after_sq_sum / self.replicas)
-
-    def save_checkpoint(self, directory: str) -> None:
+    def save_checkpoint(self, folder: str) -> None:
         """This process's weights, optimizer state and RNG, in torch's format; returns
         once every process of the run has written its file."""
         torch.save(
@@ -140,13 +134,13 @@ class _StrategyTrainer:
                 "rng": torch.get_rng_state(),
                 **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             },
-            os.path.join(directory, f"torch-rank{global_rank()}.pt"),
+            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
         )
         if dist.is_initialized():
             dist.barrier()
 
-    def load_checkpoint(self, directory: str) -> None:
-        path = os.path.join(directory, f"torch-rank{global_rank()}.pt")
+    def load_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
         state = torch.load(path, map_location=self.device, weights_only=True)
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -157,16 +151,27 @@ class _StrategyTrainer:
     def prepare_batch(self, batch_size: int) -> None:
         """Eager PyTorch runs any batch as it comes: nothing to do. A torch.compile'd
         model (--compile) re-compiles for a new shape at its first call: one step on zeros
-        of the new shape here, then the weights, optimizer state and RNG put back."""
-        if not isinstance(self._state_module(), torch._dynamo.eval_frame.OptimizedModule):
-            return
-        saved = copy.deepcopy((self._state_module().state_dict(), self.optimizer.state_dict()))
-        rng = torch.get_rng_state()
-        zeros = np.zeros((batch_size, 28, 28), np.float32)
-        self.step([self.to_batch(zeros, np.zeros(batch_size, np.int64))])
-        self._state_module().load_state_dict(saved[0])
-        self.optimizer.load_state_dict(saved[1])
-        torch.set_rng_state(rng)
+        of the new shape here, then the weights, optimizer state, loss scale and RNG put back."""
+        if isinstance(self._state_module(), torch._dynamo.eval_frame.OptimizedModule):
+            step_on_zeros_then_restore(self, batch_size, self.input_shape, self._snapshot, self._restore)
+
+    def _snapshot(self) -> dict:
+        """Copies of everything a step changes: weights, optimizer state, loss scale, RNG."""
+        return copy.deepcopy(
+            {
+                "model": self._state_module().state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
+            }
+        )
+
+    def _restore(self, state: dict) -> None:
+        self._state_module().load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
 
     def _exchange_gradients(self) -> None:
         if self.gradient_group is not None:
@@ -268,6 +273,7 @@ def build_trainer(config):
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
     set_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
+    trainer.input_shape = config.network.input_shape
     if config.precision != "fp32":
         trainer.compute_dtype = COMPUTE_DTYPES[config.precision]
         if config.precision == "fp16":

@@ -4,14 +4,15 @@ legacy env, never share one). algorithms/bench/benchmark.py starts it as
     python -m algorithms.bench.probe PACKAGE --out result.json [--steps N] [--block B]
         [--gemm N] [--mode full|threads|profile|trial] [any entry-script flag, e.g. --threads 1]
 
-and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NATIVE_NAMES):
+and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NativeModule):
     apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
     Native(config, dataset, schedule) .run(steps) -> per-step ms   a minimal loop of the
                                      framework itself on pre-loaded tensors of `schedule`
+                                     (`NativeLoop` below times a hand-stepped one)
     Harness(config, session)  .plan(schedule), .run(steps) -> per-step ms, .outside_step_ms
                                      the wrapper's step as the entry script runs it
-                                     (recorder on); `HandStepHarness` below for wrappers
-                                     driven by algorithms/run/loop.py's train_by_hand
+                                     (recorder on); `hand_step_harness(build_trainer)` below
+                                     for wrappers driven by algorithms/run/loop.py's train_by_hand
     gemm(n) -> call                  one n x n fp32 matmul through the framework's BLAS
                                      (operands and any compiled function made once)
     device_memory_mb() -> dict | None  on a GPU, the framework's peak-allocated memory since
@@ -41,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 
 from algorithms.run.loop import Prefetcher, run_step
 from algorithms.run.recorder import read_rows
@@ -81,6 +83,39 @@ class HandStepHarness:
     def plan(self, schedule: list) -> None:
         """The steps to come, so each step's successor is gathered ahead as in train_by_hand."""
         self.following = {id(parts): following for (_, parts), (_, following) in zip(schedule, schedule[1:])}
+
+
+def hand_step_harness(build_trainer):
+    """The `Harness(config, session)` of a wrapper that train_by_hand drives: its
+    `build_trainer(config)`'s trainer in a HandStepHarness."""
+
+    def harness(config, session: RunSession) -> HandStepHarness:
+        return HandStepHarness(build_trainer(config), session)
+
+    return harness
+
+
+class NativeLoop(ABC):
+    """A `Native` that steps the framework by hand: a subclass fills `batches` (id(parts)
+    -> the framework's own batch, converted before any timing) and gives `native_step(batch)`,
+    the framework's step and nothing else; each step is timed alone, and what it returns
+    (its loss, still on the framework's side: None where the step returns nothing) is kept
+    in `losses`, read after the timed steps."""
+
+    batches: dict
+    losses: list
+
+    @abstractmethod
+    def native_step(self, batch): ...
+
+    def run(self, steps: list) -> list:
+        times = []
+        for _, parts in steps:
+            batch = self.batches[id(parts)]
+            start = time.perf_counter()
+            self.losses.append(self.native_step(batch))
+            times.append((time.perf_counter() - start) * 1000.0)
+        return times
 
 
 def step_schedule(session: RunSession, count: int) -> list:

@@ -1,34 +1,49 @@
 """The wrapper contract: everything the shared code (run.py, loop.py, session.py,
 probe.py, capabilities.py) asks of a framework wrapper, written once, as code.
 
-A wrapper is a package `<name>_wrapper/` with the same files in every framework:
+A wrapper is a package `<name>_wrapper/` with the same files in every framework, each
+one a Protocol below that the module itself implements (PEP 544: the module's
+functions stand for the protocol's methods, without `self`):
 
-    __init__.py     supported() -> Support; prepare_process(config, dataset);
+    __init__.py     PackageModule: supported() -> Support; prepare_process(config, dataset);
                     launch(config, argv). Imports no framework: read before one loads.
-    model.py        build_model(network, weights, ...): the spec translated.
-    trainer.py      build_trainer(config) -> a Trainer (or, for Keras, a FitTrainer).
-    train.py        describe_runtime() -> Runtime; records(config) -> bool;
+    model.py        ModelModule: build_model(network, ...): the spec translated.
+    trainer.py      TrainerModule: build_trainer(config) -> a Trainer (Keras: a FitTrainer).
+    train.py        TrainModule: describe_runtime() -> Runtime; records(config) -> bool;
                     train(session) -> summary; initial_loss_and_logits(network, images,
                     labels, seed) -> (the framework's own loss, logits).
-    native.py       the benchmark's side (NATIVE_NAMES below).
-    determinism.py  enable() -> (what was set, what is still not deterministic).
+    native.py       NativeModule: the benchmark's side.
+    determinism.py  DeterminismModule: enable() -> (what was set, what is still not deterministic).
 
-`check_wrapper(package)` holds a wrapper to this; tests/test_contract.py runs it for
-every framework of the registry (the legacy ones in .venv-legacy). Nothing here is
-discovered with `hasattr`: every name is required.
+`train(session)` gets the run's RunSession; `WrapperSession` names all of it a wrapper
+may read, call or set.
+
+`check_wrapper(package)` holds a wrapper to this: every name present, every function's
+and every trainer method's parameters those of the contract (names and order, optional
+where the contract's are, nothing more required), and every `session.<name>` in its
+files one of WrapperSession's. tests/test_contract.py runs it for every framework of the
+registry (the legacy ones in .venv-legacy). Nothing here is discovered with `hasattr`:
+every name is required.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
+import os
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from algorithms.run.noise_scale import GradientNorms
 from algorithms.run.tuning import Tuning
+
+if TYPE_CHECKING:
+    from algorithms.run.config import RunConfig
+    from algorithms.spec.data import Dataset
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,7 @@ class Trainer(Protocol):
 class FitTrainer(Protocol):
     """What algorithms/run/loop.py drives an epoch at a time (Keras's model.fit)."""
 
-    def fit_epoch(self, session, epoch: int, steps: list, first_index: int) -> None:
+    def fit_epoch(self, session: WrapperSession, epoch: int, steps: list, first_index: int) -> None:
         """Train `steps` (lists of index arrays, one per optimizer step) of `epoch`,
         recording each step in the session; `first_index` counts steps done before."""
 
@@ -163,28 +178,121 @@ class UpdatePool(Protocol):
         ends the run."""
 
 
-PACKAGE_NAMES = ("supported", "prepare_process", "launch")
-TRAIN_NAMES = ("describe_runtime", "records", "train", "initial_loss_and_logits")
-TRAINER_NAMES = ("build_trainer",)
-MODEL_NAMES = ("build_model",)
-DETERMINISM_NAMES = ("enable",)
-NATIVE_NAMES = (
-    "apply_threads",
-    "Native",
-    "Harness",
-    "gemm",
-    "compiled_ms",
-    "profile_ops",
-    "STEPS_PER_CALL",
-    "device_memory_mb",
-)
+class WrapperSession(Protocol):
+    """The run's RunSession (algorithms/run/session.py) as a wrapper sees it: all a
+    wrapper reads or calls on it, and the notes `train(session)` sets once its trainer
+    is built. check_wrapper holds every `session.<name>` in a wrapper's files to these
+    names; tests/test_contract.py holds RunSession to this protocol."""
+
+    config: RunConfig
+    dataset: Dataset
+    run_id: str
+    checkpoint_root: str  # where the run's checkpoint folders go (Caffe's solver snapshots there first)
+    resume_from: Optional[str]  # the checkpoint folder a --resume run starts from, else None
+    # set by train(session), in the framework's own words, for results.log: what --execution
+    # and --precision became (eager, graph or compiled and how; compute dtype, loss scale)
+    execution_note: str
+    precision_note: str
+    # set by train(session) in a multi-process run: takes this process's signal number (0:
+    # none) and returns the one any process received (0: none), one collective per step, so
+    # every process stops after the same step (algorithms/run/faults.py)
+    signal_of_any_process: Optional[Callable[[int], int]]
+
+    @property
+    def learning_rate(self) -> float:
+        """The lr for the optimizer step about to run: set it on the optimizer first."""
+
+    def train_step(
+        self,
+        epoch: int,
+        loss: float,
+        accuracy: float,
+        step_time_ms: float,
+        data_time_ms: float,
+        batch_size: int,
+        comm_time_ms: Optional[float] = None,
+        worker: int = 0,
+        staleness: int = 0,
+        loss_scale: Optional[float] = None,
+        skipped: bool = False,
+    ) -> None:
+        """Record one finished optimizer step (its CSV row); raises on a stop signal."""
+
+    def checkpoint_due(self) -> bool: ...
+
+    def save_checkpoint(self, trainer, epoch: int, next_index: int) -> None:
+        """`trainer.save_checkpoint(folder)`, then where the run stands."""
+
+    def should_stop(self) -> bool: ...
+
+
+class PackageModule(Protocol):
+    """<package>/__init__.py, read before the framework loads: it imports none."""
+
+    def supported(self) -> Support: ...
+
+    def prepare_process(self, config, dataset) -> None:
+        """What the framework reads at import (device counts, XLA_FLAGS), set now; what it
+        cannot run with this config or data refused (InputError)."""
+
+    def launch(self, config, argv: list) -> None:
+        """A multi-process strategy's processes started (it may not return); returns in a
+        worker or a single process."""
+
+
+class ModelModule(Protocol):
+    def build_model(self, network, *framework_args):
+        """The spec translated into the framework's layers; what else it takes (the initial
+        weights, a seed, devices; Caffe's batch and phase) is the framework's."""
+
+
+class TrainerModule(Protocol):
+    def build_trainer(self, config) -> Trainer | FitTrainer: ...
+
+
+class TrainModule(Protocol):
+    def describe_runtime(self) -> Runtime: ...
+
+    def records(self, config) -> bool:
+        """Whether this process writes the records (rank 0, the chief)."""
+
+    def train(self, session: WrapperSession) -> dict: ...
+
+    def initial_loss_and_logits(self, network, images, labels, seed: int = 0) -> tuple:
+        """The framework's own loss and logits of the shared initial weights, dropout off."""
+
+
+class NativeModule(Protocol):
+    """native.py: the benchmark's side (algorithms/bench/probe.py says what each is)."""
+
+    STEPS_PER_CALL: int
+
+    def apply_threads(self, config) -> str: ...
+
+    def Native(self, config, dataset, schedule): ...
+
+    def Harness(self, config, session: WrapperSession): ...
+
+    def gemm(self, n: int) -> Callable[[], object]: ...
+
+    def compiled_ms(self, config, dataset, schedule, block: int) -> dict: ...
+
+    def profile_ops(self, config, dataset, schedule, warmup: int) -> tuple: ...
+
+    def device_memory_mb(self) -> Optional[dict]: ...
+
+
+class DeterminismModule(Protocol):
+    def enable(self) -> tuple: ...
+
+
 FILES = {
-    "": PACKAGE_NAMES,
-    "model": MODEL_NAMES,
-    "trainer": TRAINER_NAMES,
-    "train": TRAIN_NAMES,
-    "native": NATIVE_NAMES,
-    "determinism": DETERMINISM_NAMES,
+    "": PackageModule,
+    "model": ModelModule,
+    "trainer": TrainerModule,
+    "train": TrainModule,
+    "native": NativeModule,
+    "determinism": DeterminismModule,
 }
 
 
@@ -192,14 +300,14 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
     """The ways `package` breaks the contract (empty: none). Imports the framework."""
     problems = []
     modules = {}
-    for file, names in FILES.items():
+    for file, protocol in FILES.items():
         module_name = f"{package}.{file}" if file else package
         try:
             modules[file] = module = importlib.import_module(module_name)
         except ImportError as error:
             problems.append(f"{module_name}: cannot be imported ({error})")
             continue
-        problems += [f"{module_name}: no {name}" for name in names if not hasattr(module, name)]
+        problems += member_problems(module_name, module, protocol)
     if "" in modules and hasattr(modules[""], "supported"):
         support = modules[""].supported()
         if not isinstance(support, Support):
@@ -215,6 +323,8 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
             problems.append(f"{package}.train.describe_runtime() returned {type(runtime).__name__}, not Runtime")
     if "trainer" in modules:
         problems += _trainer_class_problems(package, modules["trainer"])
+    if "" in modules:
+        problems += session_use_problems(package)
     return problems
 
 
@@ -225,13 +335,128 @@ def _trainer_class_problems(package: str, module) -> list:
         if cls.__module__ != module.__name__ or not name.endswith("Trainer") or name.startswith("_"):
             continue
         protocol = FitTrainer if hasattr(cls, "fit_epoch") else Trainer
-        missing = [method for method in _protocol_methods(protocol) if not callable(getattr(cls, method, None))]
-        problems += [f"{package}.trainer.{name}: no {method} ({protocol.__name__})" for method in missing]
+        problems += member_problems(f"{package}.trainer.{name}", cls, protocol)
     return problems
 
 
-def _protocol_methods(protocol) -> list:
-    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+def protocol_members(protocol) -> dict:
+    """name -> the protocol's function or property, or None for a data member (annotated)."""
+    members = {name: None for name in vars(protocol).get("__annotations__", {})}
+    for name, value in vars(protocol).items():
+        if (inspect.isfunction(value) or isinstance(value, property)) and not name.startswith("__"):
+            members[name] = value
+    return members
+
+
+def member_problems(where: str, implementation, protocol) -> list:
+    """How `implementation` (a module, a class or an instance) falls short of `protocol`:
+    each member it lacks, and each method whose parameters differ from the protocol's."""
+    problems = []
+    suffix = "" if inspect.ismodule(implementation) else f" ({protocol.__name__})"
+    for name, expected in protocol_members(protocol).items():
+        if not hasattr(implementation, name):
+            problems.append(f"{where}: no {name}{suffix}")
+            continue
+        if not inspect.isfunction(expected):  # a data member or a property: there is all it takes
+            continue
+        found = getattr(implementation, name)
+        if not callable(found):
+            problems.append(f"{where}.{name}: not callable{suffix}")
+            continue
+        try:
+            parameters = list(inspect.signature(found).parameters.values())
+        except (TypeError, ValueError):  # a builtin without a signature: nothing to compare
+            continue
+        if inspect.isclass(implementation) and inspect.isfunction(inspect.getattr_static(implementation, name)):
+            parameters = parameters[1:]  # self
+        contract = list(inspect.signature(expected).parameters.values())[1:]
+        differences = signature_differences(contract, parameters)
+        if differences:
+            problems.append(
+                f"{where}.{name}{_parameter_text(parameters)}: {'; '.join(differences)} "
+                f"(contract: {protocol.__name__}.{name}{_parameter_text(contract)})"
+            )
+    return problems
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def signature_differences(contract: list, found: list) -> list:
+    """How the parameters `found` (inspect.Parameter, `self` left out) differ from the
+    contract's, as the shared code calls them: the contract's positional parameters
+    first, by the same names in the same order (a *args of the wrapper's may take the
+    rest), optional where the contract's are; any further parameter optional, unless
+    the contract ends in *framework_args (what else it takes is the framework's)."""
+    wanted = [p for p in contract if p.kind in _POSITIONAL]
+    given = [p for p in found if p.kind in _POSITIONAL]
+    wanted_names, given_names = [p.name for p in wanted], [p.name for p in given]
+    open_ended = any(p.kind is p.VAR_POSITIONAL for p in contract)
+    takes_the_rest = any(p.kind is p.VAR_POSITIONAL for p in found)
+    differences, renamed = [], set()
+    for index, want in enumerate(wanted):
+        have = given[index] if index < len(given) else None
+        if want.name in given_names:
+            match = given[given_names.index(want.name)]
+            if want.default is not want.empty and match.default is match.empty:
+                differences.append(f"{want.name!r} needs a default (the shared code may leave it out)")
+        elif have is not None and have.name not in wanted_names:
+            renamed.add(have.name)
+            differences.append(f"{have.name!r} where the contract has {want.name!r}")
+        elif have is not None or not takes_the_rest:
+            differences.append(f"no parameter {want.name!r}")
+    if not renamed and all(name in given_names for name in wanted_names[: len(given)]):
+        differences += [  # a parameter missing moves the others: said once, above
+            f"{name!r} is parameter {given_names.index(name) + 1}, the contract's {index + 1}"
+            for index, name in enumerate(wanted_names)
+            if name in given_names and given_names.index(name) != index
+        ]
+    differences += [
+        f"required parameter {p.name!r} the contract never passes"
+        for p in given
+        if p.name not in wanted_names and p.name not in renamed and p.default is p.empty and not open_ended
+    ]
+    differences += [
+        f"required keyword-only parameter {p.name!r} the contract never passes"
+        for p in found
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+    ]
+    return differences
+
+
+def _parameter_text(parameters: list) -> str:
+    """(a, b=1, *rest): the names and defaults, annotations left out."""
+    return str(inspect.Signature([p.replace(annotation=p.empty) for p in parameters]))
+
+
+def session_use_problems(package: str) -> list:
+    """Every `session.<name>` (or `<object>.session.<name>`) in the package's files
+    that WrapperSession does not name, as file:line. Read from the source: a session
+    reached under another name is not seen."""
+    folder = os.path.dirname(importlib.util.find_spec(package).origin)
+    names = set(protocol_members(WrapperSession))
+    problems = []
+    for file in sorted(os.listdir(folder)):
+        if not file.endswith(".py"):
+            continue
+        with open(os.path.join(folder, file)) as handle:
+            tree = ast.parse(handle.read(), file)
+        outside = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _is_session(node.value) and node.attr not in names
+        ]
+        problems += [
+            f"{package}/{file}:{node.lineno}: session.{node.attr} is not in the contract's WrapperSession"
+            for node in sorted(outside, key=lambda node: (node.lineno, node.col_offset))
+        ]
+    return problems
+
+
+def _is_session(node) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "session") or (
+        isinstance(node, ast.Attribute) and node.attr == "session"
+    )
 
 
 def known_flags() -> tuple:

@@ -130,6 +130,20 @@ def begin_epoch(trainer, session: RunSession, epoch: int) -> None:
         session.batch_prepared(batch, (time.perf_counter() - start) * 1000.0)
 
 
+def step_on_zeros_then_restore(trainer: Trainer, batch_size: int, input_shape: tuple, snapshot, restore) -> None:
+    """Trainer.prepare_batch for a framework that compiles or traces each batch shape:
+    one step on zeros of `batch_size` rows (the spec's `input_shape`, (H, W, C), as the
+    dataset holds single-channel rows: (N, H, W)), so the new shape is built here,
+    outside every timed step; then `restore(snapshot())` puts back what the step changed
+    (weights, optimizer state, RNG, step counters), so the run goes on as if it had
+    not been taken."""
+    state = snapshot()
+    height, width, _ = input_shape
+    images = np.zeros((batch_size, height, width), np.float32)
+    trainer.step([trainer.to_batch(images, np.zeros(batch_size, np.int32))])
+    restore(state)
+
+
 def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
     config = session.config
 

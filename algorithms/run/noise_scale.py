@@ -18,7 +18,7 @@ supplies the norms (GradientNorms); everything else is here. Imports no framewor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 EMA_DECAY = 0.95  # per optimizer step: about the last 20 steps weigh in
 
@@ -31,6 +31,23 @@ class GradientNorms:
     small_sq: float  # |G_small|^2, the mean over the replicas, before the all-reduce
     big_batch: float  # samples behind the all-reduced gradient (the global batch)
     big_sq: float  # |G_big|^2, after the all-reduce
+
+
+def replica_gradient_norms(
+    batch_sizes: Sequence[int], replicas: int, squared_norms: Callable[[], tuple]
+) -> Optional[GradientNorms]:
+    """One data-parallel step's GradientNorms over its batches (one, or K with
+    --accumulate K), each split evenly over the replicas; None when one does not split
+    evenly (the replicas' gradients would stand for unequal batches). `squared_norms()`
+    gives (the replicas' squared gradient norms before the all-reduce, summed over
+    them; the all-reduced gradient's squared norm), and is called only when the step
+    counts. A replica's gradient is its share of the global mean (its samples' loss /
+    the global batch): its own batch's mean gradient is `replicas` times it."""
+    if any(size % replicas for size in batch_sizes):
+        return None
+    before_sum, after_sq = squared_norms()
+    total = sum(batch_sizes)
+    return GradientNorms(total / replicas, before_sum * replicas, total, after_sq)
 
 
 def unbiased_estimates(norms: GradientNorms) -> tuple:
