@@ -25,6 +25,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
+from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.run.noise_scale import GradientNorms
 from algorithms.run.tuning import Tuning
 
@@ -187,9 +188,7 @@ def _protocol_methods(protocol) -> list:
 
 def known_flags() -> tuple:
     """Every optional flag a wrapper may declare in Support.flags."""
-    from algorithms.run.config import parse_config
-
-    return tuple(parse_config(["--test", "none"], "contract", "").uses()) + ("--checkpoint_every",)
+    return OPTIONAL_FLAGS
 
 
 def main(argv=None) -> int:

@@ -18,7 +18,7 @@ import os
 import sys
 
 from algorithms.registry.capabilities import capabilities
-from algorithms.run.config import OneLineErrorParser
+from algorithms.run.flags import OneLineErrorParser
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import get
 from algorithms.run.recorder import read_rows, results_csv_name

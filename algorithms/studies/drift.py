@@ -48,7 +48,7 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.run.config import OneLineErrorParser
+from algorithms.run.flags import OneLineErrorParser
 from algorithms.analysis.compare import text_table
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError

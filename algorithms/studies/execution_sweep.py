@@ -25,7 +25,7 @@ import os
 import sys
 
 from algorithms.registry.capabilities import environment
-from algorithms.run.config import OneLineErrorParser
+from algorithms.run.flags import OneLineErrorParser
 from algorithms.analysis.compare import text_table
 from algorithms.studies.drift import without_flag
 from algorithms.errors import EXIT_INPUT_ERROR, InputError

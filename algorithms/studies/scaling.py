@@ -28,7 +28,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from algorithms.run.config import OneLineErrorParser
+from algorithms.run.flags import OneLineErrorParser
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes

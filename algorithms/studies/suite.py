@@ -18,7 +18,7 @@ import time
 
 from algorithms.analysis.agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
 from algorithms.analysis.baseline import format_checks
-from algorithms.run.config import OneLineErrorParser
+from algorithms.run.flags import OneLineErrorParser
 from algorithms.analysis.compare import build_report, format_against_first, write_outputs
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
