@@ -245,14 +245,14 @@ def note_faults(trainer: ParameterServerTrainer, session, steps: int, by_worker:
     """What the coordinator absorbed, for results.log's diagnostics: workers lost, steps applied twice."""
     lost = trainer.unresponsive_workers()
     if lost:
-        session._diagnose(
+        session.diagnose(
             f"parameter-server run: worker(s) {', '.join(map(str, lost))} of {trainer.workers} stopped during the "
             f"run; the coordinator ran their unfinished steps on the others (updates per worker: "
             f"{', '.join(f'{w}: {by_worker.get(w, 0)}' for w in range(trainer.workers))})"
         )
     twice = trainer.steps_applied_twice(steps)
     if twice:
-        session._diagnose(
+        session.diagnose(
             f"parameter-server run: step(s) {', '.join(map(str, twice[:10]))} were applied twice (a closure "
             "re-run after its worker failed, its first update already on the parameter servers)"
         )

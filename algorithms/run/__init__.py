@@ -1,6 +1,8 @@
 """The run core: what every entry script does, from flags to the CSV. The run's
-configuration (config.py), its flags (flags.py) and which of them can run together
-(flag_checks.py), the learning-rate schedule (schedule.py), the wrapper contract (contract.py), the entry
-point (entry.py), a run's bookkeeping (session.py), the loops that drive a wrapper's
-trainer (loop.py, updates.py), the CSV rows and results.log blocks (recorder.py),
-checkpoints, faults, threads, the batch-size finder and the gradient noise scale."""
+configuration (config.py), its flags (flags.py) and which of them run together
+(flag_checks.py); the wrapper contract (contract.py); the entry point (entry.py); a
+run's bookkeeping (session.py), composed of its CSV rows (rows.py), progress lines
+(progress.py), stopping rules (stopping.py), learning-rate schedule (schedule.py),
+clock (clock.py), checkpoints (checkpoint.py) and end-of-run report (report.py); the
+loops that drive a wrapper's trainer (loop.py, updates.py); the CSV and results.log
+files (recorder.py); faults, threads, the batch-size finder and the gradient noise scale."""
