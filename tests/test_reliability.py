@@ -453,12 +453,14 @@ def first_new_best(rows: list, from_epoch: int) -> dict:
 def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_train, tmp_path):
     """SIGKILL two steps after a checkpoint two thirds of the way to the target, then --resume:
     wall_time_s goes on from the checkpoint's (it restarted near 0 when the clock was the
-    resumed process's alone), and the time to --target_accuracy, reached at the same step as
-    without the kill, holds the checkpoint's seconds and the resumed process's: the
-    uninterrupted run's, give or take the seconds lost after the checkpoint, the restart and
-    the machine's noise. The target is read from the uninterrupted run (its first new best
-    validation accuracy from epoch 4 on, where that run would have stopped with it), so where
-    the run reaches it on this machine's kernels does not matter."""
+    resumed process's alone), and --target_accuracy is reached at the uninterrupted run's step,
+    its time the checkpoint's clock plus the resumed process's own: at least every counted
+    step's time, at most the clock two steps past the checkpoint plus the resumed process's
+    whole life. (The uninterrupted run's seconds themselves are no yardstick on a shared
+    machine: the same run took 3 s once and 15 s the next time here.) The target is read from
+    the uninterrupted run (its first new best validation accuracy from epoch 4 on, where that
+    run would have stopped with it), so where the run reaches it on this machine's kernels does
+    not matter."""
     results = tmp_path / "results"
     csv_path = str(results / f"{NETWORK}_torch.csv")
     common = ["--train", str(tiny_train), "--test", "none", "--batch_size", "8", "--num_epochs", "10", "--parity"]
@@ -466,7 +468,7 @@ def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_
     whole = run_script("torch_script.py", common + ["--run_id", "whole"])
     assert whole.returncode == 0, whole.stderr[-2000:]
     target_row = first_new_best(read_rows(csv_path, "whole"), from_epoch=4)
-    target, target_step, whole_s = target_row["accuracy"], target_row["step"], target_row["wall_time_s"]
+    target, target_step = target_row["accuracy"], target_row["step"]
     checkpoint = target_step * 2 // 3
     flags = common + ["--target_accuracy", repr(target)]
     proc = start("torch_script.py", flags + ["--run_id", "cut", "--checkpoint_every", str(checkpoint)])
@@ -475,7 +477,9 @@ def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     killed = {row["step"]: row["wall_time_s"] for row in read_rows(csv_path, "cut") if row["phase"] == "train"}
+    started = time.perf_counter()
     resumed = run_script("torch_script.py", flags + ["--resume", "cut"])
+    resumed_life_s = time.perf_counter() - started
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming run cut at step {checkpoint + 1}" in resumed.stdout
     rows = read_rows(csv_path, "cut")
@@ -484,12 +488,12 @@ def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_
     assert train[checkpoint + 1]["wall_time_s"] >= train[checkpoint]["wall_time_s"] == killed[checkpoint]
     reached = next(row for row in rows if row["phase"] == "val" and row["accuracy"] >= target)
     assert reached["step"] == target_step and reached is rows[-1]  # it stopped there
-    cut_s = reached["wall_time_s"]
-    assert f"step {target_step}: {cut_s:.2f} s" in (tmp_path / "results.log").read_text()
+    reached_s = reached["wall_time_s"]
+    assert f"step {target_step}: {reached_s:.2f} s" in (tmp_path / "results.log").read_text()
     resumed_steps_s = sum(row["step_time_ms"] for step, row in train.items() if step > checkpoint) / 1000.0
-    assert cut_s >= killed[checkpoint] + resumed_steps_s  # the checkpoint's seconds and the resumed process's
-    lost_s = max(killed.values()) - killed[checkpoint]
-    assert abs(cut_s - whole_s) <= lost_s + 0.5 * whole_s, (cut_s, whole_s, lost_s)
+    assert reached_s >= sum(row["step_time_ms"] for row in train.values()) / 1000.0
+    assert reached_s >= killed[checkpoint] + resumed_steps_s
+    assert reached_s <= killed[checkpoint + 1] + resumed_life_s
 
 
 def test_a_checkpoint_state_of_an_earlier_version_resumes_with_its_clock_at_0(tmp_path):

@@ -61,7 +61,7 @@ fraction = number(lambda value: 0.0 <= value < 1.0, "in [0, 1)")
 accuracy = number(lambda value: 0.0 < value <= 1.0, "in (0, 1]")
 
 
-def batch_size(text: str):
+def batch_size_or_auto(text: str):
     return "auto" if text == "auto" else positive(text)
 
 
@@ -146,7 +146,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     )
     training.add_argument(
         "--batch_size",
-        type=batch_size,
+        type=batch_size_or_auto,
         default=None,
         help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
         "within --memory_budget_mb, found by trial runs of a few steps each (docs/finding_the_batch.md)",
