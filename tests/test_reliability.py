@@ -431,6 +431,106 @@ def test_a_run_killed_and_resumed_gives_the_uninterrupted_losses(framework, extr
     expected = [(r["phase"], r["step"], r["loss"]) for r in read_rows(csv_path, "whole")]
     got = [(r["phase"], r["step"], r["loss"]) for r in read_rows(csv_path, "cut")]
     assert got == expected
+    assert_wall_time_never_goes_back(read_rows(csv_path, "cut"))
+
+
+def assert_wall_time_never_goes_back(rows: list) -> None:
+    """A resumed run's wall_time_s goes on from its checkpoint's, in step order."""
+    walls = [(row["step"], row["wall_time_s"]) for row in rows]
+    assert all(earlier <= later for (_, earlier), (_, later) in zip(walls, walls[1:])), walls
+
+
+def first_new_best(rows: list, from_epoch: int) -> dict:
+    """The first val row, from `from_epoch` on, more accurate than every val row before it."""
+    best = 0.0
+    for row in (r for r in rows if r["phase"] == "val"):
+        if row["epoch"] >= from_epoch and row["accuracy"] > best:
+            return row
+        best = max(best, row["accuracy"])
+    raise AssertionError(f"no validation from epoch {from_epoch} on beats the earlier ones: {rows}")
+
+
+def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_train, tmp_path):
+    """SIGKILL two steps after a checkpoint two thirds of the way to the target, then --resume:
+    wall_time_s goes on from the checkpoint's (it restarted near 0 when the clock was the
+    resumed process's alone), and --target_accuracy is reached at the uninterrupted run's step,
+    its time the checkpoint's clock plus the resumed process's own: at least every counted
+    step's time, at most the clock two steps past the checkpoint plus the resumed process's
+    whole life. (The uninterrupted run's seconds themselves are no yardstick on a shared
+    machine: the same run took 3 s once and 15 s the next time here.) The target is read from
+    the uninterrupted run (its first new best validation accuracy from epoch 4 on, where that
+    run would have stopped with it), so where the run reaches it on this machine's kernels does
+    not matter."""
+    results = tmp_path / "results"
+    csv_path = str(results / f"{NETWORK}_torch.csv")
+    common = ["--train", str(tiny_train), "--test", "none", "--batch_size", "8", "--num_epochs", "10", "--parity"]
+    common += ["--results_dir", str(results), "--quiet"]
+    whole = run_script("torch_script.py", common + ["--run_id", "whole"])
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    target_row = first_new_best(read_rows(csv_path, "whole"), from_epoch=4)
+    target, target_step = target_row["accuracy"], target_row["step"]
+    checkpoint = target_step * 2 // 3
+    flags = common + ["--target_accuracy", repr(target)]
+    proc = start("torch_script.py", flags + ["--run_id", "cut", "--checkpoint_every", str(checkpoint)])
+    wait_for_rows(csv_path, checkpoint + 2, proc, run_id="cut,")
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    killed = {row["step"]: row["wall_time_s"] for row in read_rows(csv_path, "cut") if row["phase"] == "train"}
+    started = time.perf_counter()
+    resumed = run_script("torch_script.py", flags + ["--resume", "cut"])
+    resumed_life_s = time.perf_counter() - started
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming run cut at step {checkpoint + 1}" in resumed.stdout
+    rows = read_rows(csv_path, "cut")
+    assert_wall_time_never_goes_back(rows)
+    train = {row["step"]: row for row in rows if row["phase"] == "train"}
+    assert train[checkpoint + 1]["wall_time_s"] >= train[checkpoint]["wall_time_s"] == killed[checkpoint]
+    reached = next(row for row in rows if row["phase"] == "val" and row["accuracy"] >= target)
+    assert reached["step"] == target_step and reached is rows[-1]  # it stopped there
+    reached_s = reached["wall_time_s"]
+    assert f"step {target_step}: {reached_s:.2f} s" in (tmp_path / "results.log").read_text()
+    resumed_steps_s = sum(row["step_time_ms"] for step, row in train.items() if step > checkpoint) / 1000.0
+    assert reached_s >= sum(row["step_time_ms"] for row in train.values()) / 1000.0
+    assert reached_s >= killed[checkpoint] + resumed_steps_s
+    assert reached_s <= killed[checkpoint + 1] + resumed_life_s
+
+
+def test_a_checkpoint_state_of_an_earlier_version_resumes_with_its_clock_at_0(tmp_path):
+    """state.json as versions before the carried clock wrote it (no wall_time_s): the run
+    resumes at its step with its schedule, early-stopping counters and samples, and its
+    clock from 0; a state with wall_time_s goes on from it."""
+    from algorithms.run.checkpoint import checkpoint_root, shared_settings, step_folder, write_state
+    from algorithms.run.config import parse_config
+    from algorithms.run.contract import Runtime
+    from algorithms.run.session import RunSession
+    from algorithms.spec.data import Dataset
+
+    flags = ["--test", "none", "--results_dir", str(tmp_path), "--reduce_lr_on_plateau", "1", "--resume", "old"]
+    config = parse_config(flags, "torch_script.py", "")
+    dataset = Dataset(np.zeros((100, 28, 28), np.float32), np.zeros(100, np.int32), np.zeros((5, 28, 28)), None)
+    root = checkpoint_root(config.results_dir, "old", f"{NETWORK}_torch.csv")
+    state = {
+        "step": 4,
+        "epoch": 1,
+        "next_index": 0,
+        "schedule": {"multiplier": 0.5, "best_val": 1.5, "epochs_without_gain": 0},
+        "best_val_loss": 1.5,
+        "samples_seen": 400,
+        "epochs_without_gain": 1,
+        "last_val": [1.6, 0.4],
+        "last_train": [1.7, 0.35],
+        "settings": shared_settings(config),
+    }
+    for step, extra in ((4, {}), (8, {"wall_time_s": 1000.0})):
+        os.makedirs(step_folder(root, step))
+        write_state(step_folder(root, step), {**state, "step": step, **extra})
+        session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"), record=False)
+        assert (session.step, session.resume_position, session.samples_seen) == (step, (1, 0), 400)
+        assert session.learning_rate == config.optimizer.learning_rate * 0.5
+        assert (session.stopping.best_val_loss, session.stopping.epochs_without_gain) == (1.5, 1)
+        assert session.last_val == (1.6, 0.4) and session.last_train == (1.7, 0.35)
+        assert session.clock.before_s == extra.get("wall_time_s", 0.0) and session.wall() >= session.clock.before_s
 
 
 def test_resume_without_a_checkpoint_or_with_other_flags_is_refused(small_data, tmp_path):

@@ -8,7 +8,6 @@ under results/benchmark/."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import subprocess
@@ -21,6 +20,7 @@ from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
 from algorithms.run import probe_process
+from algorithms.run.flags import OneLineErrorParser, count, positive
 from algorithms.run.threads import MALLOC_POLICIES
 from algorithms.registry.capabilities import support
 from algorithms.run.tuning import DEFAULT
@@ -54,24 +54,24 @@ COLUMNS = [
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(prog="benchmark.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(NAMES), help="comma-separated subset of: " + ", ".join(NAMES))
-    parser.add_argument("--batch_size", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=24, help="timed steps of each kind per framework")
+    parser.add_argument("--batch_size", type=positive, default=128)
+    parser.add_argument("--steps", type=positive, default=24, help="timed steps of each kind per framework")
     parser.add_argument(
         "--block",
-        type=int,
+        type=positive,
         default=1,
         help="steps per interleaved native/harness block (small: both see the same machine load)",
     )
-    parser.add_argument("--thread_steps", type=int, default=3, help="timed 1-thread steps (0: skip)")
+    parser.add_argument("--thread_steps", type=count, default=3, help="timed 1-thread steps (0: skip)")
     parser.add_argument(
         "--gemm",
-        type=int,
+        type=positive,
         default=2048,
         help="matmul size for the GEMM peak (one matmul after every second timed pair)",
     )
-    parser.add_argument("--data_rows", type=int, default=42000, help="rows of the generated Kaggle-size CSV")
+    parser.add_argument("--data_rows", type=positive, default=42000, help="rows of the generated Kaggle-size CSV")
     parser.add_argument("--skip_compiled", action="store_true", help="leave out XLA / torch.compile")
     parser.add_argument(
         "--profile",
@@ -79,7 +79,7 @@ def parse_args(argv):
         default="under_half",
         help="which frameworks to profile: those under half the best GFLOP/s (default), all, none",
     )
-    parser.add_argument("--profile_steps", type=int, default=4, help="profiled steps per framework")
+    parser.add_argument("--profile_steps", type=positive, default=4, help="profiled steps per framework")
     parser.add_argument(
         "--malloc",
         choices=MALLOC_POLICIES,
@@ -102,14 +102,14 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=positive,
         default=1,
         help="with --tuned or --candidates: probe the defaults and each setting this many times, in turn; "
         "each row is the round with the median step",
     )
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"))
-    parser.add_argument("--timeout", type=int, default=300, help="seconds per probe process")
+    parser.add_argument("--timeout", type=positive, default=300, help="seconds per probe process")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in names if name not in NAMES]

@@ -11,24 +11,12 @@ import os
 from contextlib import contextmanager
 
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
+from algorithms.run.config import OPTIONAL_FLAGS, WITHOUT_TABLE_COLUMN
 from algorithms.run.contract import Support
 from algorithms.spec.parallel import STRATEGIES
 
-FLAGS = (
-    "--accumulate",
-    "--lr_scaling linear",
-    "--warmup_steps",
-    "--reduce_lr_on_plateau",
-    "--checkpointing",
-    "--compile",
-    "--checkpoint_every",
-    "--lr_schedule",
-    "--precision bf16",
-    "--precision fp16",
-    "--execution eager",
-    "--execution graph",
-    "--noise_scale",
-)
+# the table's flag columns, in the order of OPTIONAL_FLAGS
+FLAGS = tuple(flag for flag in OPTIONAL_FLAGS if flag not in WITHOUT_TABLE_COLUMN)
 
 
 @contextmanager

@@ -10,7 +10,8 @@ framework's own format; this module keeps where the run stood:
         state.json                  written last (atomically): marks the checkpoint complete
 
 state.json holds the step, the epoch and the next batch in it, the learning-rate
-schedule, the early-stopping counters and the settings a resumed run must share.
+schedule, the early-stopping counters, the samples and the wall time the run has
+used, and the settings a resumed run must share.
 The last KEEP complete checkpoints are kept. A run resumed from step S rewrites
 the rows after S that the interrupted run had written; `recorder.read_rows`
 keeps the later of two rows for the same step.
@@ -27,6 +28,34 @@ from algorithms.errors import InputError
 
 STATE_FILE = "state.json"
 KEEP = 2
+
+
+class Checkpoints:
+    """One run's checkpoints: where they go, when one is due, and with --resume the
+    newest one (`resume_from`, None without --resume) and its state."""
+
+    def __init__(self, config, run_id: str, csv_name: str):
+        self.root = checkpoint_root(config.results_dir, run_id, csv_name)
+        self.every = config.checkpoint_every
+        self.settings = shared_settings(config)
+        self.resume_from: Optional[str] = None
+        self.resume_state: Optional[dict] = None
+        if config.resume:
+            self.resume_from, self.resume_state = find_resume_point(self.root, run_id, self.settings, config.max_steps)
+
+    def due(self, step: int) -> bool:
+        return bool(self.every) and step % self.every == 0
+
+    def save(self, trainer, step: int, state: Optional[dict]) -> None:
+        """`trainer.save_checkpoint(folder)` writes the framework's state (every process
+        calls it; it returns once all have written), then the process that records
+        writes `state` (None in the others) as state.json, which marks it complete."""
+        directory = step_folder(self.root, step)
+        os.makedirs(directory, exist_ok=True)
+        trainer.save_checkpoint(directory)
+        if state is not None:
+            write_state(directory, {**state, "settings": self.settings})
+            prune(self.root)
 
 
 def checkpoint_root(results_dir: str, run_id: str, csv_name: str) -> str:

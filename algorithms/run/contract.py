@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol, Sequenc
 
 import numpy as np
 
+from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.run.noise_scale import GradientNorms
 from algorithms.run.tuning import Tuning
 
@@ -461,9 +462,7 @@ def _is_session(node) -> bool:
 
 def known_flags() -> tuple:
     """Every optional flag a wrapper may declare in Support.flags."""
-    from algorithms.run.config import parse_config
-
-    return tuple(parse_config(["--test", "none"], "contract", "").uses()) + ("--checkpoint_every",)
+    return OPTIONAL_FLAGS
 
 
 def main(argv=None) -> int:

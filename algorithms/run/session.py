@@ -1,60 +1,36 @@
-"""One training run's bookkeeping, the same for every framework: the CSV rows,
-the Keras-like progress lines, `--max_steps`, the test row, the predictions file,
-the results.log block and the final summary table."""
+"""One training run's bookkeeping, the same for every framework (`RunSession`), which
+the loops and the wrappers call step by step. It composes the parts that do the work:
+the CSV rows (rows.py), the progress lines (progress.py), the stopping rules
+(stopping.py), the learning-rate schedule (schedule.py), the clock (clock.py), the
+checkpoints (checkpoint.py) and the end-of-run report: summary, results.log block,
+printed table (report.py)."""
 
 from __future__ import annotations
 
 import os
-import platform
 import secrets
-import socket
-import statistics
 import sys
-import time
 from datetime import datetime, timezone
 from typing import Optional
 
 import numpy as np
 
+from algorithms.run.checkpoint import Checkpoints
+from algorithms.run.clock import RunClock
 from algorithms.run.config import RunConfig
 from algorithms.run.contract import Runtime
-from algorithms.run.checkpoint import (
-    checkpoint_root,
-    find_resume_point,
-    prune,
-    shared_settings,
-    step_folder,
-    write_state,
-)
-from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
-from algorithms.run.noise_scale import NoiseScale
 from algorithms.run.faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
-from algorithms.run.tuning import log_line as tuned_log_line
-from algorithms.run.threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
-from algorithms.run.recorder import (
-    WARMUP_STEPS,
-    ResultsCsv,
-    append_log_block,
-    results_csv_name,
-    steady_state_ms,
-    write_predictions,
-)
-
-NON_TTY_PROGRESS_EVERY_S = 15.0
+from algorithms.run.noise_scale import NoiseScale
+from algorithms.run.progress import Progress
+from algorithms.run.recorder import results_csv_name, write_predictions
+from algorithms.run.report import print_summary, summarize, write_log_block
+from algorithms.run.rows import RunRows
+from algorithms.run.stopping import StoppingRules
+from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
 
 
 def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
-
-
-class _NoCsv:
-    """Stands in for the CSV in a worker process that leaves the records to its chief."""
-
-    def write(self, **values) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class RunSession:
@@ -73,43 +49,30 @@ class RunSession:
         self.config, self.dataset = config, dataset
         self.parity_notes = parity_notes  # (what was set, what is not deterministic) in --parity runs
         self.record = record
-        framework, backend = runtime.framework, runtime.backend
-        self.framework, self.backend = framework, backend
+        self.framework, self.backend = runtime.framework, runtime.backend
         self.versions, self.devices = runtime.versions, runtime.devices
         self.run_id = config.run_id or new_run_id()
-        self.steps_per_epoch = steps_per_epoch(len(dataset.train_x), config.effective_batch)
-        if config.strategy in ("ps", "async") and not config.ps_sync:  # each worker's share is one update
-            self.steps_per_epoch *= config.plan.replicas
-        csv_name = results_csv_name(config.network.name, framework, backend)
+        self.steps_per_epoch = self._steps_per_epoch(config.batch_size)
+        csv_name = results_csv_name(config.network.name, self.framework, self.backend)
         self.csv_path = os.path.join(config.results_dir, csv_name)
-        self.checkpoint_root = checkpoint_root(config.results_dir, self.run_id, csv_name)
-        self.resume_from: Optional[str] = None  # the checkpoint folder a --resume run starts from
-        resume_state = None
-        if config.resume:  # before the CSV is opened: a bad --resume writes nothing
-            self.resume_from, resume_state = find_resume_point(
-                self.checkpoint_root, self.run_id, shared_settings(config), config.max_steps
-            )
-        self.csv = (
-            ResultsCsv(
-                self.csv_path,
-                {
-                    "run_id": self.run_id,
-                    "framework": framework,
-                    "backend": backend,
-                    "network": config.network.name,
-                    "strategy": config.strategy,
-                    "devices": config.devices,
-                    "global_batch": config.effective_batch,
-                },
-            )
-            if record
-            else _NoCsv()
-        )
+        # before the CSV is opened: a bad --resume writes nothing
+        self.checkpoints = Checkpoints(config, self.run_id, csv_name)
+        self.checkpoint_root, self.resume_from = self.checkpoints.root, self.checkpoints.resume_from
+        identity = {
+            "run_id": self.run_id,
+            "framework": self.framework,
+            "backend": self.backend,
+            "network": config.network.name,
+            "strategy": config.strategy,
+            "devices": config.devices,
+            "global_batch": config.effective_batch,
+        }
+        self.rows = RunRows(self.csv_path, identity, record)
+        self.progress = Progress(config.num_epochs, config.quiet, record)
         self.schedule = config.learning_rate_schedule()
+        self.stopping = StoppingRules(config, self.progress.say)
+        self.clock = RunClock()
         self.noise_scale = NoiseScale() if config.noise_scale else None  # fed by the loop, step by step
-        self._best_val_loss = float("inf")
-        self._epochs_without_gain = 0
-        self.stopped_early = False
         # a multi-process wrapper sets this (faults.raise_if_stop_requested) so every
         # process stops after the same step when any of them is signalled
         self.signal_of_any_process = None
@@ -121,95 +84,84 @@ class RunSession:
         self.loss_scales: list = []  # --precision fp16: (step, scale used) of every step
         self.skipped_steps = 0  # fp16 steps whose gradients overflowed (not applied)
         self.start_time = datetime.now(timezone.utc)
-        self._t0 = time.perf_counter()
         self.step = 0
         self.recorded_step = 0  # the last step whose train row is in the CSV
-        self._logged = False  # this run's results.log block is written
         self.step_times_ms: list = []
-        self._epoch_losses: list = []
-        self._epoch_accs: list = []
-        self._epoch_start = self._t0
-        self._last_progress = self._t0
-        self.last_val: Optional[tuple] = None
-        self.last_train: Optional[tuple] = None
-        self._tty = sys.stdout.isatty()
-        self.finished = False
-        self._say = print if record else (lambda *args, **kwargs: None)
-        self.resume_position = (0, 0)  # (epoch, index of the next optimizer step in it)
+        self.last_val: Optional[tuple] = None  # (loss, accuracy) of the last validation
+        self.last_train: Optional[tuple] = None  # the mean (loss, accuracy) over the last epoch's steps
         self.samples_seen = 0  # training samples stepped on so far (time to accuracy)
-        self.target_reached: Optional[dict] = None  # --target_accuracy: where validation first reached it
+        self.resume_position = (0, 0)  # (epoch, index of the next optimizer step in it)
         self.batch_phases: list = []  # --batch_schedule: (epoch, batch, warm-up ms or None) per phase run
         self._epoch_batch: Optional[int] = None
-        if resume_state is not None:
-            self._restore(resume_state)
-            self.recorded_step = self.step
+        self._val_wall = 0.0  # the last val row's wall time: time to accuracy is read back from it
+        self.finished = False
+        self._logged = False  # this run's results.log block is written
+        if self.checkpoints.resume_state is not None:
+            self._restore(self.checkpoints.resume_state)
         if not config.quiet:
-            self._say(
-                f"{framework}/{backend} · {config.network.name} · {dataset.describe()} · "
+            self.progress.say(
+                f"{self.framework}/{self.backend} · {config.network.name} · {dataset.describe()} · "
                 f"batch {config.batch_size} · {config.num_epochs} epochs · run {self.run_id}",
                 flush=True,
             )
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_due(self) -> bool:
-        every = self.config.checkpoint_every
-        return bool(every) and self.step % every == 0
+        return self.checkpoints.due(self.step)
 
     def save_checkpoint(self, trainer, epoch: int, next_index: int) -> None:
-        """`trainer.save_checkpoint(folder)` writes the framework's state (every process
-        calls it; it returns once all have written), then this records where the run
-        stands. Called after the step's row is written."""
-        directory = step_folder(self.checkpoint_root, self.step)
-        os.makedirs(directory, exist_ok=True)
-        trainer.save_checkpoint(directory)
-        if not self.record:
-            return
-        write_state(
-            directory,
-            {
-                "step": self.step,
-                "epoch": epoch,
-                "next_index": next_index,
-                "schedule": {
-                    "multiplier": self.schedule._plateau_multiplier,
-                    "best_val": self.schedule._best_val,
-                    "epochs_without_gain": self.schedule._epochs_without_gain,
-                },
-                "best_val_loss": self._best_val_loss,
-                "samples_seen": self.samples_seen,
-                "epochs_without_gain": self._epochs_without_gain,
-                "last_val": self.last_val,
-                "last_train": self.last_train,
-                "settings": shared_settings(self.config),
-            },
-        )
-        prune(self.checkpoint_root)
+        """The framework's state and where the run stands; called after the step's row is written."""
+        self.checkpoints.save(trainer, self.step, self._state(epoch, next_index) if self.record else None)
+
+    def _state(self, epoch: int, next_index: int) -> dict:
+        return {
+            "step": self.step,
+            "epoch": epoch,
+            "next_index": next_index,
+            "schedule": self.schedule.state(),
+            **self.stopping.state(),
+            **self.clock.state(),
+            "samples_seen": self.samples_seen,
+            "last_val": self.last_val,
+            "last_train": self.last_train,
+        }
 
     def _restore(self, state: dict) -> None:
-        self.step = state["step"]
+        """`_state()` of the checkpointed run; a key it may not have (older versions did not write it) has a default."""
+        self.step = self.recorded_step = state["step"]
         self.resume_position = (state["epoch"], state["next_index"])
-        schedule = state["schedule"]
-        self.schedule._plateau_multiplier = schedule["multiplier"]
-        self.schedule._best_val = schedule["best_val"]
-        self.schedule._epochs_without_gain = schedule["epochs_without_gain"]
-        self._best_val_loss, self._epochs_without_gain = state["best_val_loss"], state["epochs_without_gain"]
+        self.schedule.restore(state["schedule"])
+        self.stopping.restore(state)
+        self.clock.restore(state)
         self.samples_seen = state.get("samples_seen", 0)
         self.last_val = tuple(state["last_val"]) if state["last_val"] else None
         self.last_train = tuple(state["last_train"]) if state["last_train"] else None
-        self._say(
+        self.progress.say(
             f"resuming run {self.run_id} at step {self.step + 1} (epoch {state['epoch'] + 1}) from {self.resume_from}",
             flush=True,
         )
 
     # ------------------------------------------------------------------ per step
     def wall(self) -> float:
-        return time.perf_counter() - self._t0
+        """Seconds the run has trained, carried across --resume (the CSV's wall_time_s)."""
+        return self.clock.elapsed_s()
 
     @property
     def learning_rate(self) -> float:
         """The lr for the optimizer step about to run (scaling, warm-up and plateau
         applied); a wrapper sets it on its optimizer before each step."""
         return self.schedule.at(self.step)
+
+    @property
+    def target_reached(self) -> Optional[dict]:
+        """--target_accuracy: where validation first reached it (epoch, step, wall_s, samples, accuracy)."""
+        return self.stopping.target_reached
+
+    def _steps_per_epoch(self, batch: int) -> int:
+        steps = steps_per_epoch(len(self.dataset.train_x), batch * self.config.accumulate)
+        if self.config.strategy in ("ps", "async") and not self.config.ps_sync:  # each worker's share is one update
+            steps *= self.config.plan.replicas
+        return steps
 
     def optimizer_batches(self, epoch: int) -> list:
         """One list per optimizer step of `--accumulate` index arrays (the shared
@@ -228,12 +180,9 @@ class RunSession:
         wrapper then prepares that shape, outside any step's time), else None."""
         config = self.config
         batch = config.batch_at(epoch)
-        self.steps_per_epoch = steps_per_epoch(len(self.dataset.train_x), batch * config.accumulate)
-        if config.strategy in ("ps", "async") and not config.ps_sync:  # as in __init__: one update per share
-            self.steps_per_epoch *= config.plan.replicas
+        self.steps_per_epoch = self._steps_per_epoch(batch)
         self.schedule.start_epoch(epoch, batch * config.accumulate)
-        if self.record:
-            self.csv.identity["global_batch"] = batch * config.accumulate
+        self.rows.set_global_batch(batch * config.accumulate)
         changed = self._epoch_batch is not None and batch != self._epoch_batch
         if config.batch_schedule and (changed or self._epoch_batch is None):
             self.batch_phases.append((epoch, batch, None))
@@ -245,11 +194,9 @@ class RunSession:
         epoch = self.batch_phases[-1][0]
         self.batch_phases[-1] = (epoch, batch, warm_up_ms)
         if not self.config.quiet:
-            self._say(f"  epoch {epoch + 1}: batch {batch}, prepared in {warm_up_ms:.0f} ms (not in step_time_ms)")
-
-    def _steps_before(self, epoch: int) -> int:
-        rows, config = len(self.dataset.train_x), self.config
-        return sum(steps_per_epoch(rows, config.effective_batch_at(e)) for e in range(epoch))
+            self.progress.say(
+                f"  epoch {epoch + 1}: batch {batch}, prepared in {warm_up_ms:.0f} ms (not in step_time_ms)"
+            )
 
     def train_step(
         self,
@@ -274,19 +221,17 @@ class RunSession:
         self.step += 1
         self.samples_seen += batch_size
         self.step_times_ms.append(step_time_ms)
-        self._epoch_losses.append(loss)
-        self._epoch_accs.append(accuracy)
-        self.csv.write(
-            epoch=epoch + 1,
-            step=self.step,
-            phase="train",
-            loss=loss,
-            accuracy=accuracy,
+        self.rows.write(
+            "train",
+            epoch,
+            self.step,
+            loss,
+            accuracy,
+            self.wall(),
             learning_rate=learning_rate,
             step_time_ms=step_time_ms,
             data_time_ms=data_time_ms,
             samples_per_sec=batch_size * 1000.0 / step_time_ms,
-            wall_time_s=self.wall(),
             comm_time_ms=comm_time_ms,
             worker=worker,
             staleness=staleness,
@@ -298,130 +243,75 @@ class RunSession:
         self.recorded_step = self.step
         if self.step == 1:
             self.diagnose(first_loss_problem(loss, self.config.network.num_classes))
-        self._progress(epoch)
+        self.progress.step(epoch, loss, accuracy, step_time_ms, self.steps_per_epoch)
         raise_if_stop_requested(self.signal_of_any_process)  # a Ctrl-C / SIGTERM ends the run here, its row written
 
     def should_stop(self) -> bool:
-        return self.stopped_early or (self.config.max_steps is not None and self.step >= self.config.max_steps)
-
-    def _progress(self, epoch: int) -> None:
-        if self.config.quiet:
-            return
-        now = time.perf_counter()
-        in_epoch = len(self._epoch_losses)
-        text = (
-            f"  {in_epoch}/{self.steps_per_epoch} - loss: {statistics.fmean(self._epoch_losses):.4f} - "
-            f"acc: {statistics.fmean(self._epoch_accs):.4f} - {self.step_times_ms[-1]:.0f} ms/step"
-        )
-        if self._tty:
-            self._say("\r" + text, end="", flush=True)
-        elif now - self._last_progress >= NON_TTY_PROGRESS_EVERY_S:
-            self._say(f"Epoch {epoch + 1}/{self.config.num_epochs} -" + text, flush=True)
-            self._last_progress = now
+        return self.stopping.should_stop(self.step)
 
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
         count = len(self.dataset.val_x)
-        self._val_wall = self.wall()  # the val row's: time to accuracy is read back from it
+        self._val_wall = self.wall()
         previous_losses = (self.last_train[0], self.last_val[0]) if self.last_train and self.last_val else None
-        self.csv.write(
-            epoch=epoch + 1,
-            step=self.step,
-            phase="val",
-            loss=val_loss,
-            accuracy=val_accuracy,
+        self.rows.write(
+            "val",
+            epoch,
+            self.step,
+            val_loss,
+            val_accuracy,
+            self._val_wall,
             learning_rate=self.learning_rate,
             step_time_ms=val_time_ms,
             samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
-            wall_time_s=self._val_wall,
         )
         self.last_val = (val_loss, val_accuracy)
-        if self._epoch_losses:
-            self.last_train = (statistics.fmean(self._epoch_losses), statistics.fmean(self._epoch_accs))
-        now = time.perf_counter()
-        epoch_steps = len(self._epoch_losses)
-        ms_step = statistics.median(self.step_times_ms[-epoch_steps:]) if epoch_steps else float("nan")
-        line = (
-            f"Epoch {epoch + 1}/{self.config.num_epochs} - {epoch_steps}/{self.steps_per_epoch} steps - "
-            f"{now - self._epoch_start:.1f}s - loss: {self.last_train[0]:.4f} - acc: {self.last_train[1]:.4f} - "
-            f"val_loss: {val_loss:.4f} - val_acc: {val_accuracy:.4f} - {ms_step:.1f} ms/step"
-        )
+        epoch_steps = self.progress.epoch_steps
+        self.last_train = self.progress.epoch_means() or self.last_train
+        extra = ""
         if self.noise_scale is not None:
             self.noise_scale.end_epoch(epoch)
             b_simple = self.noise_scale.b_simple
-            line += f" - B_simple: {'n/a' if b_simple is None else f'{b_simple:.0f}'}"
-        self._say(("\r" if self._tty and not self.config.quiet else "") + line, flush=True)
-        self._epoch_losses, self._epoch_accs = [], []
-        self._epoch_start = self._last_progress = now
+            extra = f" - B_simple: {'n/a' if b_simple is None else f'{b_simple:.0f}'}"
+        self.progress.end_epoch(epoch, self.steps_per_epoch, self.last_train, self.last_val, extra)
         if epoch_steps:
-            updates_before, train_count = self._steps_before(epoch), len(self.dataset.train_x)
             self.diagnose(
                 stuck_loss_problem(
-                    EpochEvidence(
-                        epoch=epoch,
-                        updates=self.step,
-                        updates_before=updates_before,
-                        samples=epoch * train_count
-                        + min(train_count, (self.step - updates_before) * self.config.effective_batch_at(epoch)),
-                        samples_before=epoch * train_count,
-                        train_loss=self.last_train[0],
-                        val_loss=val_loss,
-                        val_accuracy=val_accuracy,
-                        val_labels=self.dataset.val_y,
-                        previous_losses=previous_losses,
-                    ),
-                    self.config.network.num_classes,
-                    self.learning_rate,
+                    self._epoch_evidence(epoch, previous_losses), self.config.network.num_classes, self.learning_rate
                 )
             )
-        self._after_validation(epoch, val_loss)
-        self._check_target(epoch, val_accuracy)
-
-    def _check_target(self, epoch: int, val_accuracy: float) -> None:
-        """--target_accuracy: the first validation at or above it ends the run (DAWNBench's
-        time to accuracy: wall time since the session started, validation included)."""
-        target = self.config.target_accuracy
-        if target is None or self.target_reached or val_accuracy < target:
-            return
-        self.target_reached = {
-            "epoch": epoch + 1,
-            "step": self.step,
-            "wall_s": self._val_wall,
-            "samples": self.samples_seen,
-            "accuracy": val_accuracy,
-        }
-        self.stopped_early = True
-        self._say(
-            f"  target accuracy {target:g} reached: val_acc {val_accuracy:.4f} at epoch {epoch + 1}, "
-            f"step {self.step}, {self.target_reached['wall_s']:.1f} s, {self.samples_seen:,} samples",
-            flush=True,
-        )
-
-    def diagnose(self, problem: Optional[str]) -> None:
-        if problem:
-            self.diagnostics.append(problem)
-            if self.record:
-                print(f"\nwarning: {problem}", file=sys.stderr, flush=True)
-
-    def _after_validation(self, epoch: int, val_loss: float) -> None:
-        """Reduce-on-plateau and early stopping, both keyed on the validation loss."""
-        if self.schedule.end_epoch(val_loss):
-            self._say(
+        if self.schedule.end_epoch(val_loss):  # reduce-on-plateau, keyed on the validation loss as early stopping
+            self.progress.say(
                 f"  validation loss has not improved for {self.config.reduce_lr_on_plateau} epoch(s): "
                 f"lr now {self.learning_rate:g}",
                 flush=True,
             )
-        if val_loss < self._best_val_loss:
-            self._best_val_loss, self._epochs_without_gain = val_loss, 0
-            return
-        self._epochs_without_gain += 1
-        patience = self.config.early_stopping
-        if patience and self._epochs_without_gain >= patience and epoch + 1 < self.config.num_epochs:
-            self.stopped_early = True
-            self._say(
-                f"  early stopping: validation loss has not improved for {patience} epoch(s) "
-                f"(best {self._best_val_loss:.4f})",
-                flush=True,
-            )
+        where = {"step": self.step, "wall_s": self._val_wall, "samples": self.samples_seen}
+        self.stopping.end_epoch(epoch, val_loss, val_accuracy, where)
+
+    def _epoch_evidence(self, epoch: int, previous_losses: Optional[tuple]) -> EpochEvidence:
+        """What the loss sanity checks (faults.stuck_loss_problem) judge the epoch just validated by."""
+        rows, config = len(self.dataset.train_x), self.config
+        updates_before = sum(steps_per_epoch(rows, config.effective_batch_at(e)) for e in range(epoch))
+        return EpochEvidence(
+            epoch=epoch,
+            updates=self.step,
+            updates_before=updates_before,
+            samples=epoch * rows + min(rows, (self.step - updates_before) * config.effective_batch_at(epoch)),
+            samples_before=epoch * rows,
+            train_loss=self.last_train[0],
+            val_loss=self.last_val[0],
+            val_accuracy=self.last_val[1],
+            val_labels=self.dataset.val_y,
+            previous_losses=previous_losses,
+        )
+
+    def diagnose(self, problem: Optional[str]) -> None:
+        """A loss sanity warning (or any problem the run absorbed): printed once, and on
+        results.log's diagnostics line. None: nothing to say."""
+        if problem:
+            self.diagnostics.append(problem)
+            if self.record:
+                print(f"\nwarning: {problem}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ end of run
     def finish(
@@ -435,16 +325,8 @@ class RunSession:
             return None
         self.finished = True
         if test_loss is not None:
-            self.csv.write(
-                epoch=None,
-                step=self.step,
-                phase="test",
-                loss=test_loss,
-                accuracy=test_accuracy,
-                learning_rate=None,
-                wall_time_s=self.wall(),
-            )
-        self.csv.close()
+            self.rows.write("test", None, self.step, test_loss, test_accuracy, self.wall(), learning_rate=None)
+        self.rows.close()
         predictions_path = None
         if test_predictions is not None and self.record:
             predictions_path = os.path.join(
@@ -453,10 +335,10 @@ class RunSession:
                 f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv",
             )
             write_predictions(predictions_path, test_predictions)
-        summary = self._summary(None if test_loss is None else (test_loss, test_accuracy), predictions_path)
+        summary = summarize(self, None if test_loss is None else (test_loss, test_accuracy), predictions_path)
         if self.record:
             self._write_log(status, summary)
-            self._print_summary(summary)
+            print_summary(self, summary)
         return summary
 
     def fail(self, status: str) -> bool:
@@ -464,154 +346,15 @@ class RunSession:
         results.log block saying why, unless one is written already; returns False
         when that block cannot be written either."""
         self.finished = True
-        self.csv.close()
+        self.rows.close()
         if not self.record or self._logged:
             return True
         try:
-            self._write_log(status, self._summary(None, None))
+            self._write_log(status, summarize(self, None, None))
         except OSError:
             return False
         return True
 
-    def _summary(self, test: Optional[tuple], predictions_path: Optional[str]) -> dict:
-        median_ms = steady_state_ms(self.step_times_ms)
-        return {
-            "framework": self.framework,
-            "backend": self.backend,
-            "steps": self.step,
-            "train": self.last_train,
-            "val": self.last_val,
-            "test": test,
-            "test_predictions": predictions_path,
-            "median_ms": median_ms,
-            "samples_per_sec": self.config.effective_batch * 1000.0 / median_ms if median_ms else None,
-        }
-
     def _write_log(self, status: str, summary: dict) -> None:
-        config, data = self.config, self.dataset
-
-        def pair(values, empty="n/a"):
-            return empty if values is None or values[1] is None else f"loss {values[0]:.4f}  accuracy {values[1]:.4f}"
-
-        median = summary["median_ms"]
-        warm = f"steps {WARMUP_STEPS + 1}-{self.step}" if self.step > WARMUP_STEPS else f"all {self.step} steps"
-        test_set = (
-            "none"
-            if data.test_x is None
-            else (
-                f"{config.test} ({len(data.test_x)} images, "
-                + (f"scored with {config.test_labels})" if data.test_y is not None else "no labels: predictions only)")
-            )
-        )
-        append_log_block(
-            config.results_log,
-            f"{self.run_id} · {config.network.name} · {self.framework}/{self.backend} · {status}",
-            [
-                ("status", status),
-                ("start", self.start_time.strftime("%Y-%m-%d %H:%M:%S UTC")),
-                ("end", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")),
-                ("command", config.command_line),
-                ("host", f"{socket.gethostname()} ({platform.platform()}, {os.cpu_count()} CPUs)"),
-                ("python", platform.python_version()),
-                ("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())),
-                ("devices", self.devices),
-                ("config", config.describe()),
-                *([("batch size auto", config.batch_search)] if config.batch_search else []),
-                (
-                    "parity",
-                    "off (dropout on, framework-default kernels)"
-                    if self.parity_notes is None
-                    else "dropout off; set: "
-                    + "; ".join(self.parity_notes[0])
-                    + "; not deterministic: "
-                    + ("; ".join(self.parity_notes[1]) or "nothing known"),
-                ),
-                (
-                    "network",
-                    f"{config.network.param_count():,} parameters, "
-                    f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward",
-                ),
-                ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
-                ("test data", test_set),
-                ("steps", f"{self.step}" + (f" (resumed from {self.resume_from})" if self.resume_from else "")),
-                ("diagnostics", " | ".join(self.diagnostics) or "none"),
-                *([("noise scale", self.noise_scale.describe())] if self.noise_scale is not None else []),
-                ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
-                ("final val", pair(summary["val"])),
-                ("final test", pair(summary["test"])),
-                (
-                    "median step",
-                    "n/a"
-                    if median is None
-                    else f"{median:.2f} ms/step ({warm}), {summary['samples_per_sec']:.0f} samples/s",
-                ),
-                ("execution", self.execution_note),
-                ("precision", self.precision_note + self._loss_scale_text()),
-                ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
-                ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
-                ("tuned", tuned_log_line(config)),
-                ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
-                ("csv", self.csv_path),
-                ("predictions", summary["test_predictions"] or "none"),
-            ]
-            + self._schedule_log_lines(),
-        )
+        write_log_block(self, status, summary)
         self._logged = True
-
-    def _schedule_log_lines(self) -> list:
-        lines = []
-        if self.config.batch_schedule:
-            lines.append(
-                (
-                    "batch schedule",
-                    "; ".join(
-                        f"epoch {epoch + 1}: batch {batch}"
-                        + ("" if ms is None else f", re-trace/compile/reshape {ms:.0f} ms (outside step_time_ms)")
-                        for epoch, batch, ms in self.batch_phases
-                    ),
-                )
-            )
-        target = self.config.target_accuracy
-        if target is not None:
-            reached = self.target_reached
-            lines.append(
-                (
-                    "time to accuracy",
-                    f"{target:g} not reached in {self.step} steps, {self.samples_seen:,} samples"
-                    if reached is None
-                    else f"{target:g} reached at epoch {reached['epoch']}, step {reached['step']}: "
-                    f"{reached['wall_s']:.2f} s, {reached['samples']:,} samples "
-                    f"(val accuracy {reached['accuracy']:.4f})",
-                )
-            )
-        return lines
-
-    def _loss_scale_text(self) -> str:
-        """fp16's loss scale over the run and the steps it skipped, for results.log."""
-        if not self.loss_scales:
-            return ""
-        (first_step, first), (last_step, last) = self.loss_scales[0], self.loss_scales[-1]
-        return (
-            f"; loss scale {first:g} at step {first_step}, {last:g} at step {last_step} "
-            f"(min {min(scale for _, scale in self.loss_scales):g}); skipped steps (overflowed gradients): "
-            f"{self.skipped_steps} of {self.step}"
-        )
-
-    def _print_summary(self, summary: dict) -> None:
-        def fmt(values, index):
-            return "n/a" if values is None or values[index] is None else f"{values[index]:.4f}"
-
-        rows = [("train", summary["train"]), ("val", summary["val"]), ("test", summary["test"])]
-        self._say(f"\n{'':8}{'loss':>10}{'accuracy':>10}")
-        for name, values in rows:
-            self._say(f"{name:8}{fmt(values, 0):>10}{fmt(values, 1):>10}")
-        if summary["median_ms"] is not None:
-            self._say(
-                f"median {summary['median_ms']:.2f} ms/step, {summary['samples_per_sec']:.0f} samples/s "
-                f"over {self.step} steps · rows in {self.csv_path} · run {self.run_id}"
-            )
-        if self.noise_scale is not None:
-            self._say(
-                f"gradient noise scale: {self.noise_scale.critical_batch_text()} samples "
-                f"(B_simple at the end, global batch {self.config.effective_batch})"
-            )

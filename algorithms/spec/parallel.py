@@ -21,9 +21,8 @@ where, how channels are sharded or how a batch is cut.
 `devices` is the total: for hybrid it is replicas x group (group = devices per
 replica, 2 unless --group says otherwise).
 
-Also here, because every wrapper must agree on them: the learning-rate schedule
-(linear scaling with the global batch, warm-up, reduce-on-plateau) and the ring
-all-reduce communication volume the scaling report predicts.
+Also here, because every wrapper must agree on it: the ring all-reduce
+communication volume the scaling report predicts.
 """
 
 from __future__ import annotations
@@ -173,8 +172,18 @@ def make_plan(
     micro_batches: int = 0,
     group: int = 2,
     inner: str = "model",
+    batch_schedule: tuple = (),
 ) -> ParallelPlan:
-    """Checks the combination and builds the plan; a bad one is an InputError naming the fix."""
+    """Checks the combination and builds the plan; a bad one is an InputError naming the fix.
+    `batch_schedule` (--batch_schedule's (epoch, batch) pairs): each batch must split as `global_batch` must."""
+    plan = _plan(network, strategy, devices, global_batch, micro_batches, group, inner)
+    _check_batch_schedule(plan, batch_schedule)
+    return plan
+
+
+def _plan(
+    network: Network, strategy: str, devices: int, global_batch: int, micro_batches: int, group: int, inner: str
+) -> ParallelPlan:
     if strategy not in STRATEGIES:
         raise InputError(f"--strategy {strategy}: unknown; choose from {', '.join(STRATEGIES)}")
     if devices < 1:
@@ -237,7 +246,7 @@ def _check_divisible(batch: int, parts: int, what: str) -> None:
         )
 
 
-def check_batch_schedule(plan: ParallelPlan, schedule: tuple) -> None:
+def _check_batch_schedule(plan: ParallelPlan, schedule: tuple) -> None:
     """Every batch of a --batch_schedule must split as --batch_size must."""
     parts = plan.replicas
     for epoch, batch in schedule:
@@ -251,62 +260,6 @@ def check_batch_schedule(plan: ParallelPlan, schedule: tuple) -> None:
             raise InputError(
                 f"--batch_schedule {epoch}:{batch}: fewer samples than the {plan.micro_batches} micro-batches"
             )
-
-
-# --------------------------------------------------------------------------- schedule
-
-
-@dataclass
-class LearningRateSchedule:
-    """lr for each optimizer step: the preset's lr, scaled linearly with the global
-    batch (Goyal et al. 2017) when asked, ramped up linearly over the warm-up steps,
-    and multiplied by `plateau_factor` each time validation loss stops improving
-    for `plateau_patience` epochs. Per epoch (`start_epoch`): `epoch_rates` (--lr_schedule)
-    replace the base lr, and with `reference_batch` (--lr_scaling linear) the scale
-    follows the epoch's global batch (--batch_schedule)."""
-
-    base: float
-    scale: float = 1.0
-    warmup_steps: int = 0
-    plateau_patience: int = 0
-    plateau_factor: float = 0.5
-    reference_batch: int = 0
-    epoch_rates: tuple = ()
-    _plateau_multiplier: float = 1.0
-    _best_val: float = float("inf")
-    _epochs_without_gain: int = 0
-
-    @property
-    def peak(self) -> float:
-        return self.base * self.scale
-
-    def at(self, step: int) -> float:
-        """`step` counts optimizer steps from 0."""
-        warm = min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
-        return self.peak * warm * self._plateau_multiplier
-
-    def start_epoch(self, epoch: int, global_batch: int) -> None:
-        """`epoch` 0-based; `global_batch` that epoch's samples per optimizer step."""
-        if self.epoch_rates:
-            self.base = [rate for first, rate in self.epoch_rates if first <= epoch + 1][-1]
-        if self.reference_batch:
-            self.scale = linear_scale(global_batch, self.reference_batch)
-
-    def end_epoch(self, val_loss: float) -> bool:
-        """Feeds one validation loss; True when the lr was just reduced."""
-        if val_loss < self._best_val:
-            self._best_val, self._epochs_without_gain = val_loss, 0
-            return False
-        self._epochs_without_gain += 1
-        if self.plateau_patience and self._epochs_without_gain >= self.plateau_patience:
-            self._plateau_multiplier *= self.plateau_factor
-            self._epochs_without_gain = 0
-            return True
-        return False
-
-
-def linear_scale(global_batch: int, reference_batch: int) -> float:
-    return global_batch / reference_batch
 
 
 # --------------------------------------------------------------------------- communication

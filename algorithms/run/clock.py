@@ -1,0 +1,24 @@
+"""A run's wall clock: the CSV's wall_time_s and the time to accuracy. It counts from
+the session's start and, after --resume, goes on from the time the checkpoint
+carries, so a resumed run's clock never goes back; what the interrupted process
+spent after its last checkpoint is not counted (its steps are run again)."""
+
+from __future__ import annotations
+
+import time
+
+
+class RunClock:
+    def __init__(self):
+        self.before_s = 0.0  # seconds the run had used in the processes before this one (--resume)
+        self._start = time.perf_counter()
+
+    def elapsed_s(self) -> float:
+        return self.before_s + time.perf_counter() - self._start
+
+    def state(self) -> dict:
+        return {"wall_time_s": self.elapsed_s()}
+
+    def restore(self, state: dict) -> None:
+        """A checkpoint written before the clock was carried has none: it starts from 0, as it did."""
+        self.before_s = state.get("wall_time_s", 0.0)
