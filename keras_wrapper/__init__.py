@@ -9,6 +9,9 @@ keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
 import json
 import os
 
+# TensorFlow's INFO notices (absl, oneDNN, CPU features) off before Keras loads it; its warnings stay
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from algorithms.run.contract import Support
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN, TENSORFLOW, THEANO_OPENMP, YNN_OFF

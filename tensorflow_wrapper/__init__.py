@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+# TensorFlow's INFO notices (absl, oneDNN, CPU features) off before it loads; its warnings stay
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from algorithms.run.contract import Support
 from algorithms.run.tuning import Tuning
 from backends.tuning import MEASURED, TENSORFLOW

@@ -12,7 +12,6 @@ few updates there (the 3-layer net's batch 1000: 40), the same samples in smalle
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
@@ -23,13 +22,16 @@ from algorithms.analysis.compare import build_report, format_against_first, writ
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
-from algorithms.paths import BASELINE_DIR, REPO_ROOT
+from algorithms.paths import BASELINE_DIR, REPO_ROOT, RESULTS_DIR
+from algorithms.studies.child_output import run_logged
 from algorithms.run.recorder import read_rows, results_csv_name, run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress
 from algorithms.run.session import new_run_id
 from algorithms.analysis.tensorboard import export_run
 
+# the frameworks log everything into the run's log file; the console filters (child_output.py)
+FRAMEWORK_LOGS_IN_FULL = {"TF_CPP_MIN_LOG_LEVEL": "0", "GLOG_minloglevel": "0"}
 TABLE_ACCURACY = 0.9  # the table's time-to-accuracy columns, unless --target_accuracy names another
 
 
@@ -58,6 +60,12 @@ def parse_suite_args(argv):
         help="comma-separated seeds (e.g. 0,1): every framework runs once per seed, and the seeds' spread "
         "is the run-to-run band the verdicts rest on (default: one run at --seed)",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every line the frameworks write to stderr, their start-up notices (TensorFlow's absl and "
+        "oneDNN lines, Caffe's net dump) too; they are always in <results_dir>/logs/<run_id>/<framework>.log",
+    )
     parser.add_argument("-h", "--help", action="store_true")
     args, forwarded = parser.parse_known_args(argv)
     if args.help:
@@ -72,7 +80,7 @@ def parse_suite_args(argv):
             parser.error(f"--seeds {args.seeds}: give two or more different seeds")
         if "--seed" in forwarded:
             parser.error("--seeds and --seed: give one of them")
-    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded
+    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded, args.verbose
 
 
 def main_command_flags(network, forwarded: list, preset: str) -> tuple:
@@ -105,7 +113,7 @@ def framework_names(parser, text: str, flag: str) -> list:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    names, preset, seeds, forwarded = parse_suite_args(argv)
+    names, preset, seeds, forwarded, verbose = parse_suite_args(argv)
     try:
         config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
         forwarded, note = main_command_flags(config.network, forwarded, preset)
@@ -127,7 +135,9 @@ def main(argv=None) -> int:
         flags = forwarded + ["--run_id", this_run] + ([] if seed is None else ["--seed", str(seed)])
         for index, name in enumerate(names, start=1):
             prefix = f"[{index}/{len(names)}{seed_text(seed)}] "
-            outcomes[name, this_run] = not_run(get(name), build_logs, prefix) or run_framework(name, flags, prefix)
+            outcomes[name, this_run] = not_run(get(name), build_logs, prefix) or run_framework(
+                name, flags, prefix, verbose
+            )
     first_run = runs[0][1]
     csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
     print_agreement(config, csv_paths, first_run)
@@ -170,18 +180,30 @@ def print_agreement(config, csv_paths: list, run_id: str) -> None:
         print("\n" + format_agreement(pairwise_agreement(predictions), images))
 
 
-def run_framework(name: str, flags: list, prefix: str = "") -> tuple:
-    """One entry script in its own process (so timings do not compete);
-    returns (exit status, wall seconds)."""
+def run_framework(name: str, flags: list, prefix: str = "", verbose: bool = False) -> tuple:
+    """One entry script in its own process (so timings do not compete), its stderr in
+    full in <results_dir>/logs/<run_id>/<name>.log and on the console less the
+    frameworks' start-up notices (child_output.py); returns (exit status, wall seconds)."""
     framework = get(name)
-    print(f"{prefix}{name}: python {framework.script} {' '.join(flags)}", flush=True)
+    log = os.path.join(flag_value(flags, "--results_dir", RESULTS_DIR), "logs", flag_value(flags, "--run_id", "-"))
+    log = os.path.join(log, f"{name}.log")
+    print(f"{prefix}{name}: python {framework.script} {' '.join(flags)}\n{' ' * len(prefix)}log: {log}", flush=True)
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
-    )
+    command = [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags]
+    code = run_logged(command, {**FRAMEWORK_LOGS_IN_FULL, **os.environ, **framework.env}, log, verbose)
     print(flush=True)
-    return proc.returncode, time.perf_counter() - started
+    return code, time.perf_counter() - started
+
+
+def flag_value(flags: list, flag: str, default: str) -> str:
+    """The value the entry script will read for `flag` (argparse keeps the last one given)."""
+    value = default
+    for index, arg in enumerate(flags):
+        if arg == flag and index + 1 < len(flags):
+            value = flags[index + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
