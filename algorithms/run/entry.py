@@ -28,6 +28,7 @@ from algorithms.run.faults import (
     install_signal_handlers,
     interruption_name,
     is_out_of_memory,
+    is_out_of_processes,
     is_out_of_space,
     out_of_memory_advice,
 )
@@ -96,6 +97,9 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except ResourceError as error:  # a process of the run could not be started
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
     parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
@@ -173,6 +177,10 @@ def train_session(wrapper, session: RunSession) -> int:
             file=sys.stderr,
         )
         return exit_status(interruption)
+    except ResourceError as error:  # a worker process could not be started
+        session.finish(None, None, None, status=f"failed: {error}")
+        print(f"\nerror: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
     except PeerLost as lost:
         session.finish(None, None, None, status=f"failed: {lost}")
         print(
@@ -183,6 +191,8 @@ def train_session(wrapper, session: RunSession) -> int:
     except BaseException as error:
         if is_out_of_space(error):
             return out_of_space(session, error)
+        if is_out_of_processes(error):
+            return out_of_processes(session, error)
         if not is_out_of_memory(error):
             session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
             raise
@@ -197,6 +207,18 @@ def train_session(wrapper, session: RunSession) -> int:
         )
         return EXIT_RESOURCE_ERROR
     return 0
+
+
+def out_of_processes(session: RunSession, error: BaseException) -> int:
+    """A thread or process the kernel refused mid-run (a limit on processes, or memory): one line."""
+    why = f"this machine refused the run another thread or process ({str(error).splitlines()[0][:120]})"
+    session.finish(None, None, None, status=f"failed: {why}")
+    print(
+        f"\nerror: {why}: a limit on processes (ulimit -u counts threads too) or memory; run fewer --devices. "
+        f"The rows of the {session.step} finished steps are in {session.csv_path}",
+        file=sys.stderr,
+    )
+    return EXIT_RESOURCE_ERROR
 
 
 def out_of_space(session: RunSession, error: BaseException) -> int:
