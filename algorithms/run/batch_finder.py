@@ -23,6 +23,7 @@ from typing import Callable, Optional
 from algorithms.errors import InputError
 from algorithms.spec.parallel import make_plan
 from algorithms.paths import REPO_ROOT
+from algorithms.run.resources import available_memory_mb
 
 START_BATCH = 16
 BISECT_UNTIL = 8  # stop bisecting once the bracket is narrower than 1/8 of its lower end
@@ -160,15 +161,6 @@ def run_trial(package: str, argv: list, batch: int, accumulate: int) -> Trial:
         return Trial(batch, None, None, None)
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     raise InputError(f"--batch_size auto: the trial at batch {batch} failed (exit {proc.returncode}): {last[:200]}")
-
-
-def available_memory_mb() -> float:
-    """The kernel's MemAvailable: what a new process can take without swapping."""
-    with open("/proc/meminfo") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024.0
-    raise OSError("/proc/meminfo has no MemAvailable")
 
 
 def default_budget(first: Trial, available_mb: float) -> tuple:
