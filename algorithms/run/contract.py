@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from algorithms.run.noise_scale import GradientNorms
+from algorithms.run.resources import Footprint
 from algorithms.run.tuning import Tuning
 
 
@@ -33,12 +34,14 @@ from algorithms.run.tuning import Tuning
 class Support:
     """What a wrapper runs: strategies, the optional flags (`RunConfig.uses()` keys) it
     implements, its --tuned table, and `advice` replacing the generic refusal for a
-    strategy or a flag it does not run."""
+    strategy or a flag it does not run; with a strategy besides single, the measured
+    `footprint` its processes and devices are checked against (resources.py)."""
 
     strategies: Sequence[str]
     flags: Sequence[str]
     tuning: Tuning
     advice: Mapping[str, str] = field(default_factory=dict)
+    footprint: Optional[Footprint] = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,8 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
                 f"{package}.supported(): unknown strategy {s!r}" for s in support.strategies if s not in strategies
             ]
             problems += [f"{package}.supported(): unknown flag {f!r}" for f in support.flags if f not in flags]
+            if support.footprint is None and set(support.strategies) - {"single"}:
+                problems.append(f"{package}.supported(): parallel strategies and no footprint (resources.py)")
     if "train" in modules and hasattr(modules["train"], "describe_runtime"):
         runtime = modules["train"].describe_runtime()
         if not isinstance(runtime, Runtime):
