@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from algorithms.run.contract import Support
+from algorithms.run.resources import Footprint, Started
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN, TENSORFLOW, THEANO_OPENMP, YNN_OFF
 from algorithms.spec.parallel import STRATEGIES
@@ -112,6 +113,20 @@ def tuning(name: str) -> Tuning:
     return Tuning(f"keras_{name}", candidates, best, MEASURED)
 
 
+def started(config) -> Started:
+    """What a run of `config` starts: its replicas or shards are devices inside this process."""
+    if config.strategy == "single":
+        return Started()
+    return Started(processes=1, devices=config.devices, what=f"one process with {config.devices} devices")
+
+
+# measured (docs/parallel.md#memory-before-anything-starts)
+FOOTPRINTS = {
+    "tensorflow": Footprint(process_mb=912, sample_mb=0.78, device_mb=19, started=started),
+    "jax": Footprint(process_mb=1041, sample_mb=2.56, device_mb=17, started=started),
+}
+
+
 def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
@@ -121,6 +136,7 @@ def supported() -> Support:
             flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
             tuning=tuning(name),
             advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
+            footprint=FOOTPRINTS[name],
         )
     if name == "tensorflow":
         return Support(
@@ -134,6 +150,7 @@ def supported() -> Support:
                 **NO_WORKER_STRATEGIES,
                 **MODE_ADVICE.get(name, {}),
             },
+            footprint=FOOTPRINTS[name],
         )
     if name == "torch":
         return Support(

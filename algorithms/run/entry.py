@@ -34,6 +34,7 @@ from algorithms.run.faults import (
 )
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from algorithms.run.recorder import check_writable
+from algorithms.run.resources import check_resources, dataset_mb
 from algorithms.run.session import RunSession
 from algorithms.run.threads import set_malloc, set_thread_environment
 from algorithms.run.tuning import apply_tuned, resolve_tuned
@@ -86,7 +87,10 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         return EXIT_RESOURCE_ERROR
     try:
         check_supported(config, wrapper_module, prog)
-        config = resolve_tuned(config, support_of(wrapper_module).tuning)
+        support = support_of(wrapper_module)
+        config = resolve_tuned(config, support.tuning)
+        if support.footprint is not None:  # before any process or device of the run starts
+            check_resources(config, support.footprint, dataset_mb(dataset))
         if config.batch_size_auto:  # trial processes, before this one loads the framework
             config = find_batch_size(
                 config, wrapper_module.split(".")[0], sys.argv[1:] if argv is None else list(argv), len(dataset.train_x)
