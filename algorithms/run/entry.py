@@ -79,12 +79,8 @@ def check_batch_fits(config, train_rows: int) -> None:
 def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Optional[list] = None) -> int:
     try:
         config, dataset = prepare(argv, prog, description)
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except ResourceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_RESOURCE_ERROR
+    except (InputError, ResourceError) as error:
+        return refused(error)
     try:
         check_supported(config, wrapper_module, prog)
         support = support_of(wrapper_module)
@@ -98,12 +94,8 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         package = importlib.import_module(wrapper_module.split(".")[0])
         package.prepare_process(config, dataset)
         package.launch(config, sys.argv[1:] if argv is None else list(argv))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except ResourceError as error:  # a process of the run could not be started
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_RESOURCE_ERROR
+    except (InputError, ResourceError) as error:  # ResourceError: a process of the run could not be started
+        return refused(error)
     parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
@@ -111,13 +103,15 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
     wrapper = importlib.import_module(wrapper_module)
     try:
         session = RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except ResourceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_RESOURCE_ERROR
+    except (InputError, ResourceError) as error:
+        return refused(error)
     return train_session(wrapper, session)
+
+
+def refused(error: Exception) -> int:
+    """The user's mistake (status 2) or what the machine cannot do (status 3), in one line."""
+    print(f"error: {error}", file=sys.stderr)
+    return EXIT_INPUT_ERROR if isinstance(error, InputError) else EXIT_RESOURCE_ERROR
 
 
 def enable_parity(wrapper_module: str) -> tuple:
