@@ -147,11 +147,8 @@ def test_more_devices_than_cores_are_let_through_with_one_note(small_data, monke
     flags = ["--train", str(small_data / "train.csv"), "--strategy", "async", "--devices", str(devices)]
     config = parse_config([*flags, "--batch_size", str(10 * devices)], "torch_script.py", "")
     footprint = support_of("torch_wrapper", {}).footprint
-    said: list = []
-    check_resources(config, footprint, 1.0, say=lambda line, **_: said.append(line))
+    said = check_resources(config, footprint, 1.0)
     assert len(said) == 1 and said[0].startswith(f"note: {devices} Hogwild workers and the process that records "), said
     assert f"on {cores} cores: {devices / cores:.1f}x oversubscribed" in said[0]
     monkeypatch.setenv("WORLD_SIZE", str(devices))  # a torchrun rank: its launcher checked
-    said.clear()
-    check_resources(parse_config([*flags, "--batch_size", str(10 * devices)], "t", ""), footprint, 1.0, said.append)
-    assert said == []
+    assert check_resources(parse_config([*flags, "--batch_size", str(10 * devices)], "t", ""), footprint, 1.0) == []

@@ -85,14 +85,15 @@ def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Opti
         check_supported(config, wrapper_module, prog)
         support = support_of(wrapper_module)
         config = resolve_tuned(config, support.tuning)
-        if support.footprint is not None:  # before any process or device of the run starts
-            check_resources(config, support.footprint, dataset_mb(dataset))
+        notes = check_resources(config, support.footprint, dataset_mb(dataset)) if support.footprint else []
         if config.batch_size_auto:  # trial processes, before this one loads the framework
             config = find_batch_size(
                 config, wrapper_module.split(".")[0], sys.argv[1:] if argv is None else list(argv), len(dataset.train_x)
             )
         package = importlib.import_module(wrapper_module.split(".")[0])
         package.prepare_process(config, dataset)
+        for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
+            print(note, flush=True)
         package.launch(config, sys.argv[1:] if argv is None else list(argv))
     except (InputError, ResourceError) as error:  # ResourceError: a process of the run could not be started
         return refused(error)

@@ -77,12 +77,13 @@ def dataset_mb(dataset) -> float:
     return sum(array.nbytes for array in arrays if array is not None) / 2**20
 
 
-def check_resources(config, footprint: Footprint, data_mb: float, say=print) -> None:
+def check_resources(config, footprint: Footprint, data_mb: float) -> list:
     """Raises InputError when the run's processes and devices do not fit in the memory
-    this machine has free; says once when they outnumber its cores."""
+    this machine has free; returns the notes to print once the run goes ahead (more
+    devices than cores; GPU memory, which this does not check)."""
     started = footprint.started(config)
     if not (started.processes or started.devices):
-        return
+        return []
     need, free = footprint.need_mb(started, data_mb, config.batch_size), available_memory_mb()
     if need > free:
         fits = largest_count_that_fits(config, footprint, data_mb, free)
@@ -95,16 +96,14 @@ def check_resources(config, footprint: Footprint, data_mb: float, say=print) -> 
             f"({', '.join(parts)}; measured, {DOCS}) and this machine has {free:,.0f} MB free (MemAvailable); "
             + (f"the most that fits is --devices {fits}" if fits else "not even the fewest devices fit: free memory")
         )
-    cores = os.cpu_count() or 1
-    if config.devices > cores and not config.quiet:
-        say(
+    notes, cores = [], os.cpu_count() or 1
+    if config.devices > cores:
+        notes.append(
             f"note: {started.what} on {cores} cores: {config.devices / cores:.1f}x oversubscribed; each "
-            f"step takes longer than on {config.devices} real devices ({need:,.0f} MB of {free:,.0f} MB free)",
-            flush=True,
+            f"step takes longer than on {config.devices} real devices ({need:,.0f} MB of {free:,.0f} MB free)"
         )
     gpus = glob.glob("/proc/driver/nvidia/gpus/*")
-    if gpus and not config.quiet:
-        say(f"note: {gpu_memory_text(len(gpus))}", flush=True)
+    return notes + ([f"note: {gpu_memory_text(len(gpus))}"] if gpus else [])
 
 
 def largest_count_that_fits(config, footprint: Footprint, data_mb: float, free_mb: float) -> int:
