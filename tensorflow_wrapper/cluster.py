@@ -30,6 +30,7 @@ import subprocess
 import sys
 
 from algorithms.errors import ResourceError
+from algorithms.run.resources import why_not_started
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -82,10 +83,7 @@ def run_chief_in_namespace(argv: list) -> int:
             [sys.executable, *argv], env=env, preexec_fn=enter_private_network_namespace, start_new_session=True
         )
     except OSError as error:
-        raise ResourceError(
-            f"could not start the cluster's chief ({error.strerror or error}: a limit on processes, such as "
-            "ulimit -u, or memory)"
-        ) from None
+        raise ResourceError(f"could not start the cluster's chief ({why_not_started(error)})") from None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, frame: chief.send_signal(received))
     while True:
@@ -142,8 +140,7 @@ def launch_local_ps(workers: int, ps_tasks: int, threads: int) -> dict:
                 _stop(started)
                 raise ResourceError(
                     f"could not start {kind} task {index} after {len(started)} other tasks of the cluster "
-                    f"({error.strerror or error}: a limit on processes, such as ulimit -u, or memory); they were "
-                    "stopped; run fewer --devices or --ps_tasks"
+                    f"({why_not_started(error)}); they were stopped; run fewer --devices or --ps_tasks"
                 ) from None
             started.append(child)
             pids[kind].append(child.pid)

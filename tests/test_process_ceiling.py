@@ -18,6 +18,7 @@ from algorithms.paths import REPO_ROOT
 from algorithms.run.resources import children
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+MARK = "CNN_PARALLEL_TEST_RUN"  # inherited by every process a test's run starts
 
 
 # --------------------------------------------------------------------------- a process that cannot start
@@ -53,15 +54,16 @@ def tasks_of(uid: int) -> int:
     return count
 
 
-def processes_naming(text: str) -> list:
-    """Live processes whose command line holds `text` (this test's own folder)."""
+def processes_marked(mark: str) -> list:
+    """Live processes (zombies aside) whose environment holds MARK=`mark`: everything a
+    test's run started, whatever its command line (TensorFlow's tasks name no folder)."""
     found = []
-    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+    for environ in glob.glob("/proc/[0-9]*/environ"):
         try:
-            with open(cmdline, "rb") as handle:
-                if text.encode() in handle.read():
-                    found.append(int(cmdline.split("/")[2]))
-        except (FileNotFoundError, ProcessLookupError):
+            with open(environ, "rb") as handle:
+                if f"{MARK}={mark}".encode() in handle.read().split(b"\0"):
+                    found.append(int(environ.split("/")[2]))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
             pass
     return found
 
@@ -72,15 +74,23 @@ def writable_by_anyone(folder):
     return folder
 
 
+# the process that starts the cluster is its chief; the chief is made so by the command the user
+# typed, in a new user namespace, which under the test's unprivileged user could not read the
+# interpreter: the chief's role is taken directly (the variable its launcher sets)
+CHIEF = {"CNN_PARALLEL_PS_PARENT_NETNS": os.readlink("/proc/self/ns/net")}
+
+
 @pytest.mark.parametrize(
-    "strategy, first_line",
+    "script, strategy, first_line, role",
     [
-        ("data", "error: torchrun started "),  # torchrun's agent forks the ranks
-        ("async", "error: could not start Hogwild worker "),  # this process spawns the workers
+        ("torch_script.py", "data", "error: torchrun started ", {}),  # torchrun's agent forks the ranks
+        ("torch_script.py", "async", "error: could not start Hogwild worker ", {}),  # this process spawns them
+        ("tensorflow_script.py", "ps", "error: could not start worker task ", CHIEF),  # cluster.py's tasks
     ],
+    ids=["torchrun", "hogwild", "tf-cluster"],
 )
 def test_a_process_that_cannot_be_started_ends_the_run_in_one_line_and_leaves_none(
-    strategy, first_line, small_data, tmp_path
+    script, strategy, first_line, role, small_data, tmp_path
 ):
     """8 devices under a limit of 8 more processes (threads count too): the launcher gets
     some way, then fork fails. Those it started are stopped, and the run says so once."""
@@ -89,9 +99,9 @@ def test_a_process_that_cannot_be_started_ends_the_run_in_one_line_and_leaves_no
     flags = ["--train", str(folder / "train.csv"), "--test", "none", "--max_steps", "2", "--quiet"]
     flags += ["--strategy", strategy, "--devices", "8", "--results_dir", str(folder / "results")]
     flags += ["--results_log", str(folder / "results.log")]
-    env = {**ENV, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}  # the launcher's own threads
-    proc = subprocess.run(
-        limited_to(8, [sys.executable, "torch_script.py", *flags]),
+    env = {**ENV, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", MARK: str(folder), **role}
+    proc = subprocess.run(  # one thread for OpenMP and OpenBLAS: the launcher's own count stays small
+        limited_to(8, [sys.executable, script, *flags]),
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -102,9 +112,9 @@ def test_a_process_that_cannot_be_started_ends_the_run_in_one_line_and_leaves_no
     assert proc.returncode == 3 and len(lines) == 1 and lines[0].startswith(first_line), proc.stderr[-3000:]
     assert "a limit on processes" in lines[0] and "were stopped" in lines[0]
     deadline = time.monotonic() + 10
-    while processes_naming(str(folder)) and time.monotonic() < deadline:
+    while processes_marked(str(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert processes_naming(str(folder)) == []
+    assert processes_marked(str(folder)) == []
 
 
 # --------------------------------------------------------------------------- dying with the launcher

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
 
 from algorithms.errors import EXIT_PEER_LOST, EXIT_RESOURCE_ERROR
-from algorithms.run.resources import children, end_children
+from algorithms.run.resources import children, end_children, why_not_started
 
 # torchrun's own account of a failed rank, which the one line below replaces
 REPLACED_LOG_MESSAGES = (
@@ -66,8 +66,7 @@ def main(argv: list) -> int:
         end_children()
         print(
             f"error: torchrun started {started} of {args.nproc_per_node} ranks and could not start the next one "
-            f"({error.strerror or error}: a limit on processes, such as ulimit -u, or memory); the {started} "
-            "it had started were stopped; run fewer --devices",
+            f"({why_not_started(error)}); the {started} it had started were stopped; run fewer --devices",
             file=sys.stderr,
         )
         return EXIT_RESOURCE_ERROR

@@ -15,7 +15,7 @@ from typing import Callable
 import torch.multiprocessing as mp
 
 from algorithms.errors import PeerLost, ResourceError
-from algorithms.run.resources import die_with_parent
+from algorithms.run.resources import die_with_parent, why_not_started
 
 CONTEXT = mp.get_context("spawn")  # a fresh interpreter: no OpenMP pool or lock copied from this one
 STOP_GRACE_S = 10
@@ -53,8 +53,8 @@ class Processes:
             started = len(self.children)
             self.end()
             raise ResourceError(
-                f"could not start {name} after {started} other processes of this run ({error.strerror or error}: "
-                "a limit on processes, such as ulimit -u, or memory); they were stopped; run fewer --devices"
+                f"could not start {name} after {started} other processes of this run ({why_not_started(error)}); "
+                "they were stopped; run fewer --devices"
             ) from None
         self.children[name] = process
 

@@ -14,6 +14,7 @@ through with a one-line note.
 from __future__ import annotations
 
 import ctypes
+import errno
 import glob
 import os
 import shutil
@@ -169,6 +170,14 @@ def end_children() -> None:
                 kill()
             except (ProcessLookupError, PermissionError):
                 continue
+
+
+def why_not_started(error: OSError) -> str:
+    """The reason a fork or exec was refused, with its likely cause where the errno says it."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.EAGAIN, errno.ENOMEM):
+        return f"{reason}: a limit on processes, such as ulimit -u, or memory"
+    return reason
 
 
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
