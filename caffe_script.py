@@ -11,6 +11,8 @@ import sys
 from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
+    import caffe_wrapper  # noqa: F401  (first: it sets Caffe's log level, which glog reads as pycaffe loads)
+
     try:
         import caffe  # noqa: F401  (checked before any work: the build is a separate step)
     except ImportError as error:

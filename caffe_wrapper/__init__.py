@@ -4,6 +4,11 @@ a SolverParameter), trained by Caffe's own solver over the shared batch order.
 `model.py` translates the spec; `trainer.py` drives the solver; `train.py` runs it
 through algorithms/run/loop.py."""
 
+import os
+
+# glog's INFO records (every layer's setup, the solver definition) off before pycaffe loads; its warnings stay
+os.environ.setdefault("GLOG_minloglevel", "1")
+
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import graph_only_fp32_advice
 from algorithms.run.tuning import Setting, Tuning

@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 
-from caffe_wrapper.trainer import build_trainer, feed  # sets GLOG_minloglevel first
+from caffe_wrapper.trainer import build_trainer, feed
 
 import caffe
 import numpy as np

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-os.environ.setdefault("GLOG_minloglevel", "2")  # Caffe logs every layer setup otherwise
 
 import caffe
 import numpy as np

@@ -9,8 +9,12 @@ keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
 import json
 import os
 
+# TensorFlow's INFO notices (absl, oneDNN, CPU features) off before Keras loads it; its warnings stay
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
+from algorithms.run.resources import Footprint, Started
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN, TENSORFLOW, THEANO_OPENMP, YNN_OFF
 from algorithms.spec.parallel import STRATEGIES
@@ -101,6 +105,20 @@ def tuning(name: str) -> Tuning:
     return Tuning(f"keras_{name}", candidates, best, MEASURED)
 
 
+def started(config) -> Started:
+    """What a run of `config` starts: its replicas or shards are devices inside this process."""
+    if config.strategy == "single":
+        return Started()
+    return Started(processes=1, devices=config.devices, what=f"one process with {config.devices} devices")
+
+
+# measured (docs/parallel.md#memory-before-anything-starts)
+FOOTPRINTS = {
+    "tensorflow": Footprint(process_mb=912, sample_mb=0.78, device_mb=19, started=started),
+    "jax": Footprint(process_mb=1041, sample_mb=2.56, device_mb=17, started=started),
+}
+
+
 def supported() -> Support:
     """What this wrapper implements on the chosen backend (read before the framework is imported)."""
     name = backend()
@@ -110,6 +128,7 @@ def supported() -> Support:
             flags=KERAS_3_FLAGS + MODE_FLAGS[name] + PRECISION_FLAGS,
             tuning=tuning(name),
             advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
+            footprint=FOOTPRINTS[name],
         )
     if name == "tensorflow":
         return Support(
@@ -123,6 +142,7 @@ def supported() -> Support:
                 **NO_WORKER_STRATEGIES,
                 **MODE_ADVICE.get(name, {}),
             },
+            footprint=FOOTPRINTS[name],
         )
     if name == "torch":
         return Support(

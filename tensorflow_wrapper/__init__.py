@@ -13,8 +13,12 @@ import json
 import os
 import sys
 
+# TensorFlow's INFO notices (absl, oneDNN, CPU features) off before it loads; its warnings stay
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
+from algorithms.run.resources import Footprint, Started
 from algorithms.run.tuning import Tuning
 from backends.tuning import MEASURED, TENSORFLOW
 from algorithms.errors import InputError
@@ -27,6 +31,31 @@ PARITY_XLA = (
     "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
     "gradient; drop --compile (--execution compiled) or --parity"
 )
+
+
+def started(config) -> Started:
+    """What a run of `config` starts on this machine (devices.py, cluster.py); nothing in a
+    task of a cluster (TF_CONFIG, or the local cluster's chief), whose launcher checked."""
+    from tensorflow_wrapper.cluster import PARENT_NAMESPACE_VARIABLE
+
+    devices = config.devices
+    if (
+        config.strategy == "single"
+        or os.environ.get("TF_CONFIG", "").strip()
+        or PARENT_NAMESPACE_VARIABLE in os.environ
+    ):
+        return Started()
+    if config.strategy == "ps":
+        return Started(
+            processes=devices + config.ps_tasks + 1,
+            data_copies=1,
+            what=f"{devices} worker and {config.ps_tasks} parameter-server tasks and their chief",
+        )
+    return Started(processes=1, devices=devices, what=f"one process with {devices} devices")
+
+
+# measured (docs/parallel.md#memory-before-anything-starts)
+FOOTPRINT = Footprint(process_mb=880, sample_mb=0.47, device_mb=13, started=started)
 
 
 def supported() -> Support:
@@ -48,6 +77,7 @@ def supported() -> Support:
             "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
             ("async", "localsgd"),
         ),
+        footprint=FOOTPRINT,
     )
 
 

@@ -29,6 +29,9 @@ import struct
 import subprocess
 import sys
 
+from algorithms.errors import ResourceError
+from algorithms.run.resources import why_not_started
+
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -75,9 +78,12 @@ def run_chief_in_namespace(argv: list) -> int:
     and SIGINT on, once: the chief has its own session, so a Ctrl-C reaches it (and
     its servers) only through here. Returns the chief's exit status."""
     env = {**os.environ, PARENT_NAMESPACE_VARIABLE: os.readlink("/proc/self/ns/net")}
-    chief = subprocess.Popen(
-        [sys.executable, *argv], env=env, preexec_fn=enter_private_network_namespace, start_new_session=True
-    )
+    try:
+        chief = subprocess.Popen(
+            [sys.executable, *argv], env=env, preexec_fn=enter_private_network_namespace, start_new_session=True
+        )
+    except OSError as error:
+        raise ResourceError(f"could not start the cluster's chief ({why_not_started(error)})") from None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, frame: chief.send_signal(received))
     while True:
@@ -117,21 +123,36 @@ def launch_local_ps(workers: int, ps_tasks: int, threads: int) -> dict:
     # the cores are shared: each worker computes on its share, a ps only applies updates
     intra = {"worker": max(1, threads // workers), "ps": 1}
     pids: dict = {"worker": [], "ps": []}
+    started: list = []
     for kind in ("ps", "worker"):
         for index in range(len(cluster[kind])):
             task = {"cluster": cluster, "task": {"type": kind, "index": index}}
             env = {**os.environ, **TASK_ENVIRONMENT, "TF_CONFIG": json.dumps(task)}
             env["CNN_PARALLEL_TASK_THREADS"] = str(intra[kind])
-            child = subprocess.Popen(
-                [sys.executable, "-m", "tensorflow_wrapper.cluster"],
-                env=env,
-                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                preexec_fn=_die_with_parent,
-            )
+            try:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "tensorflow_wrapper.cluster"],
+                    env=env,
+                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as error:
+                _stop(started)
+                raise ResourceError(
+                    f"could not start {kind} task {index} after {len(started)} other tasks of the cluster "
+                    f"({why_not_started(error)}); they were stopped; run fewer --devices or --ps_tasks"
+                ) from None
+            started.append(child)
             pids[kind].append(child.pid)
     os.environ.update(TASK_ENVIRONMENT)
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
     return {"note": note, "pids": pids}
+
+
+def _stop(children: list) -> None:
+    for child in children:
+        child.kill()
+        child.wait()
 
 
 def serve(threads: int) -> None:

@@ -24,7 +24,6 @@ import shutil
 import tempfile
 
 os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras optimizers must run on TensorFlow here
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import time
 

@@ -16,8 +16,11 @@ _NOT_WITH_WORKER_STRATEGIES = {
     "--dp_impl dataparallel": "it is a data-parallel implementation",
 }
 
+import os
+
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
+from algorithms.run.resources import Footprint, Started
 from algorithms.run.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN
 from algorithms.errors import InputError
@@ -31,6 +34,25 @@ TUNING_CANDIDATES = (
         why="torch.compile, Inductor benchmarking its kernel choices",
     ),
 )
+
+
+def started(config) -> Started:
+    """What a run of `config` starts on this machine (launch.py, workers.py); nothing in
+    a rank, whose launcher checked."""
+    devices = config.devices
+    if config.strategy == "single" or "WORLD_SIZE" in os.environ:
+        return Started()
+    if config.dp_impl == "dataparallel":
+        return Started(processes=1, what=f"one process driving {devices} GPUs")
+    if config.strategy == "async":
+        return Started(processes=devices + 1, what=f"{devices} Hogwild workers and the process that records")
+    if config.strategy == "ps":
+        return Started(processes=devices + 2, what=f"{devices} workers, a parameter server and their coordinator")
+    return Started(processes=devices + 1, data_copies=devices, what=f"{devices} torchrun ranks and their agent")
+
+
+# measured (docs/parallel.md#memory-before-anything-starts); torch's devices are processes, none in-process
+FOOTPRINT = Footprint(process_mb=355, sample_mb=0.70, device_mb=0, started=started)
 
 
 def supported() -> Support:
@@ -53,6 +75,7 @@ def supported() -> Support:
             "--execution graph": "PyTorch runs eager (its default) or compiled (torch.compile); "
             "pass --execution eager or compiled",
         },
+        footprint=FOOTPRINT,
     )
 
 

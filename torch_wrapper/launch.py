@@ -2,11 +2,14 @@
 in the process the user started:
 
 - not under torchrun, strategy other than single: this process re-executes itself
-  as `python -m torch.distributed.run --nnodes 1 --nproc_per_node N <script> <flags>`
+  as `python -m torch_wrapper.agent --nnodes 1 --nproc_per_node N <script> <flags>`
   (torchrun then starts N ranks of the same script, each one a worker), every
   server of it on 127.0.0.1 (`LOOPBACK_TORCHRUN`);
 - under torchrun (WORLD_SIZE set, e.g. a multi-node launch typed by the user):
-  this process is a rank; the world size must be the plan's device count;
+  this process is a rank; the world size must be the plan's device count; a rank
+  of a launch made here dies with torchrun's agent (`die_with_parent`), so none is
+  left behind however the agent ends (agent.py: the agent itself, with its failure
+  report cut to one line);
 - --dp_impl dataparallel: one process driving N GPUs with nn.DataParallel;
 - async, ps: this process starts its own workers (workers.py), not torchrun.
 
@@ -25,9 +28,12 @@ import sys
 import tempfile
 
 from algorithms.errors import InputError
+from algorithms.paths import REPO_ROOT
+from algorithms.run.resources import die_with_parent
 
 
 LOOPBACK_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}
+AGENT_PID_VARIABLE = "CNN_PARALLEL_TORCHRUN_AGENT"  # set for the ranks of a launch made here
 
 
 def loopback_torchrun(rendezvous_file: str, processes: int) -> list:
@@ -45,6 +51,8 @@ def loopback_torchrun(rendezvous_file: str, processes: int) -> list:
 def launch(config, argv: list) -> None:
     plan = config.plan
     if "WORLD_SIZE" in os.environ:
+        if AGENT_PID_VARIABLE in os.environ:
+            die_with_parent(int(os.environ.pop(AGENT_PID_VARIABLE)))
         world = int(os.environ["WORLD_SIZE"])
         if world != plan.devices:
             raise InputError(
@@ -70,12 +78,15 @@ def launch(config, argv: list) -> None:
     threads = max(1, (os.cpu_count() or 1) // plan.devices)  # the ranks share this machine's cores
     # nccl's bootstrap sockets on GPUs: loopback too, unless the user named an interface
     env = {"OMP_NUM_THREADS": str(threads), "NCCL_SOCKET_IFNAME": "lo", **os.environ, **LOOPBACK_ENVIRONMENT}
+    env[AGENT_PID_VARIABLE] = str(os.getpid())  # execve keeps the pid: this process becomes the agent
+    # `-m torch_wrapper.agent` from the user's folder (the ranks' relative paths are read from there)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (REPO_ROOT, os.environ.get("PYTHONPATH"))))
     # a fresh file per run (a stale one would hold an old rendezvous), left in the temporary folder
     rendezvous = os.path.join(tempfile.mkdtemp(prefix="cnn-parallel-rendezvous-"), "store")
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "torch_wrapper.agent",
         *loopback_torchrun(rendezvous, plan.devices),
         script,
         *argv,

@@ -1,7 +1,9 @@
 """Worker processes of the strategies this process starts itself, without torchrun
 (async: Hogwild; ps: the parameter server and its workers): started with
 torch.multiprocessing's spawn context, watched while the run waits on them, and
-ended when it finishes or fails. This process records the run."""
+ended when it finishes or fails. This process records the run. Each child dies with
+it (`die_with_parent`), and one that cannot be started (fork refused: a limit on
+processes, no memory) ends the run in one line with the others stopped."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Callable
 
 import torch.multiprocessing as mp
 
-from algorithms.errors import PeerLost
+from algorithms.errors import PeerLost, ResourceError
+from algorithms.run.resources import die_with_parent, why_not_started
 
 CONTEXT = mp.get_context("spawn")  # a fresh interpreter: no OpenMP pool or lock copied from this one
 STOP_GRACE_S = 10
@@ -23,6 +26,11 @@ def ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _child(parent_pid: int, target: Callable, *args) -> None:
+    die_with_parent(parent_pid)  # a recording process that is killed leaves no worker waiting on its queue
+    target(*args)
+
+
 class Processes:
     """The run's child processes by name (`worker 0`, `the parameter server`)."""
 
@@ -30,8 +38,16 @@ class Processes:
         self.children: dict = {}
 
     def start(self, name: str, target: Callable, *args) -> None:
-        process = CONTEXT.Process(target=target, args=args, name=name, daemon=True)
-        process.start()
+        process = CONTEXT.Process(target=_child, args=(os.getpid(), target, *args), name=name, daemon=True)
+        try:
+            process.start()
+        except OSError as error:
+            started = len(self.children)
+            self.end()
+            raise ResourceError(
+                f"could not start {name} after {started} other processes of this run ({why_not_started(error)}); "
+                "they were stopped; run fewer --devices"
+            ) from None
         self.children[name] = process
 
     def check(self, after: str) -> None:

@@ -33,3 +33,14 @@ def without_flags(argv: list, valued=(), bare=()) -> list:
 
 def _names(flags) -> frozenset:
     return frozenset([flags] if isinstance(flags, str) else flags)
+
+
+def flag_value(argv: list, flag: str, default: str) -> str:
+    """The value an entry script will read for `flag` in `argv` (argparse keeps the last one given)."""
+    value = default
+    for index, arg in enumerate(argv):
+        if arg == flag and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value

@@ -24,6 +24,7 @@ from algorithms.run.argv import without_flags
 from algorithms.run.probe_process import run_probe
 from algorithms.spec.parallel import make_plan
 from algorithms.tables import last_line
+from algorithms.run.resources import available_memory_mb
 
 START_BATCH = 16
 BISECT_UNTIL = 8  # stop bisecting once the bracket is narrower than 1/8 of its lower end
@@ -144,15 +145,6 @@ def run_trial(package: str, argv: list, batch: int, accumulate: int) -> Trial:
         f"--batch_size auto: the trial at batch {batch} failed (exit {probe.returncode}): "
         f"{last_line(probe.stderr)[:200]}"
     )
-
-
-def available_memory_mb() -> float:
-    """The kernel's MemAvailable: what a new process can take without swapping."""
-    with open("/proc/meminfo") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024.0
-    raise OSError("/proc/meminfo has no MemAvailable")
 
 
 def default_budget(first: Trial, available_mb: float) -> tuple:

@@ -40,6 +40,7 @@ import numpy as np
 
 from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.run.noise_scale import GradientNorms
+from algorithms.run.resources import Footprint
 from algorithms.run.tuning import Tuning
 
 if TYPE_CHECKING:
@@ -51,12 +52,14 @@ if TYPE_CHECKING:
 class Support:
     """What a wrapper runs: strategies, the optional flags (`RunConfig.uses()` keys) it
     implements, its --tuned table, and `advice` replacing the generic refusal for a
-    strategy or a flag it does not run."""
+    strategy or a flag it does not run; with a strategy besides single, the measured
+    `footprint` its processes and devices are checked against (resources.py)."""
 
     strategies: Sequence[str]
     flags: Sequence[str]
     tuning: Tuning
     advice: Mapping[str, str] = field(default_factory=dict)
+    footprint: Optional[Footprint] = None
 
 
 @dataclass(frozen=True)
@@ -318,6 +321,8 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
                 f"{package}.supported(): unknown strategy {s!r}" for s in support.strategies if s not in strategies
             ]
             problems += [f"{package}.supported(): unknown flag {f!r}" for f in support.flags if f not in flags]
+            if support.footprint is None and set(support.strategies) - {"single"}:
+                problems.append(f"{package}.supported(): parallel strategies and no footprint (resources.py)")
     if "train" in modules and hasattr(modules["train"], "describe_runtime"):
         runtime = modules["train"].describe_runtime()
         if not isinstance(runtime, Runtime):

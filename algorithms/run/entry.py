@@ -28,11 +28,13 @@ from algorithms.run.faults import (
     install_signal_handlers,
     interruption_name,
     is_out_of_memory,
+    is_out_of_processes,
     is_out_of_space,
     out_of_memory_advice,
 )
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from algorithms.run.recorder import check_writable
+from algorithms.run.resources import check_resources, dataset_mb
 from algorithms.run.session import RunSession
 from algorithms.run.threads import set_malloc, set_thread_environment
 from algorithms.run.tuning import apply_tuned, resolve_tuned
@@ -77,24 +79,28 @@ def check_batch_fits(config, train_rows: int) -> None:
 def run_entry_point(wrapper_module: str, prog: str, description: str, argv: Optional[list] = None) -> int:
     try:
         wrapper, session = start_run(wrapper_module, prog, description, sys.argv[1:] if argv is None else list(argv))
-    except (InputError, ResourceError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR if isinstance(error, InputError) else EXIT_RESOURCE_ERROR
+    except (InputError, ResourceError) as error:  # ResourceError: also a process of the run that could not start
+        return refused(error)
     return train_session(wrapper, session)
 
 
 def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> tuple:
     """Everything before the first step: flags and data checked, the wrapper's refusals,
-    --batch_size auto's trials and its launch, this process's environment, the framework
-    loaded; returns (the wrapper's train module, the RunSession). A problem the user can
-    fix raises InputError or ResourceError before any row is written."""
+    the memory its processes and devices will need against what is free, --batch_size
+    auto's trials and its launch, this process's environment, the framework loaded;
+    returns (the wrapper's train module, the RunSession). A problem the user can fix
+    raises InputError, one the machine cannot meet ResourceError, before any row is written."""
     config, dataset = prepare(argv, prog, description)
     check_supported(config, wrapper_module, prog)
-    config = resolve_tuned(config, support_of(wrapper_module).tuning)
+    support = support_of(wrapper_module)
+    config = resolve_tuned(config, support.tuning)
+    notes = check_resources(config, support.footprint, dataset_mb(dataset)) if support.footprint else []
     if config.batch_size_auto:  # trial processes, before this one loads the framework
         config = find_batch_size(config, wrapper_module.split(".")[0], argv, len(dataset.train_x))
     package = importlib.import_module(wrapper_module.split(".")[0])
     package.prepare_process(config, dataset)
+    for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
+        print(note, flush=True)
     package.launch(config, argv)
     parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
@@ -102,6 +108,12 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     apply_tuned(config)  # XLA and TensorFlow read their flags at import
     wrapper = importlib.import_module(wrapper_module)
     return wrapper, RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
+
+
+def refused(error: Exception) -> int:
+    """The user's mistake (status 2) or what the machine cannot do (status 3), in one line."""
+    print(f"error: {error}", file=sys.stderr)
+    return EXIT_INPUT_ERROR if isinstance(error, InputError) else EXIT_RESOURCE_ERROR
 
 
 def enable_parity(wrapper_module: str) -> tuple:
@@ -165,6 +177,10 @@ def train_session(wrapper, session: RunSession) -> int:
             file=sys.stderr,
         )
         return exit_status(interruption)
+    except ResourceError as error:  # a worker process could not be started
+        session.finish(None, None, None, status=f"failed: {error}")
+        print(f"\nerror: {error}", file=sys.stderr)
+        return EXIT_RESOURCE_ERROR
     except PeerLost as lost:
         session.finish(None, None, None, status=f"failed: {lost}")
         print(
@@ -175,6 +191,8 @@ def train_session(wrapper, session: RunSession) -> int:
     except BaseException as error:
         if is_out_of_space(error):
             return out_of_space(session, error)
+        if is_out_of_processes(error):
+            return out_of_processes(session, error)
         if not is_out_of_memory(error):
             session.finish(None, None, None, status=f"failed: {type(error).__name__}: {error}")
             raise
@@ -189,6 +207,18 @@ def train_session(wrapper, session: RunSession) -> int:
         )
         return EXIT_RESOURCE_ERROR
     return 0
+
+
+def out_of_processes(session: RunSession, error: BaseException) -> int:
+    """A thread or process the kernel refused mid-run (a limit on processes, or memory): one line."""
+    why = f"this machine refused the run another thread or process ({str(error).splitlines()[0][:120]})"
+    session.finish(None, None, None, status=f"failed: {why}")
+    print(
+        f"\nerror: {why}: a limit on processes (ulimit -u counts threads too) or memory; run fewer --devices. "
+        f"The rows of the {session.step} finished steps are in {session.csv_path}",
+        file=sys.stderr,
+    )
+    return EXIT_RESOURCE_ERROR
 
 
 def out_of_space(session: RunSession, error: BaseException) -> int:

@@ -111,6 +111,17 @@ def is_out_of_space(error: BaseException) -> bool:
     return any(pattern in str(error).lower() for pattern in OUT_OF_SPACE_TEXT)
 
 
+# a thread or process the kernel refused (EAGAIN: a limit on processes such as RLIMIT_NPROC,
+# which counts threads), as Python's threading, subprocess and the frameworks' own threads say it
+OUT_OF_PROCESSES_TEXT = ("can't start new thread", "resource temporarily unavailable")
+
+
+def is_out_of_processes(error: BaseException) -> bool:
+    if isinstance(error, OSError) and error.errno == errno.EAGAIN:
+        return True
+    return isinstance(error, (OSError, RuntimeError)) and any(p in str(error).lower() for p in OUT_OF_PROCESSES_TEXT)
+
+
 def out_of_memory_advice(batch_size: int, accumulate_supported: bool) -> str:
     smaller = max(1, batch_size // 4)
     advice = f"use a smaller --batch_size (e.g. {smaller})"

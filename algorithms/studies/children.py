@@ -16,19 +16,33 @@ from algorithms.run.flags import OneLineErrorParser
 from algorithms.run.entry import prepare
 from algorithms.run.recorder import read_rows, results_csv_name
 from algorithms.tables import last_line
+from algorithms.studies.child_output import run_logged
+
+# with a log file, the frameworks log everything there; the console filters (child_output.py)
+FRAMEWORK_LOGS_IN_FULL = {"TF_CPP_MIN_LOG_LEVEL": "0", "GLOG_minloglevel": "0"}
 
 
-def run_framework(name: str, flags: list, label: str = "", env: dict = None, quiet: bool = False) -> tuple:
+def run_framework(
+    name: str, flags: list, label: str = "", env: dict = None, quiet: bool = False, log: str = None, verbose=False
+) -> tuple:
     """The entry script of registry name `name` with `flags`, after the line
     `LABEL: python SCRIPT FLAGS` (LABEL: the name); `env` over this process's
     environment and under the framework's own. Its output is shown as it comes, or with
-    `quiet` captured, and only a failure's last line shown. Returns (exit status, wall
-    seconds)."""
+    `quiet` captured, and only a failure's last line shown. With `log`, its stderr goes
+    whole to that file and to the console less the frameworks' start-up notices (every
+    line with `verbose`; child_output.py). Returns (exit status, wall seconds)."""
     framework = get(name)
     print(f"{label or name}: python {framework.script} {' '.join(flags)}", flush=True)
+    command = [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags]
     started = time.perf_counter()
+    if log is not None:
+        print(f"    log: {log}", flush=True)
+        logged_env = {**FRAMEWORK_LOGS_IN_FULL, **os.environ, **(env or {}), **framework.env}
+        code = run_logged(command, logged_env, log, verbose)
+        print(flush=True)
+        return code, time.perf_counter() - started
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags],
+        command,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {}), **framework.env},
         capture_output=quiet,
         text=quiet,

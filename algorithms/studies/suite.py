@@ -20,8 +20,8 @@ from algorithms.analysis.compare import build_report, format_against_first, writ
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
-from algorithms.paths import BASELINE_DIR
-from algorithms.run.argv import without_flags
+from algorithms.paths import BASELINE_DIR, RESULTS_DIR
+from algorithms.run.argv import flag_value, without_flags
 from algorithms.run.recorder import read_rows, run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress
@@ -57,6 +57,12 @@ def parse_suite_args(argv):
         help="comma-separated seeds (e.g. 0,1): every framework runs once per seed, and the seeds' spread "
         "is the run-to-run band the verdicts rest on (default: one run at --seed)",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every line the frameworks write to stderr, their start-up notices (TensorFlow's absl and "
+        "oneDNN lines, Caffe's net dump) too; they are always in <results_dir>/logs/<run_id>/<framework>.log",
+    )
     args, forwarded = children.parse_study_flags(parser, argv)
     seeds = None
     if args.seeds is not None:
@@ -68,7 +74,7 @@ def parse_suite_args(argv):
             parser.error(f"--seeds {args.seeds}: give two or more different seeds")
         if "--seed" in forwarded:
             parser.error("--seeds and --seed: give one of them")
-    return children.framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded
+    return children.framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded, args.verbose
 
 
 def main_command_flags(network, forwarded: list, preset: str) -> tuple:
@@ -85,7 +91,7 @@ def main_command_flags(network, forwarded: list, preset: str) -> tuple:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    names, preset, seeds, forwarded = parse_suite_args(argv)
+    names, preset, seeds, forwarded, verbose = parse_suite_args(argv)
     try:
         config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
         forwarded, note = main_command_flags(config.network, forwarded, preset)
@@ -107,7 +113,9 @@ def main(argv=None) -> int:
         for index, name in enumerate(names, start=1):
             prefix = f"[{index}/{len(names)}{seed_text(seed)}] "
             environment_missing = not_run(get(name), build_logs, prefix)
-            outcomes[name, this_run] = environment_missing or children.run_framework(name, flags, prefix + name)
+            outcomes[name, this_run] = environment_missing or children.run_framework(
+                name, flags, prefix + name, log=framework_log(flags, name), verbose=verbose
+            )
     first_run = runs[0][1]
     csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
     print_agreement(config, csv_paths, first_run)
@@ -148,6 +156,12 @@ def print_agreement(config, csv_paths: list, run_id: str) -> None:
     if len(predictions) >= 2:
         images = len(next(iter(predictions.values())))
         print("\n" + format_agreement(pairwise_agreement(predictions), images))
+
+
+def framework_log(flags: list, name: str) -> str:
+    """Where a framework's whole stderr is kept: <results_dir>/logs/<run_id>/<name>.log."""
+    results_dir = flag_value(flags, "--results_dir", RESULTS_DIR)
+    return os.path.join(results_dir, "logs", flag_value(flags, "--run_id", "-"), f"{name}.log")
 
 
 def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
