@@ -81,6 +81,12 @@ def start_script(script: str, args: list, env_extra: dict | None = None, **popen
     )
 
 
+def framework_param(framework: Framework, slow: bool = False):
+    """A parametrize entry for one framework: marked caffe where it needs pycaffe (built
+    by `make caffe`, which `make test-fast` does not run), slow where asked."""
+    return pytest.param(framework, marks=[pytest.mark.slow] * slow + [pytest.mark.caffe] * (framework.name == "caffe"))
+
+
 def csv_suffix(framework: Framework) -> str:
     """What its results CSV is named after the network: <framework>[_<backend>]."""
     return results_csv_name("", framework.framework, framework.backend)[1 : -len(".csv")]

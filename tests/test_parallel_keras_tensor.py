@@ -153,7 +153,13 @@ def test_tensor_and_hybrid_train_through_model_fit(probed, strategy, devices):
         ("keras_script.py", "jax", ["--strategy", "pipeline"], "--strategy pipeline: Keras has no pipeline-parallel"),
         ("keras_script.py", "jax", ["--strategy", "hybrid", "--devices", "4"], "--strategy hybrid --inner model: "),
         ("keras_script.py", "jax", ["--strategy", "tensor", "--devices", "4"], "--devices 4: jax shards a layer's"),
-        ("caffe_script.py", "", ["--strategy", "pipeline"], "--strategy pipeline: caffe_script.py runs single only: "),
+        pytest.param(
+            "caffe_script.py",
+            "",
+            ["--strategy", "pipeline"],
+            "--strategy pipeline: caffe_script.py runs single only: ",
+            marks=pytest.mark.caffe,
+        ),
     ],
 )
 def test_what_a_framework_cannot_run_is_one_line_before_it_loads(script, backend, argv, message, small_data):
