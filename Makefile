@@ -71,7 +71,7 @@ test: lint legacy-setup caffe
 	$(PY) -m pytest -q tests $(ARGS)
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) || [ $$? -eq 5 ]
 
-# The edit loop's subset (under 4 minutes on 2 cores), main env only, with no Caffe or legacy
+# The edit loop's subset (its budget: 4 minutes on 2 cores), main env only, with no Caffe or legacy
 # env to build: it leaves out the tests marked slow (the multi-process, signal and
 # every-framework runs), those marked caffe (they need pycaffe) and tests/legacy/. CI runs
 # `make test`, which runs every one of them.
