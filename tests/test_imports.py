@@ -167,18 +167,22 @@ def import_graph() -> dict:
     paths = {module_name(path): path for path in algorithms_modules()}
     graph = {}
     for name, path in paths.items():
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = absolute(path, node.level, node.module or "").rstrip(".")
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-            else:
-                continue
-            edges |= {(target, node.lineno) for target in targets if target in paths}
-        graph[name] = edges
+        loaded = modules_loaded(path, ast.walk(ast.parse(path.read_text(), str(path))))
+        graph[name] = {(target, line) for line, target in loaded if target in paths}
     return {_short(name): {(_short(t), line) for t, line in edges if t != name} for name, edges in graph.items()}
+
+
+def modules_loaded(path: Path, nodes) -> list:
+    """(line, absolute module name) for every module the imports among `nodes` may load:
+    `from a.b import c` gives a.b and a.b.c (c may be a module or a name in a.b)."""
+    loaded = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            loaded += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute(path, node.level, node.module or "").rstrip(".")
+            loaded += [(node.lineno, module) for module in [base] + [f"{base}.{alias.name}" for alias in node.names]]
+    return loaded
 
 
 def _short(module: str) -> str:
@@ -272,19 +276,12 @@ def absent_frameworks_imported(path: Path, seen: set) -> list:
         return []
     seen.add(path)
     found = []
-    for node in ast.parse(path.read_text(), str(path)).body:  # module level only: a test imports inside itself
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = absolute(path, node.level, node.module or "").rstrip(".")
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            if name.split(".")[0] in NOT_IN_THE_MAIN_ENV:
-                found.append(f"{where(path, node.lineno)}: {name}")
-            for file in files_run_by_importing(name):
-                found += absent_frameworks_imported(file, seen)
+    # module level only: a test that imports a framework inside itself is collected without it
+    for line, module in modules_loaded(path, ast.parse(path.read_text(), str(path)).body):
+        if module.split(".")[0] in NOT_IN_THE_MAIN_ENV:
+            found.append(f"{where(path, line)}: {module}")
+        for file in files_run_by_importing(module):
+            found += absent_frameworks_imported(file, seen)
     return found
 
 
