@@ -9,7 +9,7 @@ import pytest
 
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run.recorder import CSV_COLUMNS, read_rows, run_ids
-from tests.conftest import csv_suffix, run_script
+from tests.conftest import csv_suffix, framework_param, run_script
 from tests.flags import run_flags
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 from tests.training import assert_trains
@@ -21,7 +21,7 @@ MAIN = [framework for framework in FRAMEWORKS if framework.venv == "main"]  # te
 EPOCHS, BATCH, TRAIN_ROWS = 2, 32, 480  # 600 rows less the 20% validation split
 
 
-@pytest.mark.parametrize("framework", MAIN, ids=[csv_suffix(framework) for framework in MAIN])
+@pytest.mark.parametrize("framework", [framework_param(f) for f in MAIN], ids=[csv_suffix(f) for f in MAIN])
 def test_short_run_lowers_the_loss_and_records_every_step(framework, small_data, tmp_path):
     results = tmp_path / "results"
     suffix = csv_suffix(framework)
@@ -87,6 +87,7 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
     assert [r["phase"] for r in rows] == ["train"] * 3 + ["val"]  # validated at the stop, no test set
 
 
+@pytest.mark.caffe  # Caffe's initial outputs among the others
 def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_data):
     train_csv = str(small_data / "train.csv")
     torch_run = get("torch")
