@@ -45,16 +45,46 @@ def tiny_train(small_data, tmp_path_factory):
     return path
 
 
+def script_env(env_extra: dict | None = None) -> dict:
+    """This process's environment, output unbuffered (a watching test reads it live),
+    TensorFlow's start-up chatter off, then `env_extra`."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
+
+
 def run_script(script: str, args: list, env_extra: dict | None = None, timeout: int = 600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env_extra or {})}
+    return run_python([os.path.join(REPO_ROOT, script), *args], env_extra, timeout)
+
+
+def run_module(module: str, args: list, env_extra: dict | None = None, timeout: int = 600):
+    """`python -m module args`, from the repository root."""
+    return run_python(["-m", module, *args], env_extra, timeout)
+
+
+def run_python(argv: list, env_extra: dict | None = None, timeout: int = 600):
+    """This Python with `argv`, from the repository root; its output captured as text."""
     return subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, script), *args],
+        [sys.executable, *argv],
         cwd=REPO_ROOT,
-        env=env,
+        env=script_env(env_extra),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def start_script(script: str, args: list, env_extra: dict | None = None, **popen) -> subprocess.Popen:
+    """run_script's twin for a run the test watches, signals or kills: stdout and stderr
+    piped as text unless `popen` says otherwise."""
+    options = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+    return subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, script), *args], cwd=REPO_ROOT, env=script_env(env_extra), **options
+    )
+
+
+def framework_param(framework: Framework, slow: bool = False):
+    """A parametrize entry for one framework: marked caffe where it needs pycaffe (built
+    by `make caffe`, which `make test-fast` does not run), slow where asked."""
+    return pytest.param(framework, marks=[pytest.mark.slow] * slow + [pytest.mark.caffe] * (framework.name == "caffe"))
 
 
 def csv_suffix(framework: Framework) -> str:

@@ -7,7 +7,6 @@ server or Hogwild worker ends the run with one line, its rows kept."""
 import csv
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -15,14 +14,15 @@ import numpy as np
 import pytest
 
 from algorithms.run.recorder import read_rows
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_module, run_script, script_env, start_script
+from tests.flags import flags, run_flags
 from tests.listening import LOOPBACK, run_watching_sockets
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 CSV_NAME = f"{NETWORK}_torch.csv"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # the processes share two cores
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # the processes share two cores
 KILLED_RUN_MUST_END_S = 60
 EXIT_PEER_LOST = 4
 
@@ -37,13 +37,8 @@ RUNS = {  # name: the strategy flags (one epoch of the small data: 15 steps of 3
 }
 
 
-def flags(small_data, results, *extra):
-    return ["--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "32", "--threads", "1"] + [
-        "--results_dir",
-        str(results),
-        "--quiet",
-        *extra,
-    ]
+def torch_flags(small_data, results, *extra, quiet=True):
+    return run_flags(small_data / "train.csv", results, quiet=quiet, batch_size=32, threads=1) + list(extra)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +49,12 @@ def run(small_data, tmp_path_factory):
     def get(name):
         if name not in done:
             results = tmp_path_factory.mktemp(name) / "results"
-            command = [sys.executable, "torch_script.py", *flags(small_data, results, "--num_epochs", "1", *RUNS[name])]
-            proc, sockets = run_watching_sockets(command, ENV, REPO_ROOT)
+            command = [
+                sys.executable,
+                "torch_script.py",
+                *torch_flags(small_data, results, "--num_epochs", "1", *RUNS[name]),
+            ]
+            proc, sockets = run_watching_sockets(command, script_env(ONE_THREAD), REPO_ROOT)
             assert proc.returncode == 0, proc.stderr[-3000:]
             done[name] = ([r for r in read_rows(str(results / CSV_NAME)) if r["phase"] == "train"], sockets)
         return done[name]
@@ -122,16 +121,8 @@ def test_a_killed_process_ends_the_run_in_one_line_within_a_minute_rows_kept(
     small_data, tmp_path, strategy, victim, named
 ):
     results = tmp_path / "results"
-    command = ["torch_script.py", *flags(small_data, results, "--num_epochs", "50", "--strategy", strategy)]
-    run = subprocess.Popen(
-        [sys.executable, *command, "--devices", "2"],
-        cwd=REPO_ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    argv = torch_flags(small_data, results, "--num_epochs", "50", "--strategy", strategy, "--devices", "2")
+    run = start_script("torch_script.py", argv, ONE_THREAD, start_new_session=True)
     try:
         csv_path, deadline = results / CSV_NAME, time.monotonic() + 120
         while not (csv_path.exists() and len(read_rows(str(csv_path))) >= 3):  # updates are being applied
@@ -159,26 +150,9 @@ def test_a_killed_process_ends_the_run_in_one_line_within_a_minute_rows_kept(
 def drift(small_data, tmp_path_factory):
     """The drift command on torch with --strategy async: two synchronous runs, two async ones."""
     results, run_id = tmp_path_factory.mktemp("drift"), "asyncdrift"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "algorithms.studies.drift",
-            "--only",
-            "torch",
-            "--steps",
-            str(DRIFT_STEPS),
-            "--run_id",
-            run_id,
-        ]
-        + flags(small_data, results / "results", "--strategy", "async", "--devices", "2")
-        + ["--results_log", str(results / "results.log")],
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = flags(only="torch", steps=DRIFT_STEPS, run_id=run_id, results_log=results / "results.log")
+    argv += torch_flags(small_data, results / "results", "--strategy", "async", "--devices", "2")
+    proc = run_module("algorithms.studies.drift", argv, ONE_THREAD)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(results / "results" / f"{run_id}.csv") as handle:
         report = {row["framework"]: row for row in csv.DictReader(handle)}
@@ -215,16 +189,9 @@ def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchr
 
 def test_the_scaling_report_runs_async_at_equal_samples_with_throughput_from_wall_time(small_data, tmp_path):
     results, steps = tmp_path / "results", 4
-    proc = subprocess.run(
-        [sys.executable, "scaling_report.py", "--frameworks", "torch", "--strategy", "async", "--devices", "2"]
-        + ["--max_steps", str(steps), "--run_id", "scaling-async"]
-        + flags(small_data, results)[:-1],  # the report sets --quiet itself
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    argv = flags(frameworks="torch", strategy="async", devices=2, max_steps=steps, run_id="scaling-async")
+    argv += torch_flags(small_data, results, quiet=False)  # the report sets --quiet itself
+    proc = run_script("scaling_report.py", argv, ONE_THREAD)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(results / "scaling" / "scaling-async.csv") as handle:
         (two,) = csv.DictReader(handle)

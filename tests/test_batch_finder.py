@@ -16,7 +16,7 @@ from algorithms.run.batch_finder import START_BATCH, Trial, search
 from algorithms.registry.frameworks import get
 from algorithms.paths import REPO_ROOT
 from algorithms.run.recorder import read_rows
-from tests.conftest import csv_suffix, run_script
+from tests.conftest import csv_suffix, framework_param, run_script
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 
@@ -120,7 +120,9 @@ def assert_a_trial_measures_the_wrappers_steps_and_memory(framework, train, tmp_
 
 
 @pytest.mark.slow  # a framework process each
-@pytest.mark.parametrize("framework", TRIED_HERE, ids=[framework.name for framework in TRIED_HERE])
+@pytest.mark.parametrize(
+    "framework", [framework_param(f) for f in TRIED_HERE], ids=[framework.name for framework in TRIED_HERE]
+)
 def test_a_trial_measures_the_wrappers_steps_and_memory(framework, tiny_train, tmp_path):
     assert_a_trial_measures_the_wrappers_steps_and_memory(framework, tiny_train, tmp_path)
 

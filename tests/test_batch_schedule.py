@@ -3,8 +3,6 @@ its refusals, and --target_accuracy (time to accuracy)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,8 +13,8 @@ from algorithms.spec.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run.recorder import read_rows, results_csv_name
 from algorithms.run.session import RunSession
-from algorithms.paths import REPO_ROOT
-from tests.conftest import csv_suffix, run_script
+from tests.conftest import csv_suffix, framework_param, run_module, run_script
+from tests.flags import run_flags
 
 SCHEDULE = "1:20,2:40"  # small_data at --validation_split 0.6: 240 training rows, 12 steps of 20, then 6 of 40
 BATCHES = ((1, 20), (2, 40))
@@ -25,24 +23,17 @@ SLOW = {"keras_torch", "keras_jax", "keras_tensorflow", "tensorflow", "caffe"}  
 MAIN = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
 
-def run_module(args: list):
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-
-
 def run_schedule(framework, small_data, tmp_path, extra=()):
     """A 2-epoch run at SCHEDULE; returns (rows, results.log text)."""
     lr_flags = ["--lr_scaling", "linear"] if "--lr_scaling linear" in framework_flags(framework) else []
-    args = [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--num_epochs",
-        "2",
-        "--validation_split",
-        "0.6",
-    ]
-    args += ["--batch_schedule", SCHEDULE, "--results_dir", str(tmp_path / "results"), "--threads", "2", "--quiet"]
+    args = run_flags(
+        small_data / "train.csv",
+        tmp_path / "results",
+        num_epochs=2,
+        validation_split=0.6,
+        batch_schedule=SCHEDULE,
+        threads=2,
+    )
     result = run_script(framework.script, args + lr_flags + list(extra), framework.env)
     assert result.returncode == 0, result.stderr[-3000:]
     name = results_csv_name("cnn2d_3layer_fullconnected_3layer", framework.framework, framework.backend)
@@ -75,7 +66,7 @@ def check_schedule_rows(rows: list, log: str, lr_follows: bool) -> None:
 
 @pytest.mark.parametrize(
     "framework",
-    [pytest.param(f, marks=pytest.mark.slow) if f.name in SLOW else f for f in MAIN],
+    [framework_param(f, slow=f.name in SLOW) for f in MAIN],
     ids=[csv_suffix(f) for f in MAIN],
 )
 def test_a_schedules_batches_are_in_every_row_and_each_epoch_covers_the_data_once(framework, small_data, tmp_path):
@@ -252,21 +243,22 @@ def test_the_batch_study_matches_each_lr_decay_with_a_batch_growth():
 
 
 def test_the_batch_study_refuses_a_framework_without_an_lr_hook():
-    result = run_module(["algorithms.studies.batch_study", "--framework", "caffe"])
+    result = run_module("algorithms.studies.batch_study", ["--framework", "caffe"])
     assert result.returncode == 2 and "no per-step lr hook" in result.stderr
 
 
 @pytest.mark.slow
 def test_the_batch_study_prints_both_arms_and_plots(small_data, tmp_path):
-    args = [
-        "algorithms.studies.batch_study",
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        str(small_data / "test.csv"),
-    ]
-    args += ["--batch", "120", "--num_epochs", "2", "--decay_epochs", "2", "--results_dir", str(tmp_path / "r")]
-    result = run_module(args + ["--threads", "2", "--quiet"])
+    args = run_flags(
+        small_data / "train.csv",
+        tmp_path / "r",
+        test=small_data / "test.csv",
+        batch=120,
+        num_epochs=2,
+        decay_epochs=2,
+        threads=2,
+    )
+    result = run_module("algorithms.studies.batch_study", args)
     assert result.returncode == 0, result.stderr[-2000:]
     table = result.stdout[result.stdout.index("arm  ") :].splitlines()
     decay, growth = table[2].split(), table[3].split()

@@ -18,20 +18,11 @@ from algorithms.bench.probe import paired_ratio, step_schedule
 from algorithms.run.recorder import read_rows
 from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script
+from tests.flags import flags, run_flags
 
 
 def small_flags(small_data, tmp_path) -> list:
-    return [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--results_dir",
-        str(tmp_path / "results"),
-        "--batch_size",
-        "32",
-        "--quiet",
-    ]
+    return run_flags(small_data / "train.csv", tmp_path / "results", batch_size=32)
 
 
 def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
@@ -55,39 +46,21 @@ def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp
 
 def test_benchmark_table_reads_back(small_data, tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(REPO_ROOT, "benchmark.py"),
-            "--only",
-            "torch",
-            "--train",
-            str(small_data / "train.csv"),
-            "--batch_size",
-            "32",
-            "--steps",
-            "2",
-            "--block",
-            "1",
-            "--thread_steps",
-            "1",
-            "--gemm",
-            "256",
-            "--data_rows",
-            "300",
-            "--skip_compiled",
-            "--profile",
-            "all",
-            "--profile_steps",
-            "2",
-            "--out",
-            str(out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    argv = flags(
+        only="torch",
+        train=small_data / "train.csv",
+        batch_size=32,
+        steps=2,
+        block=1,
+        thread_steps=1,
+        gemm=256,
+        data_rows=300,
+        skip_compiled=True,
+        profile="all",
+        profile_steps=2,
+        out=out,
     )
+    proc = run_script("benchmark.py", argv, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tables = [
         path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith(("_data.csv", "_profile.csv"))
@@ -182,7 +155,10 @@ def test_malloc_reuse_keeps_freed_pages_so_steps_stop_faulting():
 
 @pytest.mark.parametrize(
     "script, backend, mode",
-    [("caffe_script.py", None, ["--compile"]), ("keras_script.py", "jax", ["--execution", "graph"])],
+    [
+        pytest.param("caffe_script.py", None, ["--compile"], marks=pytest.mark.caffe),
+        ("keras_script.py", "jax", ["--execution", "graph"]),
+    ],
 )
 def test_an_execution_mode_a_framework_lacks_is_refused_in_one_line(small_data, tmp_path, script, backend, mode):
     """Caffe is graph-only; Keras on jax is compiled (its default) or eager, with no graph mode."""

@@ -1,23 +1,30 @@
 """Caffe specifics: the generated prototxt round-trips through Caffe's own protobuf
 messages, and OpenCV's independent Caffe importer reproduces pycaffe's outputs from
-the deploy net and the trained weights a run leaves behind."""
+the deploy net and the trained weights a run leaves behind.
+
+pycaffe is built by `make caffe`, which `make test` runs first; it is imported inside
+the tests, so that `make test-fast` (-m "not caffe", no Caffe build) collects this file."""
 
 import glob
 
-import caffe  # built by `make caffe`, which `make test` runs first
 import cv2
 import numpy as np
 import pytest
-from caffe.proto import caffe_pb2
 
 from algorithms.spec.data import load_kaggle_csv
 from algorithms.spec.networks import NETWORKS
-from caffe_wrapper.model import build_model, read_prototxt, solver_parameter, write_prototxt
 from tests.conftest import run_script
+from tests.flags import run_flags
+
+pytestmark = pytest.mark.caffe
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
 def test_prototxt_round_trips_through_caffe_pb2(name, tmp_path):
+    from caffe.proto import caffe_pb2
+
+    from caffe_wrapper.model import build_model, read_prototxt, solver_parameter, write_prototxt
+
     network = NETWORKS[name]
     for deploy in (False, True):
         message = build_model(network, batch_size=8, deploy=deploy)
@@ -31,6 +38,8 @@ def test_prototxt_round_trips_through_caffe_pb2(name, tmp_path):
 
 
 def test_three_layer_prototxt_folds_zero_padding_into_the_convolutions():
+    from caffe_wrapper.model import build_model
+
     net = build_model(NETWORKS["cnn2d_3layer_fullconnected_3layer"], batch_size=4, deploy=False)
     types = [layer.type for layer in net.layer]
     assert types == [
@@ -63,21 +72,11 @@ def test_three_layer_prototxt_folds_zero_padding_into_the_convolutions():
 
 
 def test_opencv_reproduces_pycaffe_from_the_runs_deploy_net_and_weights(small_data, tmp_path):
+    import caffe
+
     results = tmp_path / "results"
     proc = run_script(
-        "caffe_script.py",
-        [
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--max_steps",
-            "5",
-            "--batch_size",
-            "32",
-            "--results_dir",
-            str(results),
-        ],
+        "caffe_script.py", run_flags(small_data / "train.csv", results, quiet=False, max_steps=5, batch_size=32)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (directory,) = glob.glob(str(results / "caffe" / "*"))

@@ -1,43 +1,29 @@
-"""The compare command on real result CSVs: a CSV against itself is the same, two
-seeds are told apart, and the printed numbers are recomputed here from the rows."""
+"""The compare command on results CSVs: a CSV against itself is the same, two seeds
+are told apart, the printed numbers are recomputed here from the rows, and a run is
+judged against the baselines' band. The CSVs are written by the recorder's own writer
+(tests/synthetic_runs.py); one slow test checks the band on real torch runs."""
+
+import shutil
 
 import numpy as np
 import pytest
 
+from algorithms.analysis.baseline import check_run
 from algorithms.analysis.compare import build_report, format_report, main
+from algorithms.analysis.runs import load_run
 from algorithms.run.recorder import read_rows, run_ids
 from tests.conftest import run_script
+from tests.flags import run_flags
+from tests.synthetic_runs import NETWORK, seed_curve, stuck_curve, write_run
 
-NETWORK = "cnn2d_3layer_fullconnected_3layer"
 
-
-@pytest.fixture(scope="module")
-def two_seeds(small_data, tmp_path_factory):
-    """Two real torch runs, seeds 0 and 1, in one CSV."""
-    results = tmp_path_factory.mktemp("compare") / "results"
+@pytest.fixture
+def two_seeds(tmp_path):
+    """Two torch runs, seeds 0 and 1, in one CSV."""
+    path = tmp_path / "results" / f"{NETWORK}_torch.csv"
     for seed in (0, 1):
-        proc = run_script(
-            "torch_script.py",
-            [
-                "--train",
-                str(small_data / "train.csv"),
-                "--test",
-                "none",
-                "--num_epochs",
-                "2",
-                "--batch_size",
-                "32",
-                "--seed",
-                str(seed),
-                "--results_dir",
-                str(results),
-                "--run_id",
-                f"seed{seed}",
-                "--quiet",
-            ],
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(results / f"{NETWORK}_torch.csv")
+        write_run(path, f"seed{seed}", *seed_curve(seed))
+    return str(path)
 
 
 def test_a_run_against_itself_is_the_same(two_seeds, tmp_path, capsys):
@@ -89,45 +75,52 @@ def test_summation_order_changes_the_float32_sum_by_a_measured_amount():
     assert len(set(totals.values())) > 1  # the order matters in float32
 
 
-def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_path):
-    """Seeds 0 and 1 as the baseline: seed 0 rerun is within the band, a learning rate
-    20x too high is outside, another batch size is not checked (and says why)."""
-    import shutil
-
-    from algorithms.analysis.baseline import check_run
-    from algorithms.analysis.runs import load_run
-
+def as_baselines(seeds_csv: str, tmp_path) -> str:
+    """A baseline folder holding these seeds' runs."""
     baseline_dir = tmp_path / "baseline"
     baseline_dir.mkdir()
-    shutil.copy(two_seeds, baseline_dir / f"{NETWORK}_torch.csv")
-    results = tmp_path / "new"
-    common = [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--num_epochs",
-        "2",
-        "--results_dir",
-        str(results),
-        "--quiet",
-    ]
-    for run_id, extra in (
-        ("rerun", ["--batch_size", "32"]),
-        ("hot", ["--batch_size", "32", "--learning_rate", "1.0"]),
-        ("wide", ["--batch_size", "64"]),
-    ):
-        proc = run_script("torch_script.py", common + extra + ["--run_id", run_id])
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    path = results / f"{NETWORK}_torch.csv"
-    rerun = check_run(load_run(f"{path}@rerun"), str(baseline_dir))
+    shutil.copy(seeds_csv, baseline_dir / f"{NETWORK}_torch.csv")
+    return str(baseline_dir)
+
+
+def assert_rerun_within_and_hot_outside(path, baseline_dir: str) -> None:
+    rerun = check_run(load_run(f"{path}@rerun"), baseline_dir)
     assert rerun.verdict == "within", rerun.detail
-    hot = check_run(load_run(f"{path}@hot"), str(baseline_dir))
+    hot = check_run(load_run(f"{path}@hot"), baseline_dir)
     assert hot.verdict == "outside", hot.detail
-    wide = check_run(load_run(f"{path}@wide"), str(baseline_dir))
-    assert wide.verdict == "not checked" and "the baselines ran at batch 32" in wide.detail
-    report = build_report([f"{path}@rerun", f"{path}@hot"], [], str(baseline_dir))
+    report = build_report([f"{path}@rerun", f"{path}@hot"], [], baseline_dir)
     assert "within the baseline band" in format_report(report) and "outside the baseline band" in format_report(report)
+
+
+def test_a_run_is_checked_against_the_baseline_band(two_seeds, tmp_path):
+    """Seeds 0 and 1 as the baseline: seed 0 rerun is within the band, a run that learned
+    nothing is outside, another batch size is not checked (and says why)."""
+    baseline_dir = as_baselines(two_seeds, tmp_path)
+    path = tmp_path / "new" / f"{NETWORK}_torch.csv"
+    write_run(path, "rerun", *seed_curve(0))
+    write_run(path, "hot", *stuck_curve())
+    write_run(path, "wide", *seed_curve(0), global_batch=64)
+    assert_rerun_within_and_hot_outside(path, baseline_dir)
+    wide = check_run(load_run(f"{path}@wide"), baseline_dir)
+    assert wide.verdict == "not checked" and "the baselines ran at batch 32" in wide.detail
+
+
+@pytest.mark.slow  # four real torch runs
+def test_real_runs_seed_band_holds_a_rerun_and_excludes_a_learning_rate_20x_too_high(small_data, tmp_path):
+    """What only real runs show: the band two real seeds span is wide enough for a real
+    rerun of seed 0 and narrow enough to exclude a real run at 20x the learning rate."""
+    seeds, new = tmp_path / "seeds", tmp_path / "new"
+    for results, run_id, extra in (
+        (seeds, "seed0", ["--seed", "0"]),
+        (seeds, "seed1", ["--seed", "1"]),
+        (new, "rerun", []),
+        (new, "hot", ["--learning_rate", "1.0"]),
+    ):
+        argv = run_flags(small_data / "train.csv", results, num_epochs=2, batch_size=32, run_id=run_id) + extra
+        proc = run_script("torch_script.py", argv)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    baseline_dir = as_baselines(str(seeds / f"{NETWORK}_torch.csv"), tmp_path)
+    assert_rerun_within_and_hot_outside(new / f"{NETWORK}_torch.csv", baseline_dir)
 
 
 def test_the_shipped_baselines_cover_every_framework_and_both_networks():
@@ -225,8 +218,6 @@ def test_a_cross_framework_pair_is_judged_against_the_band_and_never_from_a_fixe
 
 def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seeds, tmp_path):
     """Seeds 0 and 1 shipped as baselines give the band a single new run is judged against."""
-    import shutil
-
     from algorithms.analysis.compare import format_against_first
 
     baseline_dir = tmp_path / "baseline" / "default"

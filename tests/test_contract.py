@@ -23,6 +23,7 @@ from algorithms.run.tuning import Tuning
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.paths import REPO_ROOT
+from tests.conftest import framework_param
 
 MAIN_ENV = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
@@ -42,7 +43,7 @@ def assert_meets_the_contract(framework, timeout: int = 300) -> None:
     assert "meets the wrapper contract" in proc.stdout
 
 
-@pytest.mark.parametrize("framework", MAIN_ENV, ids=[f.name for f in MAIN_ENV])
+@pytest.mark.parametrize("framework", [framework_param(f) for f in MAIN_ENV], ids=[f.name for f in MAIN_ENV])
 def test_every_wrapper_meets_the_contract(framework):
     assert_meets_the_contract(framework)
 

@@ -1,15 +1,16 @@
 """The loss checks are right both ways: quiet on the first epochs of every preset on
 the default data, and still naming the real problems (unnormalised pixels, labels
 shuffled apart from their images, a learning rate of 10). Real torch runs, the
-lightest entry script; the rule itself (faults.stuck_loss_problem) on loss curves."""
+lightest entry script; the rule itself (faults.stuck_loss_problem) on loss curves.
+The runs that reach the judgement on the default data are slow; each warning has a
+fast real check too (a few steps on the small data), or its rule's checks on curves."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
+import pytest
 
 from algorithms.run.faults import (
     STUCK_MIN_SAMPLES,
@@ -19,7 +20,8 @@ from algorithms.run.faults import (
     stuck_loss_problem,
 )
 from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import run_python, run_script
+from tests.flags import run_flags
 
 CHANCE = math.log(10)
 VAL_LABELS = np.arange(800) % 10  # the default data's validation rows are about this balanced
@@ -42,10 +44,7 @@ def _evidence(epoch, updates_per_epoch, batch, train_loss, val_loss, val_accurac
 
 
 def _train(tmp_path, train, *flags):
-    proc = run_script(
-        "torch_script.py",
-        ["--train", str(train), "--test", "none", "--results_dir", str(tmp_path / "results"), "--quiet", *flags],
-    )
+    proc = run_script("torch_script.py", run_flags(train, tmp_path / "results") + list(flags))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stderr
 
@@ -53,6 +52,7 @@ def _train(tmp_path, train, *flags):
 # --------------------------------------------------------------------------- quiet on healthy runs
 
 
+@pytest.mark.slow  # 6 epochs of the default data
 def test_the_3_layer_preset_is_not_called_stuck_before_or_at_the_judgement(full_data, tmp_path):
     """Batch 1000 on the 3,200 default rows: 4 updates an epoch, judged at the end of
     epoch 5 (20 updates); its first epoch (val_loss 2.28) used to be called stuck."""
@@ -62,6 +62,7 @@ def test_the_3_layer_preset_is_not_called_stuck_before_or_at_the_judgement(full_
     assert "diagnostics: none" in (tmp_path / "results.log").read_text()
 
 
+@pytest.mark.slow  # 40 steps of batch 50: the judgement's 2,000 samples
 def test_the_2_layer_preset_is_quiet_after_its_first_steps(full_data, tmp_path):
     """Batch 50: 40 updates (2,000 samples) reach the judgement within the first epoch."""
     assert CNN2D_2LAYER.training.batch_size * 40 >= STUCK_MIN_SAMPLES
@@ -72,6 +73,7 @@ def test_the_2_layer_preset_is_quiet_after_its_first_steps(full_data, tmp_path):
 # --------------------------------------------------------------------------- still warns on real problems
 
 
+@pytest.mark.slow  # an epoch of the default data: the judgement's 2,000 samples
 def test_labels_shuffled_apart_from_their_images_are_named(full_data, tmp_path):
     lines = (full_data / "train.csv").read_text().splitlines()
     labels = [line.split(",", 1)[0] for line in lines[1:]]
@@ -88,10 +90,17 @@ def test_labels_shuffled_apart_from_their_images_are_named(full_data, tmp_path):
     assert "the net learned nothing" in err and "labels shuffled apart from their images" in err
 
 
+@pytest.mark.slow  # 2 epochs of the default data
 def test_a_learning_rate_of_10_is_named(full_data, tmp_path):
     err = _train(tmp_path, full_data / "train.csv", "--learning_rate", "10", "--num_epochs", "2")
     assert "warning: the loss became" in err and "the learning rate (10) is likely too high" in err, err
     assert err.count("warning:") == 1, err  # named once, at the epoch it diverged
+
+
+def test_a_learning_rate_of_10_is_named_after_one_epoch_of_the_small_data(small_data, tmp_path):
+    err = _train(tmp_path, small_data / "train.csv", "--learning_rate", "10", "--batch_size", "32", "--num_epochs", "1")
+    assert "warning: the loss became" in err and "the learning rate (10) is likely too high" in err, err
+    assert err.count("warning:") == 1, err
 
 
 UNNORMALISED_RUN = """
@@ -104,30 +113,21 @@ sys.exit(run_entry_point("torch_wrapper.train", "torch_script.py", "x255", sys.a
 """
 
 
-def test_pixels_fed_as_0_255_are_named(full_data, tmp_path):
+def _train_unnormalised(tmp_path, train, **flags) -> str:
     """The loader scales pixels to [0, 1] (data.load_kaggle_csv); patched to leave them 0-255."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            UNNORMALISED_RUN,
-            "--train",
-            str(full_data / "train.csv"),
-            "--test",
-            "none",
-            "--num_epochs",
-            "1",
-            "--results_dir",
-            str(tmp_path / "results"),
-            "--quiet",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_python(["-c", UNNORMALISED_RUN, *run_flags(train, tmp_path / "results", **flags)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: the first step's loss is" in proc.stderr and "input not normalised" in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+@pytest.mark.slow  # an epoch of the default data
+def test_pixels_fed_as_0_255_are_named(full_data, tmp_path):
+    _train_unnormalised(tmp_path, full_data / "train.csv", num_epochs=1)
+
+
+def test_pixels_fed_as_0_255_are_named_at_the_first_step(small_data, tmp_path):
+    _train_unnormalised(tmp_path, small_data / "train.csv", max_steps=1)
 
 
 # --------------------------------------------------------------------------- the rule on loss curves

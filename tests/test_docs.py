@@ -6,7 +6,6 @@ to a file (and heading) that exists."""
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import re
 import shlex
@@ -32,8 +31,6 @@ LINKED_DOCS = [
 NOT_COMMANDS = {"text"}
 # scripts that re-execute themselves in .venv-legacy: their --help is checked with its Python
 LEGACY_SCRIPTS = {"lasagne_script.py", "keras_theano_backend.py"}
-# Make targets a document shows before the Makefile has them: target -> reason
-EXPECTED_TARGETS = {"test-fast": "the quick subset for the edit loop, added to the Makefile by issue 14"}
 # Commands that cannot be checked by --help: how each is checked instead
 NOT_BY_HELP = {
     "algorithms.registry.capabilities": "takes no flags and prints the capability table: run as shown, "
@@ -118,12 +115,15 @@ MAKE_TARGETS = sorted({key[1] for key in CHECKS if key[0] == "make"})
 
 
 def skip_reason(check: tuple):
-    interpreter, argv, _ = check[1:]
+    interpreter = check[1]
     if interpreter == "legacy" and not os.path.exists(LEGACY_PYTHON):
         return f"{LEGACY_PYTHON} is missing (`make legacy-setup` builds it; CI has it)"
-    if argv[0] == "caffe_script.py" and importlib.util.find_spec("caffe") is None:
-        return "pycaffe is not installed in this env: caffe_script.py needs it before it parses flags (`make caffe`)"
     return None
+
+
+def check_param(check: tuple):
+    """caffe_script.py needs pycaffe before it parses flags: its check is marked caffe."""
+    return pytest.param(check, marks=[pytest.mark.caffe] * (check[2][0] == "caffe_script.py"))
 
 
 def run_check(check: tuple) -> subprocess.CompletedProcess:
@@ -136,9 +136,15 @@ def run_check(check: tuple) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def help_outputs():
-    """Every runnable check, run once, four at a time (each is a Python start-up)."""
-    runnable = [check for check in RUN_CHECKS if skip_reason(check) is None]
+def help_outputs(request):
+    """Every runnable check a selected test needs (-m "not caffe" leaves caffe_script.py's
+    out), run once, four at a time (each is a Python start-up)."""
+    selected = {
+        item.callspec.params["check"]
+        for item in request.session.items
+        if hasattr(item, "callspec") and "check" in item.callspec.params
+    }
+    runnable = [check for check in RUN_CHECKS if check in selected and skip_reason(check) is None]
     with ThreadPoolExecutor(max_workers=4) as pool:
         return dict(zip(runnable, pool.map(run_check, runnable)))
 
@@ -149,7 +155,9 @@ def test_the_docs_show_commands_and_every_one_is_known():
     assert not unknown, "commands this test cannot check; teach check_of or list them: " + "; ".join(unknown)
 
 
-@pytest.mark.parametrize("check", RUN_CHECKS, ids=lambda check: f"{CHECKS[check][0]} {' '.join(check[2])}")
+@pytest.mark.parametrize(
+    "check", [check_param(check) for check in RUN_CHECKS], ids=lambda check: f"{CHECKS[check][0]} {' '.join(check[2])}"
+)
 def test_a_shown_command_runs(check, help_outputs):
     reason = skip_reason(check)
     if reason:
@@ -168,8 +176,6 @@ def test_a_shown_make_target_exists(target):
     proc = subprocess.run(
         ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", target], capture_output=True, text=True, timeout=60
     )
-    if proc.returncode != 0 and target in EXPECTED_TARGETS:
-        pytest.skip(f"make {target}: not in the Makefile yet ({EXPECTED_TARGETS[target]})")
     assert proc.returncode == 0, f"{', '.join(CHECKS[('make', target)])}: make -n {target}: {proc.stderr[-1000:]}"
 
 

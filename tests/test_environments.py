@@ -98,15 +98,24 @@ def test_the_reason_is_the_line_that_says_what_failed():
     assert reason_and_fix(pip_on_python_312) == ("ERROR: No matching distribution found for numpy==1.23.5", "")
 
 
-def test_make_compare_builds_only_the_main_env_and_make_test_builds_every_one():
-    def planned(target):
-        return subprocess.run(
-            ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+def planned(target: str) -> str:
+    """What `make target` would run, every prerequisite rebuilt."""
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
+
+def test_make_compare_builds_only_the_main_env_and_make_test_builds_every_one():
     compare, test = planned("compare"), planned("test")
     assert "run_all.py" in compare and "venv-legacy" not in compare and "build_caffe.sh" not in compare
     assert "python3.11 -m venv .venv-legacy" in test and "build_caffe.sh" in test
+
+
+def test_make_test_fast_builds_neither_caffe_nor_the_legacy_env_and_make_test_runs_what_it_leaves_out():
+    fast, test = planned("test-fast"), planned("test")
+    assert "build_caffe.sh" not in fast and "venv-legacy" not in fast
+    assert '-m pytest -q -m "not slow and not caffe" tests' in fast
+    assert "-m pytest -q tests \n" in test and "-m pytest -q tests/legacy" in test  # every marker, no filter

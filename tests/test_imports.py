@@ -1,8 +1,9 @@
 """The layering, read from the source with `ast` (every import, those inside
 functions too): algorithms/ imports no framework, its layers import only the layers
 below them and no module of it is part of an import cycle; a wrapper imports no
-sibling wrapper; and the framework registry names real scripts and packages, and is
-what the commands offer."""
+sibling wrapper; the framework registry names real scripts and packages, and is
+what the commands offer; and collecting tests/ imports no framework the main env may
+lack (pycaffe before `make caffe`, the Theano family)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from algorithms.paths import REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
 FRAMEWORK_MODULES = {"tensorflow", "torch", "jax", "jaxlib", "keras", "theano", "lasagne", "caffe"}
+# what the main env has only after `make caffe` (pycaffe), or never (.venv-legacy's Theano family)
+NOT_IN_THE_MAIN_ENV = {"caffe", "theano", "lasagne"}
 # besides the frameworks, what a wrapper may import from outside the project:
 # numpy (the arrays it hands to algorithms/) and google.protobuf (Caffe's net format)
 WRAPPER_THIRD_PARTY = {"numpy", "google"}
@@ -44,7 +47,7 @@ def imports(path: Path) -> list:
 
 
 def where(path: Path, line: int) -> str:
-    return f"{path.relative_to(ROOT)}:{line}"
+    return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}"
 
 
 def algorithms_modules() -> list:
@@ -164,18 +167,22 @@ def import_graph() -> dict:
     paths = {module_name(path): path for path in algorithms_modules()}
     graph = {}
     for name, path in paths.items():
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = absolute(path, node.level, node.module or "").rstrip(".")
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-            else:
-                continue
-            edges |= {(target, node.lineno) for target in targets if target in paths}
-        graph[name] = edges
+        loaded = modules_loaded(path, ast.walk(ast.parse(path.read_text(), str(path))))
+        graph[name] = {(target, line) for line, target in loaded if target in paths}
     return {_short(name): {(_short(t), line) for t, line in edges if t != name} for name, edges in graph.items()}
+
+
+def modules_loaded(path: Path, nodes) -> list:
+    """(line, absolute module name) for every module the imports among `nodes` may load:
+    `from a.b import c` gives a.b and a.b.c (c may be a module or a name in a.b)."""
+    loaded = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            loaded += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute(path, node.level, node.module or "").rstrip(".")
+            loaded += [(node.lineno, module) for module in [base] + [f"{base}.{alias.name}" for alias in node.names]]
+    return loaded
 
 
 def _short(module: str) -> str:
@@ -294,3 +301,51 @@ def test_backends_load_no_run_core_and_no_benchmark_from_algorithms():
 
 def test_the_reach_check_sees_the_probe_load_the_run_core():
     assert set(RUN_CORE) <= algorithms_reached({"bench/probe"}, import_graph())
+
+
+def files_run_by_importing(module: str) -> list:
+    """The project's files `import module` runs: each package's __init__.py, then the module."""
+    parts, files = module.split("."), []
+    for end in range(1, len(parts) + 1):
+        base = ROOT.joinpath(*parts[:end])
+        found = [path for path in (base / "__init__.py", base.with_suffix(".py")) if path.is_file()]
+        if not found:
+            break
+        files.append(found[0])
+    return files
+
+
+def absent_frameworks_imported(path: Path, seen: set) -> list:
+    """'file:line: module' for every import of a NOT_IN_THE_MAIN_ENV framework that importing
+    `path` runs: its module-level imports, followed through the project's own modules."""
+    if path in seen:
+        return []
+    seen.add(path)
+    found = []
+    # module level only: a test that imports a framework inside itself is collected without it
+    for line, module in modules_loaded(path, ast.parse(path.read_text(), str(path)).body):
+        if module.split(".")[0] in NOT_IN_THE_MAIN_ENV:
+            found.append(f"{where(path, line)}: {module}")
+        for file in files_run_by_importing(module):
+            found += absent_frameworks_imported(file, seen)
+    return found
+
+
+def test_collecting_the_main_envs_tests_imports_no_framework_it_may_lack():
+    """`make test-fast` builds neither pycaffe nor .venv-legacy, and pytest imports every
+    file of tests/ (tests/legacy/ aside) to collect it: a test that needs Caffe or Theano
+    imports it inside itself."""
+    seen, offending = set(), []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        offending += absent_frameworks_imported(path, seen)
+    assert not offending, "imported when pytest collects tests/:\n" + "\n".join(offending)
+
+
+def test_the_collection_check_follows_the_projects_modules_to_a_framework(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import numpy\nfrom caffe_wrapper.model import build_model\n\n\ndef test():\n    import theano\n")
+    found = absent_frameworks_imported(probe, set())
+    # through caffe_wrapper/model.py's own module-level import; theano, imported inside a test, is not collected
+    assert found and all(line.startswith("caffe_wrapper/model.py:") and ": caffe.proto" in line for line in found), (
+        found
+    )

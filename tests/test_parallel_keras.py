@@ -11,7 +11,6 @@ wrapper's train(); the torch backend points to torch_script.py.
 import json
 import math
 import os
-import subprocess
 import sys
 from dataclasses import replace
 
@@ -20,12 +19,13 @@ import pytest
 
 from algorithms.run.recorder import read_rows
 from algorithms.spec.networks import Dropout, get_network
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import run_script
+from tests.flags import run_flags
+from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
 
 pytestmark = pytest.mark.slow  # Keras data parallel on two backends: `make test-fast` leaves them out
 
-NETWORK = "cnn2d_3layer_fullconnected_3layer"
-BATCH, EPOCHS, WARMUP = 32, 2, 1000
+WARMUP = 1000
 
 
 def without_dropout(network):
@@ -48,29 +48,13 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
     from algorithms.run.entry import prepare
     from algorithms.run.session import RunSession
-    from keras_wrapper.train import describe_runtime, train
+    from keras_wrapper.train import describe_runtime
     from keras_wrapper.trainer import StepRecorder, make_model
 
     backend = keras.backend.backend()
     network = probe_network(backend)
     config, dataset = prepare(
-        [
-            "--train",
-            train_csv,
-            "--test",
-            "none",
-            "--batch_size",
-            "64",
-            "--max_steps",
-            "1",
-            "--warmup_steps",
-            str(WARMUP),
-            "--results_dir",
-            results_dir,
-            "--quiet",
-        ],
-        "probe",
-        "",
+        run_flags(train_csv, results_dir, batch_size=64, max_steps=1, warmup_steps=WARMUP), "probe", ""
     )
     images, labels = dataset.train_x[:64, ..., None], dataset.train_y[:64]
 
@@ -127,48 +111,14 @@ def probe(train_csv: str, results_dir: str) -> dict:
     if backend == "tensorflow":  # every replica's copy took the same update
         copies = [v.value.values[1].numpy() for v in models["data"].trainable_variables]
         out["max_replica_diff"] = max(float(np.abs(a - b).max()) for a, b in zip(single, copies))
-    config, dataset = prepare(
-        [
-            "--train",
-            train_csv,
-            "--test",
-            "none",
-            "--num_epochs",
-            str(EPOCHS),
-            "--batch_size",
-            str(BATCH),
-            "--strategy",
-            "data",
-            "--devices",
-            "2",
-            "--results_dir",
-            os.path.join(results_dir, "run"),
-            "--quiet",
-        ],
-        "keras_script.py",
-        "",
-    )
-    train(RunSession(config, dataset, describe_runtime()))
+    train_strategy("keras_wrapper.train", "keras_script.py", train_csv, os.path.join(results_dir, "run"), "data", 2)
     return out
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_two_devices_equal_one_the_lr_schedule_applies_and_data_parallel_trains(backend, small_data, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.test_parallel_keras", str(small_data / "train.csv"), str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "KERAS_BACKEND": backend,
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        },
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    env = {"KERAS_BACKEND": backend, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = run_probe("tests.test_parallel_keras", small_data / "train.csv", tmp_path, env)
     single, data = result["losses"]
     assert data == pytest.approx(single, rel=1e-5)
     assert result["max_weight_change"] > 1e-3  # the step moved the weights, so equality means something
@@ -182,10 +132,7 @@ def test_two_devices_equal_one_the_lr_schedule_applies_and_data_parallel_trains(
     train = [r for r in rows if r["phase"] == "train"]
     assert {(r["strategy"], r["devices"], r["global_batch"]) for r in rows} == {("data", 2, BATCH)}
     assert len(train) == EPOCHS * 15
-    losses = [r["loss"] for r in train]
-    assert abs(losses[0] - math.log(10)) < 0.15  # the mean over both replicas, not their sum
-    third = len(losses) // 3
-    assert np.mean(losses[-third:]) < np.mean(losses[:third]) - 0.1, losses
+    assert_trains([r["loss"] for r in train])  # its first loss: the mean over both replicas, not their sum
     val = [r["loss"] for r in rows if r["phase"] == "val"]
     assert val[1] < val[0] < math.log(10)
 
@@ -201,20 +148,7 @@ def test_accumulation_keras_cannot_make_equal_to_a_k_x_batch_step_is_refused(sma
     assert "the 480 training rows leave a last step of 32 rows" in uneven.stderr
     mirrored = run_script(
         "keras_script.py",
-        [
-            "--train",
-            train_csv,
-            "--test",
-            "none",
-            "--batch_size",
-            "48",
-            "--accumulate",
-            "2",
-            "--strategy",
-            "data",
-            "--devices",
-            "2",
-        ],
+        run_flags(train_csv, quiet=False, batch_size=48, accumulate=2, strategy="data", devices=2),
         {"KERAS_BACKEND": "tensorflow"},
     )
     assert mirrored.returncode == 2
@@ -237,20 +171,9 @@ def test_keras_on_torch_points_data_parallel_to_torch_script(small_data):
 def test_jax_refuses_training_rows_it_cannot_split_evenly_before_loading(small_data):
     proc = run_script(
         "keras_script.py",
-        [
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--validation_split",
-            "0.215",
-            "--batch_size",
-            "32",
-            "--strategy",
-            "data",
-            "--devices",
-            "2",
-        ],
+        run_flags(
+            small_data / "train.csv", quiet=False, validation_split=0.215, batch_size=32, strategy="data", devices=2
+        ),
         {"KERAS_BACKEND": "jax"},
     )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

@@ -8,7 +8,6 @@ on 127.0.0.1 act as two nodes (MultiWorkerMirroredStrategy).
 """
 
 import json
-import math
 import os
 import signal
 import socket
@@ -19,13 +18,12 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import CSV_COLUMNS, read_rows
-from tests.conftest import REPO_ROOT, run_script
+from algorithms.run.recorder import CSV_COLUMNS
+from tests.conftest import run_script, start_script
+from tests.flags import run_flags
+from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
 
 pytestmark = pytest.mark.slow  # MirroredStrategy and TF_CONFIG multi-worker runs: `make test-fast` leaves them out
-
-NETWORK = "cnn2d_3layer_fullconnected_3layer"
-BATCH, EPOCHS = 32, 2
 
 
 # ----------------------------------------------------------------------------- the probe (own process)
@@ -36,11 +34,8 @@ def probe(train_csv: str, results_dir: str) -> dict:
     then full data- and model-parallel runs of the wrapper's train() into results_dir."""
     from algorithms.spec.data import load_kaggle_csv
     from algorithms.spec.parallel import layer_stages
-    from algorithms.run.entry import prepare
-    from algorithms.run.session import RunSession
     from algorithms.spec.networks import get_network
     from tensorflow_wrapper.devices import local_devices
-    from tensorflow_wrapper.train import describe_runtime, train
     from tensorflow_wrapper.trainer import TensorFlowTrainer
     import tensorflow as tf
 
@@ -101,28 +96,8 @@ def probe(train_csv: str, results_dir: str) -> dict:
         parts_loss = parts.step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))]).loss
         out[name] = compare(whole, parts, [whole_loss], [parts_loss], start)
     for strategy in ("data", "model"):
-        config, dataset = prepare(
-            [
-                "--train",
-                train_csv,
-                "--test",
-                "none",
-                "--num_epochs",
-                str(EPOCHS),
-                "--batch_size",
-                str(BATCH),
-                "--strategy",
-                strategy,
-                "--devices",
-                "2",
-                "--results_dir",
-                os.path.join(results_dir, strategy, "results"),
-                "--quiet",
-            ],
-            "tensorflow_script.py",
-            "",
-        )
-        train(RunSession(config, dataset, describe_runtime()))
+        results = os.path.join(results_dir, strategy, "results")
+        train_strategy("tensorflow_wrapper.train", "tensorflow_script.py", train_csv, results, strategy, 2)
     return out
 
 
@@ -145,35 +120,18 @@ def start_workers(data, results, extra: list) -> list:
     workers = []
     for index in range(2):
         tf_config = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "TF_CONFIG": tf_config,
-            "TMPDIR": str(results.parent),
-        }  # a killed worker's scratch directory stays in the test's tmp
-        args = [
-            sys.executable,
-            os.path.join(REPO_ROOT, "tensorflow_script.py"),
-            "--train",
-            str(data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            str(BATCH),
-            "--strategy",
-            "data",
-            "--devices",
-            "2",
-            "--results_dir",
-            str(results),
-            "--run_id",
-            "multi-worker",
-            *extra,
-        ]
-        workers.append(
-            subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        args = run_flags(
+            data / "train.csv",
+            results,
+            quiet=False,
+            batch_size=BATCH,
+            strategy="data",
+            devices=2,
+            run_id="multi-worker",
         )
+        # TMPDIR: a killed worker's scratch directory stays in the test's tmp
+        env = {"TF_CONFIG": tf_config, "TMPDIR": str(results.parent)}
+        workers.append(start_script("tensorflow_script.py", args + extra, env))
     return workers
 
 
@@ -188,30 +146,11 @@ def workers_under_way(data, results, extra=("--num_epochs", "100"), rows=3) -> t
     return workers, csv_path
 
 
-def train_rows(csv_path) -> list:
-    return [r for r in read_rows(str(csv_path)) if r["phase"] == "train"]
-
-
-def assert_trains(losses: list) -> None:
-    third = len(losses) // 3
-    assert abs(losses[0] - math.log(10)) < 0.15
-    assert np.mean(losses[-third:]) < np.mean(losses[:third]) - 0.1, losses
-
-
 @pytest.fixture(scope="module")
 def probed(small_data, tmp_path_factory):
     """The probe's JSON and the directory of its data- and model-parallel runs (2 logical CPUs)."""
     results = tmp_path_factory.mktemp("tf_probe")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.test_parallel_tf", str(small_data / "train.csv"), str(results)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), results
+    return run_probe("tests.test_parallel_tf", small_data / "train.csv", results), results
 
 
 @pytest.fixture(scope="module")
@@ -335,8 +274,7 @@ def test_a_multi_worker_run_stopped_and_resumed_repeats_its_rows_bit_for_bit(sma
 @pytest.mark.parametrize("strategy", ["hybrid"])
 def test_strategies_tensorflow_does_not_run_are_one_line_errors(strategy, small_data):
     proc = run_script(
-        "tensorflow_script.py",
-        ["--train", str(small_data / "train.csv"), "--strategy", strategy, "--devices", "4", "--test", "none"],
+        "tensorflow_script.py", run_flags(small_data / "train.csv", quiet=False, strategy=strategy, devices=4)
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(

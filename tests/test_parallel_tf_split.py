@@ -10,14 +10,12 @@ the wrapper's train().
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.test_parallel_tf import BATCH, EPOCHS, NETWORK, assert_trains, train_rows
+from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
 
 pytestmark = pytest.mark.slow  # TensorFlow on logical devices: `make test-fast` leaves it out
 
@@ -27,11 +25,8 @@ FLOAT32_ABSOLUTE = 1e-6  # losses (about 2.3) and updated weights (|w| < 0.3), s
 def probe(train_csv: str, results_dir: str) -> dict:
     from algorithms.spec.data import load_kaggle_csv
     from algorithms.spec.parallel import layer_stages, tensor_shards
-    from algorithms.run.entry import prepare
-    from algorithms.run.session import RunSession
     from algorithms.spec.networks import get_network
     from tensorflow_wrapper.devices import local_devices
-    from tensorflow_wrapper.train import describe_runtime, train
     from tensorflow_wrapper.trainer import TensorFlowTrainer
 
     devices = local_devices(3)  # before any op
@@ -76,44 +71,15 @@ def probe(train_csv: str, results_dir: str) -> dict:
             "variables": len(other.variables),
         }
     for strategy in ("tensor", "pipeline"):
-        config, dataset = prepare(
-            [
-                "--train",
-                train_csv,
-                "--test",
-                "none",
-                "--num_epochs",
-                str(EPOCHS),
-                "--batch_size",
-                str(BATCH),
-                "--strategy",
-                strategy,
-                "--devices",
-                "2",
-                "--results_dir",
-                os.path.join(results_dir, strategy, "results"),
-                "--quiet",
-            ],
-            "tensorflow_script.py",
-            "",
-        )
-        train(RunSession(config, dataset, describe_runtime()))
+        results = os.path.join(results_dir, strategy, "results")
+        train_strategy("tensorflow_wrapper.train", "tensorflow_script.py", train_csv, results, strategy, 2)
     return out
 
 
 @pytest.fixture(scope="module")
 def probed(small_data, tmp_path_factory):
     results = tmp_path_factory.mktemp("tf_split_probe")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.test_parallel_tf_split", str(small_data / "train.csv"), str(results)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), results
+    return run_probe("tests.test_parallel_tf_split", small_data / "train.csv", results), results
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from algorithms.run.recorder import read_rows, run_ids
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import REPO_ROOT, run_script, start_script
+from tests.flags import run_flags
 
 pytestmark = pytest.mark.slow  # torchrun runs of every strategy: `make test-fast` leaves them out
 
@@ -30,18 +31,7 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1"}  # two ranks share two cores
 
 
 def common_flags(small_data, results, *extra):
-    return [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--batch_size",
-        str(BATCH),
-        "--results_dir",
-        str(results),
-        "--quiet",
-        *extra,
-    ]
+    return run_flags(small_data / "train.csv", results, batch_size=BATCH) + list(extra)
 
 
 def torchrun(*args):
@@ -260,16 +250,10 @@ def children(pid: int) -> list:
 
 def test_a_killed_worker_ends_the_run_with_an_error_within_a_minute(small_data, tmp_path):
     results = tmp_path / "results"
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "torch_script.py",
-            *common_flags(small_data, results, "--num_epochs", "50", "--strategy", "data", "--devices", "2"),
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
+    run = start_script(
+        "torch_script.py",
+        common_flags(small_data, results, "--num_epochs", "50", "--strategy", "data", "--devices", "2"),
         stderr=subprocess.STDOUT,
-        text=True,
         start_new_session=True,
     )
     try:

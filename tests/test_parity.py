@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import csv
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from algorithms.spec.data import batch_order, load_dataset
 from algorithms.spec.networks import get_network
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_module
+from tests.flags import flags, run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 BATCH = 32
@@ -26,37 +25,16 @@ RUN_ID = "paritytest"
 def drift_run(small_data, tmp_path_factory):
     """`python -m algorithms.studies.drift` over torch and TensorFlow: each twice in parity mode, and once at bf16."""
     results = tmp_path_factory.mktemp("drift")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "algorithms.studies.drift",
-            "--only",
-            "torch,tensorflow",
-            "--steps",
-            str(STEPS),
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            str(BATCH),
-            "--network",
-            NETWORK,
-            "--results_dir",
-            str(results),
-            "--results_log",
-            str(results / "results.log"),
-            "--run_id",
-            RUN_ID,
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    argv = flags(only="torch,tensorflow", steps=STEPS) + run_flags(
+        small_data / "train.csv",
+        results,
+        quiet=False,
+        batch_size=BATCH,
+        network=NETWORK,
+        results_log=results / "results.log",
+        run_id=RUN_ID,
     )
+    proc = run_module("algorithms.studies.drift", argv, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results, proc.stdout
 

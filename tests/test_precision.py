@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_script
+from tests.flags import run_flags
 
 NETWORK = "cnn2d_2layer_full_connected_2layer"  # the smaller spec: bf16 / fp16 on CPU are slow
 STEPS = 12
@@ -19,27 +20,16 @@ STEPS = 12
 
 def train(small_data, tmp_path, script, flags, env=None, steps=STEPS, run_id="run", batch=32):
     results = tmp_path / "results"
-    args = [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--network",
-        NETWORK,
-        "--batch_size",
-        str(batch),
-        "--max_steps",
-        str(steps),
-        "--results_dir",
-        str(results),
-        "--results_log",
-        str(tmp_path / "results.log"),
-        "--run_id",
-        run_id,
-        "--quiet",
-        *flags,
-    ]
-    proc = run_script(script, args, env)
+    args = run_flags(
+        small_data / "train.csv",
+        results,
+        network=NETWORK,
+        batch_size=batch,
+        max_steps=steps,
+        results_log=tmp_path / "results.log",
+        run_id=run_id,
+    )
+    proc = run_script(script, args + list(flags), env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (path,) = results.glob("*.csv")
     with open(path, newline="") as handle:

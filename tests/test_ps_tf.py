@@ -8,14 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import run_script, start_script
+from tests.flags import run_flags
+from tests.training import train_rows
 from tests.listening import LOOPBACK, listening, only_loopback
 
 pytestmark = pytest.mark.slow  # several TensorFlow processes per run: `make test-fast` leaves them out
@@ -25,26 +25,8 @@ BATCH = 32  # 480 training rows of the small data: 15 global batches an epoch, e
 
 
 def start(data, results, workers: int, extra: list) -> subprocess.Popen:
-    args = [
-        sys.executable,
-        os.path.join(REPO_ROOT, "tensorflow_script.py"),
-        "--train",
-        str(data / "train.csv"),
-        "--test",
-        "none",
-        "--batch_size",
-        str(BATCH),
-        "--strategy",
-        "ps",
-        "--devices",
-        str(workers),
-        "--results_dir",
-        str(results),
-        "--quiet",
-        *extra,
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = run_flags(data / "train.csv", results, batch_size=BATCH, strategy="ps", devices=workers)
+    return start_script("tensorflow_script.py", args + extra)
 
 
 def children(pid: int) -> list:
@@ -74,10 +56,6 @@ def listening_sockets(pid: int) -> list:
     for every TCP socket the process listens on, read from /proc."""
     alone = only_loopback(pid)
     return [(address, port, alone) for address, port in sorted(listening([pid], namespace_of=pid))]
-
-
-def train_rows(csv_path) -> list:
-    return [r for r in read_rows(str(csv_path)) if r["phase"] == "train"]
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from algorithms.run.faults import EpochEvidence, first_loss_problem, stuck_loss_
 from algorithms.registry.frameworks import get
 from algorithms.run.recorder import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
+from tests.flags import run_flags
 
 pytestmark = pytest.mark.slow  # signals, kills, resume and out-of-memory runs: `make test-fast` leaves them out
 
@@ -63,7 +64,7 @@ def wait_for_rows(path, count, proc, run_id="", timeout=300):
         (get("torch"), signal.SIGINT),
         (get("tensorflow"), signal.SIGTERM),
         (get("keras_jax"), signal.SIGTERM),
-        (get("caffe"), signal.SIGINT),
+        pytest.param(get("caffe"), signal.SIGINT, marks=pytest.mark.caffe),
     ],
     ids=["torch-SIGINT", "tensorflow-SIGTERM", "keras_jax-SIGTERM", "caffe-SIGINT"],
 )
@@ -71,21 +72,7 @@ def test_a_signal_mid_run_keeps_every_finished_row(framework, signum, small_data
     results = tmp_path / "results"
     proc = start(
         framework.script,
-        [
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            "16",
-            "--num_epochs",
-            "50",
-            "--results_dir",
-            str(results),
-            "--run_id",
-            "sig",
-            "--quiet",
-        ],
+        run_flags(small_data / "train.csv", results, batch_size=16, num_epochs=50, run_id="sig"),
         framework.env,
     )
     csv_path = str(results / results_csv_name(NETWORK, framework.framework, framework.backend))
@@ -131,25 +118,9 @@ def test_a_signal_to_one_torchrun_worker_stops_every_rank_after_the_same_step(sm
     results = tmp_path / "results"
     proc = start(
         "torch_script.py",
-        [
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            "16",
-            "--num_epochs",
-            "50",
-            "--strategy",
-            "data",
-            "--devices",
-            "2",
-            "--results_dir",
-            str(results),
-            "--run_id",
-            "one",
-            "--quiet",
-        ],
+        run_flags(
+            small_data / "train.csv", results, batch_size=16, num_epochs=50, strategy="data", devices=2, run_id="one"
+        ),
     )
     csv_path = str(results / f"{NETWORK}_torch.csv")
     wait_for_rows(csv_path, 3, proc)
@@ -168,19 +139,7 @@ def test_a_signal_to_one_torchrun_worker_stops_every_rank_after_the_same_step(sm
 
 def test_two_runs_at_once_on_one_csv_keep_every_row_whole(small_data, tmp_path):
     results = tmp_path / "results"
-    args = [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--batch_size",
-        "16",
-        "--num_epochs",
-        "3",
-        "--results_dir",
-        str(results),
-        "--quiet",
-    ]
+    args = run_flags(small_data / "train.csv", results, batch_size=16, num_epochs=3)
     procs = [
         start("torch_script.py", args + ["--run_id", run_id, "--seed", str(seed)])
         for seed, run_id in enumerate(("first", "second"))
@@ -268,7 +227,12 @@ def test_one_bad_row_at_the_end_of_a_42000_row_file_is_found(tmp_path):
     [
         ("torch_script.py", ["--devices", "0"], "--devices: must be 1 or more, got 0"),
         ("torch_script.py", ["--strategy", "sideways"], "--strategy: invalid choice: 'sideways'"),
-        ("caffe_script.py", ["--strategy", "data", "--devices", "2"], "--strategy data: caffe_script.py runs single"),
+        pytest.param(
+            "caffe_script.py",
+            ["--strategy", "data", "--devices", "2"],
+            "--strategy data: caffe_script.py runs single",
+            marks=pytest.mark.caffe,
+        ),
         (
             "torch_script.py",
             ["--strategy", "data", "--devices", "2", "--batch_size", "33"],
@@ -303,17 +267,7 @@ def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp
             [
                 sys.executable,
                 os.path.join(REPO_ROOT, "torch_script.py"),
-                "--train",
-                str(full_data / "train.csv"),
-                "--test",
-                "none",
-                "--batch_size",
-                batch_size,
-                "--max_steps",
-                "2",
-                "--results_dir",
-                str(results),
-                "--quiet",
+                *run_flags(full_data / "train.csv", results, batch_size=batch_size, max_steps=2),
             ],
             cwd=REPO_ROOT,
             env=ENV,
@@ -338,21 +292,7 @@ def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp
 def test_a_learning_rate_far_too_high_is_named_after_the_first_epoch(small_data, tmp_path):
     proc = run_script(
         "torch_script.py",
-        [
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            "32",
-            "--num_epochs",
-            "1",
-            "--learning_rate",
-            "20",
-            "--results_dir",
-            str(tmp_path / "r"),
-            "--quiet",
-        ],
+        run_flags(small_data / "train.csv", tmp_path / "r", batch_size=32, num_epochs=1, learning_rate=20),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: the l" in proc.stderr and "learning rate" in proc.stderr and "(20)" in proc.stderr
@@ -388,7 +328,7 @@ def test_the_loss_checks_name_causes_only_when_the_loss_says_so():
 RESUMABLE = [
     (get("torch"), []),
     (get("torch"), ["--strategy", "data", "--devices", "2"]),
-    (get("caffe"), []),
+    pytest.param(get("caffe"), [], marks=pytest.mark.caffe),
     (get("tensorflow"), ["--strategy", "data", "--devices", "2"]),
     (get("keras_jax"), []),
 ]

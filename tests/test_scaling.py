@@ -9,34 +9,24 @@ from algorithms.spec.parallel import ring_allreduce_bytes
 from algorithms.studies.scaling import WORTH_IT_AT_TWO, ScalingRow, add_speedups, verdicts
 from algorithms.spec.networks import get_network
 from tests.conftest import run_script
+from tests.flags import flags, run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 
 
+def scaling_report(small_data, results, run_id: str, **report_flags):
+    """scaling_report.py on the small data at batch 32 (it sets --quiet itself)."""
+    argv = flags(**report_flags) + run_flags(
+        small_data / "train.csv", results, quiet=False, batch_size=32, run_id=run_id
+    )
+    proc = run_script("scaling_report.py", argv)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
 def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
     results = tmp_path / "results"
-    proc = run_script(
-        "scaling_report.py",
-        [
-            "--frameworks",
-            "torch",
-            "--devices",
-            "1,2",
-            "--max_steps",
-            "6",
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            "32",
-            "--results_dir",
-            str(results),
-            "--run_id",
-            "scaling-test",
-        ],
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = scaling_report(small_data, results, "scaling-test", frameworks="torch", devices="1,2", max_steps=6)
     assert "speedup" in proc.stdout and "efficiency" in proc.stdout
     (verdict,) = [line for line in proc.stdout.splitlines() if line.startswith("verdict: torch:")]
     with open(results / "scaling" / "scaling-test.csv") as handle:
@@ -97,30 +87,9 @@ def test_scaling_report_runs_tensor_and_pipeline_beside_torch_in_tensorflow_and_
     strategy, frameworks, small_data, tmp_path
 ):
     results = tmp_path / "results"
-    proc = run_script(
-        "scaling_report.py",
-        [
-            "--frameworks",
-            frameworks,
-            "--strategy",
-            strategy,
-            "--devices",
-            "2",
-            "--max_steps",
-            "4",
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            "none",
-            "--batch_size",
-            "32",
-            "--results_dir",
-            str(results),
-            "--run_id",
-            f"scaling-{strategy}",
-        ],
+    scaling_report(
+        small_data, results, f"scaling-{strategy}", frameworks=frameworks, strategy=strategy, devices=2, max_steps=4
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with open(results / "scaling" / f"scaling-{strategy}.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["framework"], r["devices"], r["strategy"], r["status"]) for r in rows] == [

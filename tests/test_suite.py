@@ -2,29 +2,27 @@
 
 from algorithms.run.recorder import read_rows
 from tests.conftest import run_script
+from tests.flags import flags, run_flags
+
+
+def run_all_on_torch_and_tensorflow(small_data, tmp_path, run_id: str, **more):
+    """run_all.py: one epoch of each at batch 64 on the small data, its test file included."""
+    argv = flags(only="torch,tensorflow", **more) + run_flags(
+        small_data / "train.csv",
+        tmp_path / "results",
+        test=small_data / "test.csv",
+        quiet=False,
+        num_epochs=1,
+        batch_size=64,
+        run_id=run_id,
+    )
+    proc = run_script("run_all.py", argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 
 def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
-    proc = run_script(
-        "run_all.py",
-        [
-            "--only",
-            "torch,tensorflow",
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            str(small_data / "test.csv"),
-            "--num_epochs",
-            "1",
-            "--batch_size",
-            "64",
-            "--results_dir",
-            str(tmp_path / "results"),
-            "--run_id",
-            "suite-test",
-        ],
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_all_on_torch_and_tensorflow(small_data, tmp_path, "suite-test")
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("framework"))
     assert lines[header].split()[:4] == ["framework", "backend", "val", "acc"]
@@ -65,29 +63,7 @@ def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, 
     predictions' agreement is printed from the submissions."""
     import re
 
-    proc = run_script(
-        "run_all.py",
-        [
-            "--only",
-            "torch,tensorflow",
-            "--seeds",
-            "0,1",
-            "--train",
-            str(small_data / "train.csv"),
-            "--test",
-            str(small_data / "test.csv"),
-            "--num_epochs",
-            "1",
-            "--batch_size",
-            "64",
-            "--results_dir",
-            str(tmp_path / "results"),
-            "--run_id",
-            "seeds",
-        ],
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout
+    out = run_all_on_torch_and_tensorflow(small_data, tmp_path, "seeds", seeds="0,1").stdout
     for seed in (0, 1):
         rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"), f"seeds-seed{seed}")
         assert rows and rows[0]["run_id"] == f"seeds-seed{seed}"

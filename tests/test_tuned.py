@@ -8,8 +8,6 @@ from __future__ import annotations
 import csv
 import glob
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -18,22 +16,11 @@ from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run import tuning
 from backends.tuning import YNN_OFF
 from tests.conftest import REPO_ROOT, run_script
+from tests.flags import flags, run_flags
 
 
-def flags(small_data, tmp_path) -> list:
-    return [
-        "--train",
-        str(small_data / "train.csv"),
-        "--test",
-        "none",
-        "--results_dir",
-        str(tmp_path / "results"),
-        "--batch_size",
-        "32",
-        "--max_steps",
-        "2",
-        "--quiet",
-    ]
+def two_step_flags(small_data, tmp_path) -> list:
+    return run_flags(small_data / "train.csv", tmp_path / "results", batch_size=32, max_steps=2)
 
 
 def tuned_line(tmp_path) -> str:
@@ -65,22 +52,22 @@ def test_a_flag_list_is_appended_to_and_a_plain_variable_set():
 
 
 def test_torch_defaults_tuned_and_a_named_setting_are_each_recorded(small_data, tmp_path):
-    proc = run_script("torch_script.py", flags(small_data, tmp_path))
+    proc = run_script("torch_script.py", two_step_flags(small_data, tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "off: the framework's defaults" in tuned_line(tmp_path)
-    proc = run_script("torch_script.py", flags(small_data, tmp_path) + ["--tuned", "omp_active"])
+    proc = run_script("torch_script.py", two_step_flags(small_data, tmp_path) + ["--tuned", "omp_active"])
     assert proc.returncode == 0, proc.stderr
     line = tuned_line(tmp_path)
     assert "omp_active: OMP_WAIT_POLICY=ACTIVE OMP_PROC_BIND=true (a named candidate" in line
     assert "as set: OMP_WAIT_POLICY=ACTIVE OMP_PROC_BIND=true" in line  # in the training process itself
-    proc = run_script("torch_script.py", flags(small_data, tmp_path) + ["--tuned"])
+    proc = run_script("torch_script.py", two_step_flags(small_data, tmp_path) + ["--tuned"])
     assert proc.returncode == 0, proc.stderr
     best = table("torch").resolve(tuning.BEST)
     assert tuned_line(tmp_path).split(None, 1)[1].startswith(best.describe() + " (its best measured setting")
 
 
 def test_keras_jax_tuned_sets_xla_flags_before_jax_loads(small_data, tmp_path):
-    proc = run_script("keras_script.py", flags(small_data, tmp_path) + ["--tuned"], {"KERAS_BACKEND": "jax"})
+    proc = run_script("keras_script.py", two_step_flags(small_data, tmp_path) + ["--tuned"], {"KERAS_BACKEND": "jax"})
     assert proc.returncode == 0, proc.stderr
     line = tuned_line(tmp_path)
     assert table("keras_jax").best != tuning.DEFAULT
@@ -88,7 +75,7 @@ def test_keras_jax_tuned_sets_xla_flags_before_jax_loads(small_data, tmp_path):
 
 
 def test_an_unknown_setting_is_one_line_and_status_2(small_data, tmp_path):
-    proc = run_script("torch_script.py", flags(small_data, tmp_path) + ["--tuned", "fastest"])
+    proc = run_script("torch_script.py", two_step_flags(small_data, tmp_path) + ["--tuned", "fastest"])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: --tuned fastest: torch has the settings default, omp_active, compile, compile_max_autotune; "
@@ -100,15 +87,9 @@ def test_an_unknown_setting_is_one_line_and_status_2(small_data, tmp_path):
 @pytest.mark.slow  # two probe processes
 def test_benchmark_puts_a_setting_beside_the_defaults(small_data, tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--only", "torch", "--candidates", "omp_active"]
-        + ["--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2", "--thread_steps", "0"]
-        + ["--gemm", "256", "--data_rows", "300", "--skip_compiled", "--profile", "none", "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    argv = flags(only="torch", candidates="omp_active", train=small_data / "train.csv", batch_size=32, steps=2)
+    argv += flags(thread_steps=0, gemm=256, data_rows=300, skip_compiled=True, profile="none", out=out)
+    proc = run_script("benchmark.py", argv, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (csv_path,) = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
     with open(csv_path, newline="") as handle:

@@ -20,7 +20,7 @@ def one_line_refusal(proc, starts_with: str) -> str:
 
 
 @pytest.mark.parametrize("strategy", ["ps", "async", "localsgd"])
-@pytest.mark.parametrize("script", ["keras_script.py", "caffe_script.py"])
+@pytest.mark.parametrize("script", ["keras_script.py", pytest.param("caffe_script.py", marks=pytest.mark.caffe)])
 def test_frameworks_without_them_refuse_in_one_line_naming_why_and_the_script_that_runs_it(
     small_data, tmp_path, script, strategy
 ):

@@ -149,7 +149,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         type=batch_size_or_auto,
         default=None,
         help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
-        "within --memory_budget_mb, found by trial runs of a few steps each (docs/finding_the_batch.md)",
+        "within --memory_budget_mb, found by trial runs of a few steps each (docs/batch-size.md)",
     )
     training.add_argument(
         "--memory_budget_mb",
