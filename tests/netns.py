@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 
 import pytest
 
+from algorithms.paths import REPO_ROOT
 from scripts.netns_cluster import PREFIX, namespaces
+from tests.listening import listening, process_tree
 
 
 def require_namespaces() -> None:
@@ -51,3 +55,41 @@ def left_behind(cluster, interfaces_before: set) -> dict:
         "interfaces": sorted(interfaces_here() - interfaces_before),
     }
     return {what: names for what, names in left.items() if names}
+
+
+def hex_address(address: str) -> str:
+    """An IPv4 address as /proc/net/tcp writes it (little-endian hex)."""
+    return "".join(f"{int(part):02X}" for part in reversed(address.split(".")))
+
+
+def run_on_hosts(cluster, commands: list, timeout_s: float = 300, env: dict | None = None) -> tuple:
+    """Runs commands[i] in host i until all end, sampling each host's listening sockets from
+    that host's namespace; returns ([(status, output)] per host, [{(address, port)}] per host)."""
+    processes = [
+        cluster.start(
+            index, command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for index, command in enumerate(commands)
+    ]
+    outputs = [[] for _ in processes]
+    readers = [threading.Thread(target=lambda p=p, o=o: o.append(p.stdout.read())) for p, o in zip(processes, outputs)]
+    for reader in readers:
+        reader.start()
+    seen = [set() for _ in processes]
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        for index, process in enumerate(processes):
+            try:
+                seen[index] |= listening(process_tree(process.pid), namespace_of=process.pid)
+            except OSError:  # it ended while being read
+                pass
+        time.sleep(0.25)
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+    for reader in readers:
+        reader.join()
+    return [(p.wait(), "".join(o)) for p, o in zip(processes, outputs)], seen
+
+
+LOOPBACK_HEX = {hex_address("127.0.0.1")}
