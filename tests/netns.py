@@ -93,3 +93,4 @@ def run_on_hosts(cluster, commands: list, timeout_s: float = 300, env: dict | No
 
 
 LOOPBACK_HEX = {hex_address("127.0.0.1")}
+WILDCARD_HEX = {"00000000", "00000000000000000000000000000000"}  # 0.0.0.0 and ::, as /proc writes them

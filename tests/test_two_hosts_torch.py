@@ -15,7 +15,15 @@ import pytest
 from algorithms.run.recorder import read_rows
 from scripts.netns_cluster import Cluster
 from tests.conftest import run_script
-from tests.netns import LOOPBACK_HEX, hex_address, interfaces_here, left_behind, require_namespaces, run_on_hosts
+from tests.netns import (
+    LOOPBACK_HEX,
+    WILDCARD_HEX,
+    hex_address,
+    interfaces_here,
+    left_behind,
+    require_namespaces,
+    run_on_hosts,
+)
 
 pytestmark = pytest.mark.slow  # several torch processes per host
 
@@ -82,3 +90,27 @@ def test_data_parallel_on_two_hosts_equals_one_host(ranks_per_host, small_data, 
     for address, listened in zip(cluster.addresses, seen):
         assert listened, f"nothing seen listening on {address}"  # the sampling saw the run
         assert {where for where, _ in listened} <= {hex_address(address), *LOOPBACK_HEX}, (address, listened)
+
+
+def test_plain_torchrun_across_hosts_needs_the_three_flags_and_binds_every_interface(small_data, tmp_path):
+    """docs/parallel.md's torchrun typed by hand: is_host on the endpoint's node, --local_addr
+    and GLOO_SOCKET_IFNAME on each; it trains, and torch's own stores listen on the wildcard."""
+    before = interfaces_here()
+    nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
+    commands = [
+        [
+            *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"),
+            *("--rdzv_backend", "c10d", "--rdzv_endpoint", "10.77.0.1:29400", "--rdzv_id", "cnn-run-1"),
+            *("--rdzv_conf", f"is_host={int(index == 0)}", "--local_addr", f"10.77.0.{index + 1}"),
+            "torch_script.py",
+            *flags(small_data, results, 2),
+        ]
+        for index, results in enumerate(nodes)
+    ]
+    with Cluster(2) as cluster:
+        ended, seen = run_on_hosts(cluster, commands, env={**ONE_THREAD, "GLOO_SOCKET_IFNAME": "eth0"})
+    assert left_behind(cluster, before) == {}
+    assert [status for status, _ in ended] == [0, 0], [output[-3000:] for _, output in ended]
+    assert sum((results / CSV_NAME).exists() for results in nodes) == 1
+    wildcard = {where for listened in seen for where, _ in listened} - {hex_address(a) for a in cluster.addresses}
+    assert wildcard and wildcard <= WILDCARD_HEX, seen  # the TCPStores that torch_wrapper.agent binds to one address
