@@ -62,9 +62,12 @@ def hex_address(address: str) -> str:
     return "".join(f"{int(part):02X}" for part in reversed(address.split(".")))
 
 
-def run_on_hosts(cluster, commands: list, timeout_s: float = 300, env: dict | None = None) -> tuple:
-    """Runs commands[i] in host i until all end, sampling each host's listening sockets from
-    that host's namespace; returns ([(status, output)] per host, [{(address, port)}] per host)."""
+def run_on_hosts(
+    cluster, commands: list, timeout_s: float = 300, env: dict | None = None, until_first_ends: bool = False
+) -> tuple:
+    """Runs commands[i] in host i until all end (or host 0's, with `until_first_ends`: the
+    others are then killed), sampling each host's listening sockets from that host's
+    namespace; returns ([(status, output)] per host, [{(address, port)}] per host)."""
     processes = [
         cluster.start(
             index, command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -77,7 +80,8 @@ def run_on_hosts(cluster, commands: list, timeout_s: float = 300, env: dict | No
         reader.start()
     seen = [set() for _ in processes]
     deadline = time.monotonic() + timeout_s
-    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+    watched = processes[:1] if until_first_ends else processes
+    while any(p.poll() is None for p in watched) and time.monotonic() < deadline:
         for index, process in enumerate(processes):
             try:
                 seen[index] |= listening(process_tree(process.pid), namespace_of=process.pid)

@@ -1,0 +1,136 @@
+"""tensorflow_script.py across hosts of scripts/netns_cluster.py, each task started with
+its own TF_CONFIG as docs/parallel.md shows: `--strategy data` (MultiWorkerMirroredStrategy)
+on 2 hosts gives the losses of the same two workers on one host's 127.0.0.1, and `--strategy
+ps` with the chief, the worker and the parameter server on 3 hosts gives the single-device
+run's (one worker). TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG names, and
+TensorFlow has no option to choose: the tests state it (the port is on the wildcard)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from algorithms.run.recorder import read_rows
+from scripts.netns_cluster import Cluster
+from tests.conftest import REPO_ROOT, run_script
+from tests.netns import WILDCARD_HEX, interfaces_here, left_behind, require_namespaces, run_on_hosts
+
+pytestmark = pytest.mark.slow  # a TensorFlow process per host
+
+NETWORK = "cnn2d_3layer_fullconnected_3layer"
+CSV_NAME = f"{NETWORK}_tensorflow.csv"
+PORT = 2222
+STEPS = 4
+FLOAT32_RELATIVE = 2e-5  # as tests/test_ps_tf.py: the same batches and masks, float32 sums
+TASK_ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@pytest.fixture(autouse=True)
+def namespaces_available():
+    require_namespaces()
+
+
+def flags(small_data, results, *extra) -> list:
+    return [
+        *("--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "32"),
+        *("--max_steps", str(STEPS), "--results_dir", str(results), "--quiet", *extra),
+    ]
+
+
+def tf_config(cluster: dict, kind: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+
+
+def task_command(config: str, arguments: list) -> list:
+    """A task as typed on its node: `TF_CONFIG='...' python tensorflow_script.py ...`."""
+    return ["env", f"TF_CONFIG={config}", sys.executable, os.path.join(REPO_ROOT, "tensorflow_script.py"), *arguments]
+
+
+def train_losses(csv_path) -> list:
+    return [r["loss"] for r in read_rows(str(csv_path)) if r["phase"] == "train"]
+
+
+def free_ports(count: int) -> list:
+    sockets = [socket.socket() for _ in range(count)]
+    for each in sockets:
+        each.bind(("127.0.0.1", 0))
+    ports = [each.getsockname()[1] for each in sockets]
+    for each in sockets:
+        each.close()
+    return ports
+
+
+def assert_grpc_on_the_wildcard(seen: list) -> None:
+    """Every task's gRPC server listens on *:PORT (TensorFlow's grpc_server_lib binds 0.0.0.0)."""
+    for listened in seen:
+        assert any(address in WILDCARD_HEX and port == PORT for address, port in listened), listened
+
+
+def test_multi_worker_data_parallel_on_two_hosts_equals_two_workers_on_one(small_data, tmp_path):
+    before = interfaces_here()
+    nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
+    with Cluster(2) as cluster:
+        workers = {"worker": [f"{address}:{PORT}" for address in cluster.addresses]}
+        commands = [
+            task_command(tf_config(workers, "worker", index), flags(small_data, nodes[index], "--strategy", "data"))
+            + ["--devices", "2"]
+            for index in range(2)
+        ]
+        ended, seen = run_on_hosts(cluster, commands, env={**TASK_ENV, "TMPDIR": str(tmp_path)})
+    assert left_behind(cluster, before) == {}
+    assert [status for status, _ in ended] == [0, 0], [output[-3000:] for _, output in ended]
+    assert os.listdir(nodes[0]) == [CSV_NAME] and not nodes[1].exists()  # worker 0, the chief, alone writes
+    two_hosts = train_losses(nodes[0] / CSV_NAME)
+    assert_grpc_on_the_wildcard(seen)
+
+    # the same two workers on one host, over 127.0.0.1
+    local = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    one_host = tmp_path / "one_host" / "results"
+    processes = [
+        subprocess.Popen(
+            task_command(tf_config(local, "worker", index), flags(small_data, one_host, "--strategy", "data"))
+            + ["--devices", "2"],
+            cwd=REPO_ROOT,
+            env={**TASK_ENV, "TMPDIR": str(tmp_path)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for index in range(2)
+    ]
+    outputs = [process.communicate(timeout=300)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], [output[-3000:] for output in outputs]
+    assert len(two_hosts) == STEPS
+    np.testing.assert_allclose(two_hosts, train_losses(one_host / CSV_NAME), rtol=FLOAT32_RELATIVE)
+
+
+def test_parameter_servers_on_three_hosts_with_one_worker_equal_the_single_device_run(small_data, tmp_path):
+    before = interfaces_here()
+    chief_results = tmp_path / "chief" / "results"
+    with Cluster(3) as cluster:
+        chief, worker, ps = (f"{address}:{PORT}" for address in cluster.addresses)
+        spec = {"chief": [chief], "worker": [worker], "ps": [ps]}
+        arguments = ["--strategy", "ps", "--devices", "1", "--ps_tasks", "1"]
+        commands = [
+            task_command(tf_config(spec, "chief", 0), flags(small_data, chief_results, *arguments)),
+            task_command(tf_config(spec, "worker", 0), flags(small_data, tmp_path / "worker", *arguments)),
+            task_command(tf_config(spec, "ps", 0), flags(small_data, tmp_path / "ps", *arguments)),
+        ]
+        # the worker and the ps serve until killed: the run is over when the chief is
+        ended, seen = run_on_hosts(cluster, commands, env=TASK_ENV, until_first_ends=True)
+    assert left_behind(cluster, before) == {}
+    assert ended[0][0] == 0, ended[0][1][-3000:]
+    rows = [r for r in read_rows(str(chief_results / CSV_NAME)) if r["phase"] == "train"]
+    assert {(int(r["worker"]), int(r["staleness"])) for r in rows} == {(0, 0)}
+    assert_grpc_on_the_wildcard(seen)
+    single = run_script("tensorflow_script.py", flags(small_data, tmp_path / "single"))
+    assert single.returncode == 0, single.stderr[-2000:]
+    reference = train_losses(tmp_path / "single" / CSV_NAME)
+    assert len(rows) == len(reference) == STEPS
+    np.testing.assert_allclose([r["loss"] for r in rows], reference, rtol=FLOAT32_RELATIVE)
