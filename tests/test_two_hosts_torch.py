@@ -1,5 +1,5 @@
 """torch_script.py across two hosts (scripts/netns_cluster.py: two network namespaces on a
-bridge, 10.77.0.1 and 10.77.0.2): `--strategy data` launched on each host with the
+bridge, 10.77.0.1 and 10.77.0.2): `--strategy data` (2 hosts x 1 and x 2 ranks) and `localsgd` launched on each host with the
 multi-node command of docs/parallel.md trains to the same losses as the one-host run of
 the same plan, rank 0 alone writes, and every listening socket of each host is on its
 cluster address or loopback, never the wildcard address."""
@@ -34,21 +34,21 @@ FLOAT32_ABSOLUTE = 1e-5  # a few steps' losses (about 2.3), gloo summing in anot
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # the ranks share two cores
 
 
-def flags(small_data, results, devices: int) -> list:
+def flags(small_data, results, devices: int, strategy: str = "data") -> list:
     return [
-        *("--strategy", "data", "--devices", str(devices), "--threads", "1", "--max_steps", str(STEPS)),
+        *("--strategy", strategy, "--devices", str(devices), "--threads", "1", "--max_steps", str(STEPS)),
         *("--train", str(small_data / "train.csv"), "--test", "none", "--batch_size", "32"),
         *("--results_dir", str(results), "--quiet"),
     ]
 
 
-def node_command(small_data, results, devices: int, ranks_per_host: int) -> list:
+def node_command(small_data, results, devices: int, ranks_per_host: int, strategy: str = "data") -> list:
     """docs/parallel.md's command for a node, the rendezvous on the first host's address."""
     return [
         *(sys.executable, "-m", "torch_wrapper.agent", "--nnodes", "2", "--nproc_per_node", str(ranks_per_host)),
         *("--rdzv_backend", "c10d", "--rdzv_endpoint", "10.77.0.1:29400", "--rdzv_id", "cnn-run-1"),
         "torch_script.py",
-        *flags(small_data, results, devices),
+        *flags(small_data, results, devices, strategy),
     ]
 
 
@@ -56,9 +56,9 @@ def train_losses(csv_path) -> list:
     return [r["loss"] for r in read_rows(str(csv_path)) if r["phase"] == "train"]
 
 
-def one_host_losses(small_data, tmp_path, devices: int) -> list:
+def one_host_losses(small_data, tmp_path, devices: int, strategy: str) -> list:
     results = tmp_path / "one_host" / "results"
-    proc = run_script("torch_script.py", flags(small_data, results, devices), {"OMP_NUM_THREADS": "1"})
+    proc = run_script("torch_script.py", flags(small_data, results, devices, strategy), {"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return train_losses(results / CSV_NAME)
 
@@ -68,14 +68,20 @@ def namespaces_available():
     require_namespaces()
 
 
-@pytest.mark.parametrize("ranks_per_host", [1, 2], ids=["2x1", "2x2"])
-def test_data_parallel_on_two_hosts_equals_one_host(ranks_per_host, small_data, tmp_path):
+@pytest.mark.parametrize(
+    "strategy, ranks_per_host",
+    [("data", 1), ("data", 2), ("localsgd", 1)],
+    ids=["data-2x1", "data-2x2", "localsgd-2x1"],
+)
+def test_a_torchrun_strategy_on_two_hosts_equals_one_host(strategy, ranks_per_host, small_data, tmp_path):
     devices = 2 * ranks_per_host
     before = interfaces_here()
     nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
     with Cluster(2) as cluster:
         ended, seen = run_on_hosts(
-            cluster, [node_command(small_data, results, devices, ranks_per_host) for results in nodes], env=ONE_THREAD
+            cluster,
+            [node_command(small_data, results, devices, ranks_per_host, strategy) for results in nodes],
+            env=ONE_THREAD,
         )
     assert left_behind(cluster, before) == {}
     assert [status for status, _ in ended] == [0, 0], [output[-3000:] for _, output in ended]
@@ -83,10 +89,12 @@ def test_data_parallel_on_two_hosts_equals_one_host(ranks_per_host, small_data, 
     assert len(written) == 1, written  # global rank 0's host alone
     assert (written[0] / CSV_NAME).read_text().count("run_id,") == 1
     rows = read_rows(str(written[0] / CSV_NAME))
-    assert {(r["strategy"], r["devices"]) for r in rows} == {("data", devices)}
+    assert {(r["strategy"], r["devices"]) for r in rows} == {(strategy, devices)}
     two_hosts = train_losses(written[0] / CSV_NAME)
     assert len(two_hosts) == STEPS
-    np.testing.assert_allclose(two_hosts, one_host_losses(small_data, tmp_path, devices), rtol=0, atol=FLOAT32_ABSOLUTE)
+    np.testing.assert_allclose(
+        two_hosts, one_host_losses(small_data, tmp_path, devices, strategy), rtol=0, atol=FLOAT32_ABSOLUTE
+    )
     for address, listened in zip(cluster.addresses, seen):
         assert listened, f"nothing seen listening on {address}"  # the sampling saw the run
         assert {where for where, _ in listened} <= {hex_address(address), *LOOPBACK_HEX}, (address, listened)
