@@ -1,20 +1,24 @@
 """torch_script.py across two hosts (scripts/netns_cluster.py: two network namespaces on a
-bridge, 10.77.0.1 and 10.77.0.2): `--strategy data` (2 hosts x 1 and x 2 ranks) and `localsgd` launched on each host with the
-multi-node command of docs/parallel.md trains to the same losses as the one-host run of
-the same plan, rank 0 alone writes, and every listening socket of each host is on its
-cluster address or loopback, never the wildcard address."""
+bridge, 10.77.0.1 and 10.77.0.2): `--strategy data` (2 hosts x 1 and x 2 ranks) and
+`localsgd`, launched on each host with the multi-node command of docs/parallel.md, train
+to the same losses as the one-host run of the same plan, rank 0 alone writes, and every
+listening socket of each host is on its cluster address or loopback, never the wildcard
+address; the other host's processes killed end the run with its rows kept."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from algorithms.run.recorder import read_rows
-from scripts.netns_cluster import Cluster
-from tests.conftest import run_script
+from scripts.netns_cluster import Cluster, pids_in
+from tests.conftest import REPO_ROOT, run_script
 from tests.netns import (
     LOOPBACK_HEX,
     WILDCARD_HEX,
@@ -122,3 +126,50 @@ def test_plain_torchrun_across_hosts_needs_the_three_flags_and_binds_every_inter
     assert sum((results / CSV_NAME).exists() for results in nodes) == 1
     wildcard = {where for listened in seen for where, _ in listened} - {hex_address(a) for a in cluster.addresses}
     assert wildcard and wildcard <= WILDCARD_HEX, seen  # the TCPStores that torch_wrapper.agent binds to one address
+
+
+LOST_HOST_ENDS_WITHIN_S = 60
+
+
+def test_the_second_hosts_processes_killed_end_the_first_hosts_run_with_its_rows(small_data, tmp_path):
+    """Every process of the host without rank 0 killed mid-run: the other host's run ends
+    within a minute (gloo sees the reset connection), status not 0, its rows kept, and
+    results.log names the lost host's address; no process is left on either host."""
+    before = interfaces_here()
+    nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
+    long_run = [word if word != str(STEPS) else "10000" for word in node_command(small_data, nodes[0], 2, 1)]
+    with Cluster(2) as cluster:
+        processes = [
+            cluster.start(
+                index,
+                [word if word != str(nodes[0]) else str(results) for word in long_run],
+                cwd=REPO_ROOT,
+                env=ONE_THREAD,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for index, results in enumerate(nodes)
+        ]
+        deadline = time.monotonic() + 300
+        while not any(
+            (results / CSV_NAME).exists() and len(read_rows(str(results / CSV_NAME))) >= 3 for results in nodes
+        ):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes)
+            time.sleep(0.5)
+        writer = next(index for index, results in enumerate(nodes) if (results / CSV_NAME).exists())
+        lost = 1 - writer
+        for pid in pids_in(cluster.hosts[lost]):
+            os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        output = processes[writer].communicate(timeout=LOST_HOST_ENDS_WITHIN_S)[0]
+        ended_after_s = time.monotonic() - killed_at
+        assert cluster.pids() == {host: [] for host in cluster.hosts}  # the first host's agent stopped its rank
+    assert left_behind(cluster, before) == {}
+    print(f"the first host's run ended {ended_after_s:.1f} s after the kill")
+    assert processes[writer].returncode not in (0, None)
+    assert output.strip().splitlines()[-1].startswith("error: torch_script.py FAILED: rank 0"), output[-2000:]
+    rows = [r for r in read_rows(str(nodes[writer] / CSV_NAME)) if r["phase"] == "train"]
+    assert len(rows) >= 3 and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    log = (nodes[writer].parent / "results.log").read_text()
+    assert "status:      failed:" in log and f"[{cluster.addresses[lost]}]" in log, log[-1500:]
