@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ import pytest
 from algorithms.run.recorder import read_rows
 from scripts.netns_cluster import Cluster
 from tests.conftest import REPO_ROOT, run_script
+from tests.test_parallel_tf import free_ports
 from tests.netns import WILDCARD_HEX, interfaces_here, left_behind, require_namespaces, run_on_hosts
 
 pytestmark = pytest.mark.slow  # a TensorFlow process per host
@@ -54,16 +54,6 @@ def task_command(config: str, arguments: list) -> list:
 
 def train_losses(csv_path) -> list:
     return [r["loss"] for r in read_rows(str(csv_path)) if r["phase"] == "train"]
-
-
-def free_ports(count: int) -> list:
-    sockets = [socket.socket() for _ in range(count)]
-    for each in sockets:
-        each.bind(("127.0.0.1", 0))
-    ports = [each.getsockname()[1] for each in sockets]
-    for each in sockets:
-        each.close()
-    return ports
 
 
 def assert_grpc_on_the_wildcard(seen: list) -> None:
