@@ -131,10 +131,12 @@ def test_plain_torchrun_across_hosts_needs_the_three_flags_and_binds_every_inter
 LOST_HOST_ENDS_WITHIN_S = 60
 
 
-def test_the_second_hosts_processes_killed_end_the_first_hosts_run_with_its_rows(small_data, tmp_path):
-    """Every process of the host without rank 0 killed mid-run: the other host's run ends
-    within a minute (gloo sees the reset connection), status not 0, its rows kept, and
-    results.log names the lost host's address; no process is left on either host."""
+@pytest.mark.parametrize("fault", ["killed", "link_down"])
+def test_a_lost_second_host_ends_the_first_hosts_run_with_its_rows(fault, small_data, tmp_path):
+    """The host without rank 0 lost mid-run, its processes killed (gloo sees the reset
+    connection; results.log names the lost address) or its link taken down (nothing reaches
+    the survivor: gloo's 30 s collective timeout ends it): the other host's run ends within a
+    minute, status not 0, its rows kept, and no process is left on it."""
     before = interfaces_here()
     nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
     long_run = [word if word != str(STEPS) else "10000" for word in node_command(small_data, nodes[0], 2, 1)]
@@ -159,17 +161,26 @@ def test_the_second_hosts_processes_killed_end_the_first_hosts_run_with_its_rows
             time.sleep(0.5)
         writer = next(index for index, results in enumerate(nodes) if (results / CSV_NAME).exists())
         lost = 1 - writer
-        for pid in pids_in(cluster.hosts[lost]):
-            os.kill(pid, signal.SIGKILL)
+        if fault == "killed":
+            for pid in pids_in(cluster.hosts[lost]):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            cluster.link_down(lost)
         killed_at = time.monotonic()
         output = processes[writer].communicate(timeout=LOST_HOST_ENDS_WITHIN_S)[0]
         ended_after_s = time.monotonic() - killed_at
-        assert cluster.pids() == {host: [] for host in cluster.hosts}  # the first host's agent stopped its rank
+        assert pids_in(cluster.hosts[writer]) == []  # the first host's agent stopped its rank
+        if fault == "killed":
+            assert pids_in(cluster.hosts[lost]) == []
     assert left_behind(cluster, before) == {}
-    print(f"the first host's run ended {ended_after_s:.1f} s after the kill")
+    print(f"the first host's run ended {ended_after_s:.1f} s after the host was lost ({fault})")
     assert processes[writer].returncode not in (0, None)
     assert output.strip().splitlines()[-1].startswith("error: torch_script.py FAILED: rank 0"), output[-2000:]
     rows = [r for r in read_rows(str(nodes[writer] / CSV_NAME)) if r["phase"] == "train"]
     assert len(rows) >= 3 and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
     log = (nodes[writer].parent / "results.log").read_text()
-    assert "status:      failed:" in log and f"[{cluster.addresses[lost]}]" in log, log[-1500:]
+    assert "status:      failed:" in log, log[-1500:]
+    if fault == "killed":
+        assert f"Read error [{cluster.addresses[lost]}]" in log, log[-1500:]
+    else:
+        assert "Timed out waiting 30000ms" in log, log[-1500:]
