@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from algorithms.run.recorder import read_rows
-from scripts.netns_cluster import Cluster
+from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_script
 from tests.test_parallel_tf import free_ports
 from tests.netns import WILDCARD_HEX, interfaces_here, left_behind, require_namespaces, run_on_hosts
@@ -124,3 +126,45 @@ def test_parameter_servers_on_three_hosts_with_one_worker_equal_the_single_devic
     reference = train_losses(tmp_path / "single" / CSV_NAME)
     assert len(rows) == len(reference) == STEPS
     np.testing.assert_allclose([r["loss"] for r in rows], reference, rtol=FLOAT32_RELATIVE)
+
+
+def test_parameter_servers_go_on_without_a_worker_whose_host_is_lost(small_data, tmp_path):
+    """Chief, 2 workers and the ps on 4 hosts; worker 1's host's processes killed after 10
+    updates: the coordinator runs its unfinished closures on worker 0 and the run completes,
+    as on one host (tests/test_ps_tf.py)."""
+    before = interfaces_here()
+    chief_results = tmp_path / "chief" / "results"
+    csv_path = chief_results / CSV_NAME
+    with Cluster(4) as cluster:
+        chief, worker0, worker1, ps = (f"{address}:{PORT}" for address in cluster.addresses)
+        spec = {"chief": [chief], "worker": [worker0, worker1], "ps": [ps]}
+        arguments = ["--strategy", "ps", "--devices", "2", "--ps_tasks", "1", "--num_epochs", "3", "--batch_size", "64"]
+        data = ["--train", str(small_data / "train.csv"), "--test", "none", "--quiet"]
+        tasks = [("chief", 0, chief_results), ("worker", 0, tmp_path / "w0"), ("worker", 1, tmp_path / "w1")]
+        tasks.append(("ps", 0, tmp_path / "ps"))
+        processes = [
+            cluster.start(
+                index,
+                task_command(tf_config(spec, kind, task), [*data, "--results_dir", str(results), *arguments]),
+                cwd=REPO_ROOT,
+                env=TASK_ENV,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for index, (kind, task, results) in enumerate(tasks)
+        ]
+        deadline = time.monotonic() + 300
+        while not (csv_path.exists() and len(csv_path.read_text().splitlines()) > 10):
+            assert time.monotonic() < deadline and processes[0].poll() is None
+            time.sleep(0.5)
+        for pid in pids_in(cluster.hosts[2]):
+            os.kill(pid, signal.SIGKILL)
+        output = processes[0].communicate(timeout=300)[0]
+    assert left_behind(cluster, before) == {}
+    assert processes[0].returncode == 0, output[-3000:]
+    rows = [r for r in read_rows(str(csv_path)) if r["phase"] == "train"]
+    assert [r["step"] for r in rows] == list(range(1, 49))  # every update of 3 epochs x 8 batches x 2 shares
+    assert {int(r["worker"]) for r in rows[30:]} == {0}
+    log = (chief_results.parent / "results.log").read_text()
+    assert "worker(s) 1 of 2 stopped during the run" in log and "status:      completed" in log, log[-1500:]
