@@ -2,8 +2,9 @@
 its own TF_CONFIG as docs/parallel.md shows: `--strategy data` (MultiWorkerMirroredStrategy)
 on 2 hosts gives the losses of the same two workers on one host's 127.0.0.1, and `--strategy
 ps` with the chief, the worker and the parameter server on 3 hosts gives the single-device
-run's (one worker). TensorFlow's gRPC server binds 0.0.0.0 whatever TF_CONFIG names, and
-TensorFlow has no option to choose: the tests state it (the port is on the wildcard)."""
+run's (one worker), and goes on without a worker whose host is lost (4 hosts). TensorFlow's
+gRPC server binds 0.0.0.0 whatever TF_CONFIG names, and TensorFlow has no option to choose:
+the tests state it (the port is on the wildcard)."""
 
 from __future__ import annotations
 
