@@ -77,6 +77,8 @@ def check_of(command: str) -> tuple:
         )
     if program == "bash":
         return (("run", "bash", (args[0], "--help"), env),)
+    if program == "sbatch":  # a batch script, after sbatch's own flags
+        return (("run", "bash", (next(arg for arg in args if arg.endswith(".sh")), "--help"), env),)
     if os.path.basename(program) == "tensorboard":  # .venv/bin/tensorboard: the main env's TensorBoard
         return (("run", "main", ("-m", "tensorboard.main", "--help"), env),)
     if program == "torchrun":

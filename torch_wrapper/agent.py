@@ -20,6 +20,7 @@ from torch.distributed.run import parse_args, run
 
 from algorithms.errors import EXIT_PEER_LOST, EXIT_RESOURCE_ERROR
 from algorithms.run.resources import children, end_children, why_not_started
+from torch_wrapper.nodes import prepare
 
 # torchrun's own account of a failed rank, which the one line below replaces
 REPLACED_LOG_MESSAGES = (
@@ -51,6 +52,7 @@ def how_it_ended(exitcode: int) -> str:
 def main(argv: list) -> int:
     report_through_filter()
     args = parse_args(argv)
+    prepare(args)
     try:
         run(args)
     except ChildFailedError as failed:

@@ -112,13 +112,16 @@ def make_layout(replicas: int, group_size: int) -> Layout:
     rank = dist.get_rank()
     replica, position = divmod(rank, group_size)
     inner_group = data_group = None
+    # new_group's own default is 30 minutes (gloo), not the default group's: a peer whose link
+    # went down (no reset reaches us) would block a subgroup's collective that long
+    timeout = timedelta(seconds=COLLECTIVE_TIMEOUT_S)
     for r in range(replicas):
         ranks = [r * group_size + p for p in range(group_size)]
-        group = dist.new_group(ranks) if group_size > 1 else None
+        group = dist.new_group(ranks, timeout=timeout) if group_size > 1 else None
         if r == replica:
             inner_group, inner_ranks = group, ranks
     for p in range(group_size):
-        group = dist.new_group([r * group_size + p for r in range(replicas)]) if replicas > 1 else None
+        group = dist.new_group([r * group_size + p for r in range(replicas)], timeout=timeout) if replicas > 1 else None
         if p == position:
             data_group = group
     return Layout(replica, replicas, position, group_size, inner_ranks, inner_group, data_group)

@@ -1,0 +1,217 @@
+"""A cluster of N hosts on one Linux machine, for rehearsing a multi-machine run: each host
+is a network namespace with its own interface `eth0` at 10.77.0.<i+1>/24 and its own
+loopback; the hosts are joined by a bridge in a further namespace (the switch), so nothing
+is added to this machine's own network. Every framework sees N machines: own addresses,
+own routing, no shared loopback (the file system and the hostname stay shared).
+
+    sudo .venv/bin/python scripts/netns_cluster.py --hosts 2 -- CMD_FOR_HOST_0 -- CMD_FOR_HOST_1
+
+runs one command in each host (`{host}` in a command is replaced by its address, `{first}`
+by host 0's), waits for all of them, and exits with the first non-zero status. Everything
+is torn down at the end, however the run ends: Ctrl-C, SIGTERM or SIGHUP included. A run
+killed outright (SIGKILL) leaves its namespaces; the next cluster started here removes
+them (their names carry the owner's pid, and a cluster whose owner is gone is a leftover).
+Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2's `ip`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PREFIX = "cnnp-"  # every namespace made here: cnnp-<owner pid>-<index>-sw / -h<i>
+SUBNET = "10.77.0"
+INTERFACE = "eth0"  # each host's cluster interface (GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME)
+STOP_GRACE_S = 5
+_clusters_made = 0  # in this process: makes each cluster's names unique
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def namespaces() -> list:
+    listed = subprocess.run(["ip", "netns", "list"], check=True, capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.strip()]
+
+
+def pids_in(namespace: str) -> list:
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
+    return [int(pid) for pid in listed.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_processes(namespace: str) -> None:
+    """SIGTERM to every process in the namespace, SIGKILL to those left after a grace."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        pids = pids_in(namespace)
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if _alive(pid) and pid in pids_in(namespace)]
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
+def remove_namespace(namespace: str) -> None:
+    """Its processes stopped, then the namespace deleted (its interfaces and their veth peers with it)."""
+    _stop_processes(namespace)
+    subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+
+
+def remove_leftovers() -> list:
+    """Removes the namespaces of clusters whose owning process is gone; returns their names."""
+    removed = []
+    for namespace in namespaces():
+        if not namespace.startswith(PREFIX):
+            continue
+        owner = namespace[len(PREFIX) :].split("-")[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            remove_namespace(namespace)
+            removed.append(namespace)
+    return removed
+
+
+class Cluster:
+    """`with Cluster(2) as cluster:` N hosts up; `cluster.start(i, command)` runs a command in
+    host i; leaving the block (or `close()`) stops every process in every host and deletes
+    the namespaces, whatever raised."""
+
+    def __init__(self, hosts: int):
+        global _clusters_made
+        if not 1 <= hosts <= 250:
+            raise ValueError(f"--hosts {hosts}: 1 to 250 hosts fit the /24 subnet")
+        _clusters_made += 1
+        base = f"{PREFIX}{os.getpid()}-{_clusters_made}"
+        self.switch = f"{base}-sw"
+        self.hosts = [f"{base}-h{index}" for index in range(hosts)]
+        self.addresses = [f"{SUBNET}.{index + 1}" for index in range(hosts)]
+        self.processes: list = []
+        self.inodes: dict = {}  # namespace -> its inode (/proc/PID/ns/net reads net:[inode])
+
+    def __enter__(self) -> "Cluster":
+        remove_leftovers()
+        try:
+            self._create()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _create(self) -> None:
+        ip("netns", "add", self.switch)
+        self.inodes[self.switch] = os.stat(f"/run/netns/{self.switch}").st_ino
+        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.switch, "link", "set", "br0", "up")
+        for index, (host, address) in enumerate(zip(self.hosts, self.addresses)):
+            port = f"p{index}"
+            ip("netns", "add", host)
+            self.inodes[host] = os.stat(f"/run/netns/{host}").st_ino
+            # created in the switch with its peer in the host: never an interface in this machine's namespace
+            ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", INTERFACE, "netns", host)
+            ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
+            # IPv4 only: gloo and TensorPipe take an interface's first address, which must be the cluster's
+            self.exec(index, ["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])
+            ip("-n", host, "addr", "add", f"{address}/24", "dev", INTERFACE)
+            ip("-n", host, "link", "set", INTERFACE, "up")
+            ip("-n", host, "link", "set", "lo", "up")
+
+    def switch_port(self, index: int) -> str:
+        """The bridge's end of host `index`'s cable (what `link_down` and `delay` act on)."""
+        return f"p{index}"
+
+    def exec(self, index: int, command: list) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", self.hosts[index], *command], check=True, capture_output=True)
+
+    def start(self, index: int, command: list, **popen) -> subprocess.Popen:
+        """Starts `command` in host `index` (`ip netns exec` execs it: the Popen's pid is the command's)."""
+        process = subprocess.Popen(["ip", "netns", "exec", self.hosts[index], *command], **popen)
+        self.processes.append(process)
+        return process
+
+    def link_down(self, index: int) -> None:
+        """Host `index` unplugged: the switch's end of its cable goes down."""
+        ip("-n", self.switch, "link", "set", self.switch_port(index), "down")
+
+    def pids(self) -> dict:
+        return {host: pids_in(host) for host in self.hosts if host in namespaces()}
+
+    def close(self) -> None:
+        for host in self.hosts:
+            if host in namespaces():
+                remove_namespace(host)
+        for process in self.processes:
+            try:
+                process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:  # `ip netns exec` not yet exec'd when stopped: its own pid
+                process.kill()
+                process.wait()
+        if self.switch in namespaces():
+            remove_namespace(self.switch)
+
+
+def _raise_on(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def split_commands(argv: list) -> list:
+    commands, current = [], None
+    for arg in argv:
+        if arg == "--":
+            current = []
+            commands.append(current)
+        elif current is not None:
+            current.append(arg)
+    return commands
+
+
+def main(argv: list) -> int:
+    if "--" in argv:
+        own, rest = argv[: argv.index("--")], argv[argv.index("--") :]
+    else:
+        own, rest = argv, []
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=2, help="how many hosts (default 2)")
+    parser.add_argument("--cleanup", action="store_true", help="only remove the leftovers of killed earlier runs")
+    args = parser.parse_args(own)
+    if args.cleanup:
+        for namespace in remove_leftovers():
+            print(f"removed {namespace}")
+        return 0
+    commands = split_commands(rest)
+    if len(commands) != args.hosts:
+        parser.error(f"--hosts {args.hosts} needs {args.hosts} commands, each after its own `--`; got {len(commands)}")
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _raise_on)
+    with Cluster(args.hosts) as cluster:
+        first = cluster.addresses[0]
+        running = [
+            cluster.start(index, [word.replace("{host}", address).replace("{first}", first) for word in command])
+            for index, (address, command) in enumerate(zip(cluster.addresses, commands))
+        ]
+        statuses = [process.wait() for process in running]
+    return next((status for status in statuses if status != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

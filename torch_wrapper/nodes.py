@@ -1,0 +1,137 @@
+"""What a node of a multi-node launch (`python -m torch_wrapper.agent --nnodes 2 ...
+--rdzv_backend c10d --rdzv_endpoint HOST:PORT`) needs to find its peers when its hostname
+does not resolve to its cluster address (containers, network namespaces, many clusters),
+decided from the endpoint alone so the same command works on every node:
+
+- its own address: the one this machine sends from towards the endpoint (`--local_addr`,
+  unless given), advertised to the other nodes instead of the hostname;
+- the interface holding that address: GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME and, on GPUs,
+  NCCL_SOCKET_IFNAME (unless set), so every rank's sockets bind it and nothing else;
+- whether it hosts the rendezvous: torch guesses from the hostname (a false "no" in a
+  namespace or container leaves every node waiting for a store nobody hosts); here the node
+  whose interfaces hold the endpoint's address hosts it, on a socket bound to that address
+  (torch's TCPStore would bind every interface).
+
+torchrun typed by hand needs the same by hand: `--rdzv_conf is_host=1` on the endpoint's
+node, `--local_addr ADDRESS` and GLOO_SOCKET_IFNAME on every node (docs/parallel.md)."""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+from datetime import timedelta
+
+BOUND_C10D = "c10d-bound"  # the rendezvous backend registered here: c10d, its store bound to one address
+DEFAULT_PORT = 29400  # torchrun's, for an endpoint without one
+SIOCGIFADDR = 0x8915
+RANKS_STORE_TIMEOUT = timedelta(minutes=5)  # TCPStore's default, which torch's own server gets
+
+
+def ipv4_of(host: str) -> str:
+    return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+
+
+def is_local(address: str) -> bool:
+    """Whether one of this machine's interfaces holds the address (it can be bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def address_towards(address: str) -> str:
+    """This machine's source address for packets to `address` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((address, DEFAULT_PORT))
+        return probe.getsockname()[0]
+
+
+def interface_of(address: str) -> str:
+    if ipaddress.ip_address(address).is_loopback:
+        return "lo"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address
+                continue
+            if socket.inet_ntoa(answer[20:24]) == address:
+                return name
+    raise OSError(f"no interface of this machine holds {address}")
+
+
+def split_endpoint(endpoint: str) -> tuple:
+    host, _, port = endpoint.rpartition(":") if ":" in endpoint else (endpoint, "", "")
+    return host, int(port or DEFAULT_PORT)
+
+
+def bound_store(address: str, port: int, timeout: timedelta):
+    """A TCPStore server listening on `address` alone (port 0: any free port)."""
+    import torch.distributed as dist
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, port))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    return dist.TCPStore(
+        address, port, is_master=True, multi_tenant=True, timeout=timeout, master_listen_fd=listener.detach()
+    )
+
+
+def _bound_c10d_handler(params):
+    """torch's c10d rendezvous handler with both its stores bound to one address: the
+    rendezvous store, which the endpoint's node hosts on the endpoint's address and the
+    other nodes connect to, and the ranks' store, which the node of global rank 0 hosts
+    on its --local_addr."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    host, port = split_endpoint(params.endpoint)
+    address = ipv4_of(host)
+    timeout = timedelta(seconds=params.get_as_int("read_timeout", 60))
+    if is_local(address):
+        store = bound_store(address, port, timeout)
+    else:
+        store = dist.TCPStore(address, port, is_master=False, multi_tenant=True, timeout=timeout)
+
+    class BoundBackend(C10dRendezvousBackend):
+        @property
+        def name(self) -> str:  # torch checks that the handler is the backend it asked for
+            return BOUND_C10D
+
+    handler = create_handler(store, BoundBackend(store, params.run_id), params)
+    # the handler's own server for the ranks' store (torch's binds every interface), on this node's address
+    handler._create_tcp_store_server = lambda master_addr, master_port: bound_store(
+        master_addr, master_port, RANKS_STORE_TIMEOUT
+    )
+    return handler
+
+
+def is_multi_node_tcp(args) -> bool:
+    conf = args.rdzv_conf or ""
+    return args.rdzv_backend == "c10d" and bool(args.rdzv_endpoint) and "store_type=file" not in conf
+
+
+def prepare(args) -> None:
+    """Fills in the address, the interfaces and the rendezvous backend of a node of a
+    c10d launch over TCP (torchrun's parsed `args`); leaves every other launch alone, and
+    `is_host` chosen by hand in --rdzv_conf to torch's own backend."""
+    if not is_multi_node_tcp(args):
+        return
+    from torch.distributed.elastic.rendezvous.registry import handler_registry
+
+    endpoint_address = ipv4_of(split_endpoint(args.rdzv_endpoint)[0])
+    args.local_addr = args.local_addr or address_towards(endpoint_address)
+    interface = interface_of(args.local_addr)
+    for variable in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        os.environ.setdefault(variable, interface)
+    if "is_host" not in (args.rdzv_conf or ""):
+        handler_registry.register(BOUND_C10D, _bound_c10d_handler)
+        args.rdzv_backend = BOUND_C10D
