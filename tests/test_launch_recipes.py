@@ -8,14 +8,13 @@ and agree with the replica counts."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
 
 import pytest
 
-from algorithms.paths import LEGACY_PYTHON, REPO_ROOT
+from algorithms.paths import REPO_ROOT
 from algorithms.run.config import parse_config
 
 SLURM_SCRIPT = os.path.join(REPO_ROOT, "scripts", "slurm_torchrun.sh")
@@ -76,15 +75,11 @@ def test_the_slurm_script_outside_a_job_is_one_line():
 
 
 def manifests(name: str) -> list:
-    """The YAML documents of a manifest, parsed by PyYAML (in .venv-legacy, which `make test` builds)."""
-    if not os.path.exists(LEGACY_PYTHON):
-        pytest.fail(f"parsing the manifests needs PyYAML from {LEGACY_PYTHON}: run `make legacy-setup`")
-    code = "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))"
-    proc = subprocess.run(
-        [LEGACY_PYTHON, "-c", code, os.path.join(MANIFESTS, name)], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    """The YAML documents of a manifest, parsed by PyYAML."""
+    import yaml
+
+    with open(os.path.join(MANIFESTS, name)) as handle:
+        return list(yaml.safe_load_all(handle))
 
 
 def containers(replica_spec: dict) -> list:
