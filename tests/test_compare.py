@@ -53,8 +53,8 @@ def test_two_seeds_are_told_apart_and_the_numbers_are_recomputed(two_seeds):
     assert run_ids(two_seeds) == ["seed0", "seed1"]
     report = build_report([f"{two_seeds}@seed0", f"{two_seeds}@seed1"], [0.5])
     (pair,) = report["pairs"]
-    word, evidence = report["verdicts"][0]
-    assert word == "run-to-run" and any("this pair measures the band" in line for line in evidence)
+    verdict = report["verdicts"][0]
+    assert verdict.word == "run-to-run" and any("this pair measures the band" in line for line in verdict.evidence)
 
     rows = {run: [r for r in read_rows(two_seeds, run) if r["phase"] == "train"] for run in ("seed0", "seed1")}
     expected = np.abs(np.array([r["loss"] for r in rows["seed0"]]) - np.array([r["loss"] for r in rows["seed1"]]))
@@ -90,16 +90,21 @@ def test_summation_order_changes_the_float32_sum_by_a_measured_amount():
 
 
 def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_path):
-    """Seeds 0 and 1 as the baseline: seed 0 rerun is within the band, a learning rate
-    20x too high is outside, another batch size is not checked (and says why)."""
+    """Seeds 0, 1 and 2 as the baseline: seed 0 rerun is within the band; a learning rate
+    20x too high is not judged against a band at another learning rate (one line says
+    so), and the same run with the baselines' settings recorded (a hidden 20x learning
+    rate) is outside; another batch size is not checked (and says why)."""
     import shutil
 
     from algorithms.analysis.baseline import check_run
     from algorithms.analysis.runs import load_run
+    from algorithms.run.settings_record import sidecar_path
+    from tests.synthetic_runs import relabel
 
     baseline_dir = tmp_path / "baseline"
     baseline_dir.mkdir()
-    shutil.copy(two_seeds, baseline_dir / f"{NETWORK}_torch.csv")
+    for path in (two_seeds, sidecar_path(two_seeds)):
+        shutil.copy(path, baseline_dir)
     results = tmp_path / "new"
     common = [
         "--train",
@@ -108,25 +113,27 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
         "none",
         "--num_epochs",
         "2",
-        "--results_dir",
-        str(results),
         "--quiet",
     ]
     for run_id, extra in (
+        ("seed2", ["--batch_size", "32", "--seed", "2", "--results_dir", str(baseline_dir)]),
         ("rerun", ["--batch_size", "32"]),
         ("hot", ["--batch_size", "32", "--learning_rate", "1.0"]),
         ("wide", ["--batch_size", "64"]),
     ):
-        proc = run_script("torch_script.py", common + extra + ["--run_id", run_id])
+        proc = run_script("torch_script.py", ["--results_dir", str(results)] + common + extra + ["--run_id", run_id])
         assert proc.returncode == 0, proc.stderr[-3000:]
     path = results / f"{NETWORK}_torch.csv"
     rerun = check_run(load_run(f"{path}@rerun"), str(baseline_dir))
     assert rerun.verdict == "within", rerun.detail
     hot = check_run(load_run(f"{path}@hot"), str(baseline_dir))
-    assert hot.verdict == "outside", hot.detail
+    assert hot.verdict == "not checked" and "settings differ: learning_rate 1 vs 0.05" in hot.detail, hot.detail
+    hidden = relabel(str(path), "hot", tmp_path, "hidden", learning_rate=0.05)
+    hidden_check = check_run(load_run(f"{hidden}@hidden"), str(baseline_dir))
+    assert hidden_check.verdict == "outside", hidden_check.detail
     wide = check_run(load_run(f"{path}@wide"), str(baseline_dir))
     assert wide.verdict == "not checked" and "the baselines ran at batch 32" in wide.detail
-    report = build_report([f"{path}@rerun", f"{path}@hot"], [], str(baseline_dir))
+    report = build_report([f"{path}@rerun", f"{hidden}@hidden"], [], str(baseline_dir))
     assert "within the baseline band" in format_report(report) and "outside the baseline band" in format_report(report)
 
 
@@ -186,55 +193,67 @@ def synthetic_run(name: str, losses, val_accuracy: float, run_id: str = "r", bat
 CURVE = np.linspace(2.3, 0.5, 40)
 
 
-def test_the_band_is_the_largest_seed_to_seed_distance_and_accuracy_gap():
-    from algorithms.analysis.compare import band_of
+def test_the_band_is_every_two_seeds_distance_and_their_accuracies():
+    """The seed regime's null: the distances of every two seeds (their typical one is the
+    geometric mean) and the seeds' accuracies; one seed spans no band."""
+    from scipy import stats
+
     from algorithms.analysis.runs import curve_distance
+    from algorithms.analysis.spread import SeedBand, pair_test
 
     seeds = [
         synthetic_run("torch/torch", CURVE + shift, accuracy, f"s{i}")
         for i, (shift, accuracy) in enumerate(((0.0, 0.90), (0.02, 0.93), (-0.01, 0.91)))
     ]
-    band = band_of(seeds, "three seeds")
-    assert band.loss_distance == pytest.approx(0.03)  # seeds 1 and 2: 0.02 - (-0.01), on every step
-    assert band.accuracy_gap == pytest.approx(0.03)
     assert curve_distance(seeds[0], seeds[1]) == pytest.approx(0.02)
-    assert band_of(seeds[:1], "one seed") is None  # one run spans no band
+    other = synthetic_run("keras/jax", CURVE + 0.005, 0.92, "k")
+    test = pair_test(seeds[0], other, [SeedBand(tuple(seeds), "three seeds")])
+    typical = (0.02 * 0.01 * 0.03) ** (1 / 3)  # seeds 0-1, 0-2 and 1-2, on every step
+    assert f"typical {typical:.4f} (3 pairs)" in test.evidence[1]
+    sd = np.std([0.90, 0.93, 0.91], ddof=1)
+    assert test.p_accuracy == pytest.approx(2 * stats.t.sf(0.02 / (sd * np.sqrt(2)), df=2))
+    assert pair_test(seeds[0], other, [SeedBand(tuple(seeds[:1]), "one seed")]) is None  # one run spans no band
 
 
 def test_a_cross_framework_pair_is_judged_against_the_band_and_never_from_a_fixed_threshold():
-    from algorithms.analysis.compare import SPREAD_FACTOR, diff_pair, run_to_run_bands, verdict
+    from algorithms.analysis.verdict import Yardsticks, judge
 
-    seeds = [synthetic_run("torch/torch", CURVE + shift, 0.90, f"s{i}") for i, shift in enumerate((0.0, 0.02))]
-    near = synthetic_run("keras/jax", CURVE + 0.025, 0.905)  # 0.025 <= 1.5 x 0.02
-    far = synthetic_run("keras/jax", CURVE + 0.2, 0.905, "far")  # ten times the band
-    bands = run_to_run_bands(seeds + [near], None)
-    assert verdict(diff_pair(seeds[0], near), bands)[0] == "within spread"
-    word, evidence = verdict(diff_pair(seeds[0], far), run_to_run_bands(seeds + [far], None))
-    assert word == "beyond spread" and any(f"{SPREAD_FACTOR:g}x the largest seed-to-seed" in e for e in evidence)
-    # an accuracy gap beyond the seeds' (and the 0.01 margin) is beyond spread, however close the curves
+    shifts = (0.0, 0.02, -0.01, 0.01, -0.02)
+    seeds = [synthetic_run("torch/torch", CURVE + s, 0.90 + s / 4, f"s{i}") for i, s in enumerate(shifts)]
+    near = synthetic_run("keras/jax", CURVE + 0.015, 0.905)  # as far from seed 0 as its seeds are
+    far = synthetic_run("keras/jax", CURVE + 0.5, 0.905, "far")  # 30 times the typical seed distance
+    verdict = judge(seeds[0], near, Yardsticks(seeds + [near]))
+    assert verdict.word == f"within spread (p={verdict.p:.2g})" and verdict.p > 0.1
+    verdict = judge(seeds[0], far, Yardsticks(seeds + [far]))
+    assert verdict.word.startswith("beyond spread (p=") and verdict.p < 0.01
+    assert any("curve distance 0.5000 vs seed pairs' typical" in line for line in verdict.evidence)
+    # an accuracy gap beyond the seeds' is beyond spread, however close the curves
     wrong = synthetic_run("keras/jax", CURVE + 0.01, 0.80, "wrong")
-    assert verdict(diff_pair(seeds[0], wrong), run_to_run_bands(seeds + [wrong], None))[0] == "beyond spread"
+    assert judge(seeds[0], wrong, Yardsticks(seeds + [wrong])).word.startswith("beyond spread")
     # no band at all: no verdict, whatever the distance (fixed thresholds used to call this "different")
     lone = synthetic_run("torch/torch", CURVE, 0.90)
-    word, evidence = verdict(diff_pair(lone, far), run_to_run_bands([lone, far], None))
-    assert word == "no band" and "distance 0.2000" in evidence[0]
-    # runs of different settings share no band
+    verdict = judge(lone, far, Yardsticks([lone, far]))
+    assert verdict.word == "no band" and "distance 0.5000" in verdict.evidence[0]
+    # runs of different settings share no band, and the line says which setting
     other = synthetic_run("keras/jax", CURVE + 0.01, 0.90, "b64", batch=64)
-    assert verdict(diff_pair(seeds[0], other), run_to_run_bands(seeds + [other], None))[0] == "no band"
+    assert judge(seeds[0], other, Yardsticks(seeds + [other])).word == "settings differ: batch 32 vs 64"
 
 
 def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seeds, tmp_path):
-    """Seeds 0 and 1 shipped as baselines give the band a single new run is judged against."""
+    """Seeds 0 and 1 shipped as baselines, or given: the inputs' own seeds come first at equal count."""
     import shutil
 
     from algorithms.analysis.compare import format_against_first
+    from algorithms.run.settings_record import sidecar_path
 
     baseline_dir = tmp_path / "baseline" / "default"
     baseline_dir.mkdir(parents=True)
-    shutil.copy(two_seeds, baseline_dir / f"{NETWORK}_torch.csv")
+    for path in (two_seeds, sidecar_path(two_seeds)):
+        shutil.copy(path, baseline_dir)
     report = build_report([f"{two_seeds}@seed0", f"{two_seeds}@seed1"], [], str(tmp_path / "baseline"))
-    assert report["verdicts"][0][0] == "run-to-run"
-    (band,) = report["bands"].values()
-    assert "2 runs given here" in band.source  # the inputs' own seeds come first
+    assert report["verdicts"][0].word == "run-to-run"
+    band = report["yardsticks"].band(report["runs"][0])
+    assert "the 2 runs given (seed0, seed1)" in band.source  # the inputs' own seeds come first
     text = format_against_first(report)
-    assert "bands from: 2 runs given here" in text and "verdicts: same = every aligned loss bit-identical" in text
+    assert "yardsticks: 2 seeds of torch/torch from the 2 runs given" in text
+    assert "verdicts: same = every aligned loss bit-identical" in text

@@ -23,6 +23,10 @@ from typing import Optional
 SEED = ("seed",)
 THREADS_AND_KERNELS = ("threads", "execution", "tuned")
 HORIZON = ("epochs", "max_steps", "early_stopping", "target_accuracy")
+# what a pair may differ in and still be judged: across seeds (the seed band), and in
+# parity mode (the drift envelope, which compares step by step wherever the runs stop)
+NOT_COMPARED_ACROSS_SEEDS = SEED + THREADS_AND_KERNELS
+NOT_COMPARED_IN_PARITY = SEED + THREADS_AND_KERNELS + HORIZON
 
 
 @dataclass(frozen=True)
@@ -40,14 +44,6 @@ class Settings:
             for name, value in self.values.items()
             if name not in ignore and name in other.values and other.values[name] != value
         ]
-
-    def unknown(self, other: "Settings", ignore: tuple = ()) -> list:
-        """The settings one side records and the other does not."""
-        names = set(self.values) ^ set(other.values)
-        return sorted(name for name in names if name not in ignore)
-
-    def comparable(self, other: "Settings", ignore: tuple) -> bool:
-        return not self.differences(other, ignore)
 
 
 def from_rows(rows: list) -> Settings:
