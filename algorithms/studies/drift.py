@@ -438,7 +438,7 @@ def main(argv=None) -> int:
             print("error: --envelope and --strategy: the envelope is measured on one device", file=sys.stderr)
             return EXIT_INPUT_ERROR
         print(f"drift envelope {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}\n")
-        return measure_envelope(names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir)
+        return measure_envelope(names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir, steps)
     print(
         f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
         f"each of {', '.join(names)} twice in parity mode"
