@@ -78,6 +78,7 @@ class Yardsticks:
     runs: list
     baseline_dir: Optional[str] = None
     _bands: dict = field(default_factory=dict)
+    _envelopes: dict = field(default_factory=dict)
 
     def band(self, run: Run) -> Optional[SeedBand]:
         if id(run) not in self._bands:
@@ -104,7 +105,10 @@ class Yardsticks:
         """The shipped envelope of the pair's network that covers one run's settings, or None."""
         if not self.baseline_dir:
             return None
-        envelope = read_envelope(envelope_path(self.baseline_dir, a.backend_key[2]))
+        network = a.backend_key[2]
+        if network not in self._envelopes:
+            self._envelopes[network] = read_envelope(envelope_path(self.baseline_dir, network))
+        envelope = self._envelopes[network]
         if envelope is None or not (envelope.covers(a.settings) or envelope.covers(b.settings)):
             return None
         return envelope
