@@ -302,3 +302,22 @@ def test_the_full_report_prints_the_regime_words_and_the_rule(envelope_dir, tmp_
     text = format_report(build_report([f"{tf}@p", f"{hidden}@p"], [], str(envelope_dir)))
     assert "tensorflow/tensorflow p  vs  torch/torch p: beyond drift at step 4" in text
     assert f"({ENVELOPE_FACTOR:g} x the envelope)" in text and "Parity regime" in text and "Seed regime" in text
+
+
+def test_a_pair_beyond_spread_whose_runs_each_reproduce_their_baselines_says_both_hold(tmp_path):
+    """Two frameworks whose own seeds differ from each other: each new run is within its own
+    baseline band, the pair is beyond spread, and a note says what each answers."""
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    for name, shift in (("torch/torch", 0.0), ("keras/jax", 0.3)):
+        for seed in range(5):
+            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng, shift), accuracy_draw(rng), seed=seed)
+    new = tmp_path / "new"
+    new.mkdir()
+    torch = write_run(new, "torch/torch", "x", seed_draw(rng), accuracy_draw(rng), seed=9)
+    keras = write_run(new, "keras/jax", "x", seed_draw(rng, 0.3), accuracy_draw(rng), seed=9)
+    report = build_report([f"{torch}@x", f"{keras}@x"], [], str(tmp_path / "baseline"))
+    assert report["verdicts"][0].beyond and [check.verdict for check in report["baseline"]] == ["within", "within"]
+    (note,) = [line for line in format_report(report).splitlines() if line.startswith("note:")]
+    assert "each run reproduces its own baselines: both hold" in note
