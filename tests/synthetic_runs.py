@@ -53,10 +53,12 @@ def write_run(
     val_accuracy: float,
     recorded: bool = True,
     row_learning_rate: float = None,
+    validations: int = 1,
     **settings,
 ) -> str:
     """One run of framework `name` ("torch/torch", "keras/jax") with these per-step losses
-    (steps 1..N) and one validation row at the end; its settings record is
+    (steps 1..N) and `validations` validation rows, the last at the end (the epochs its rows
+    show); its settings record is
     DEFAULT_SETTINGS with `settings` over it (none with `recorded=False`: an older file).
     The rows' learning rate is the recorded one unless `row_learning_rate` says another.
     Returns the CSV's path."""
@@ -78,7 +80,9 @@ def write_run(
     writer = ResultsCsv(path, identity)
     for step, loss in enumerate(np.asarray(losses, dtype=float), start=1):
         writer.write(epoch=1, step=step, phase="train", loss=float(loss), accuracy=0.5, learning_rate=rate)
-    writer.write(epoch=1, step=len(losses), phase="val", loss=float(losses[-1]), accuracy=val_accuracy)
+    for epoch in range(1, validations + 1):
+        step = len(losses) * epoch // validations
+        writer.write(epoch=epoch, step=step, phase="val", loss=float(losses[step - 1]), accuracy=val_accuracy)
     writer.close()
     return path
 

@@ -321,3 +321,25 @@ def test_a_pair_beyond_spread_whose_runs_each_reproduce_their_baselines_says_bot
     assert report["verdicts"][0].beyond and [check.verdict for check in report["baseline"]] == ["within", "within"]
     (note,) = [line for line in format_report(report).splitlines() if line.startswith("note:")]
     assert "each run reproduces its own baselines: both hold" in note
+
+
+def test_a_run_cut_short_is_not_checked_against_older_baselines_that_ran_longer(tmp_path):
+    """The issue's 30-step parity runs were called outside the 10-epoch baselines: an older
+    baseline file has no settings record, so it and the run are compared as their rows show
+    them (the epochs validated), and what the older file cannot say is named in the check."""
+    rng = np.random.default_rng(7)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    for seed in range(3):
+        draw = seed_draw(rng)
+        write_run(folder, "torch/torch", f"baseline-seed{seed}", draw, accuracy_draw(rng), False, validations=10)
+    new = tmp_path / "new"
+    new.mkdir()
+    short = write_run(new, "torch/torch", "short", seed_draw(rng)[:30], 0.2, max_steps=30, parity=True)
+    full = write_run(new, "torch/torch", "full", seed_draw(rng), accuracy_draw(rng), validations=10)
+    short_check = check_run(load_run(f"{short}@short"), str(tmp_path / "baseline"))
+    assert short_check.verdict == "not checked" and "settings differ: epochs 1 vs 10" in short_check.detail
+    full_check = check_run(load_run(f"{full}@full"), str(tmp_path / "baseline"))
+    assert full_check.verdict == "within", full_check.detail
+    unknown = "unknown settings, assumed equal: its baselines (older file, no settings record) does not say"
+    assert unknown in full_check.detail and "momentum" in full_check.detail

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 
-from algorithms.analysis.runs import Run, load_run
-from algorithms.analysis.settings import NOT_COMPARED_ACROSS_SEEDS, differences_line, value_text
+from algorithms.analysis.runs import Run, load_run, setting_differences
+from algorithms.analysis.settings import NOT_COMPARED_ACROSS_SEEDS, differences_line, unknown_line, value_text
 from algorithms.analysis.spread import reproduction_test
 from algorithms.paths import BASELINE_DIR
 from algorithms.run.recorder import results_csv_name, run_ids
@@ -67,7 +67,7 @@ def matching_baselines(run: Run, baseline_dir: str = BASELINE_DIR) -> list:
     return [
         baseline
         for baseline in baseline_runs(network, framework, backend, baseline_dir)
-        if not baseline.settings.differences(run.settings, NOT_COMPARED_ACROSS_SEEDS)
+        if not setting_differences(baseline, run, NOT_COMPARED_ACROSS_SEEDS)
         and not (os.path.abspath(baseline.path) == os.path.abspath(run.path) and baseline.run_id == run.run_id)
     ]
 
@@ -94,8 +94,8 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     baselines = matching_baselines(run, baseline_dir)
     if not baselines:
         ran = sorted({describe_settings(b) for b in every})
-        closest = min(every, key=lambda b: len(b.settings.differences(run.settings, NOT_COMPARED_ACROSS_SEEDS)))
-        differ = differences_line(run.settings.differences(closest.settings, NOT_COMPARED_ACROSS_SEEDS))
+        closest = min(every, key=lambda b: len(setting_differences(b, run, NOT_COMPARED_ACROSS_SEEDS)))
+        differ = differences_line(setting_differences(run, closest, NOT_COMPARED_ACROSS_SEEDS))
         return BaselineCheck(
             run,
             every[0].path,
@@ -108,6 +108,9 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
         return BaselineCheck(run, baselines[0].path, "not checked", "fewer than 3 seeds, or no step in common")
     seeds = ", ".join(str(b.seed) if b.seed is not None else b.run_id.rsplit("seed", 1)[-1] for b in baselines)
     detail = f"{'; '.join(test.evidence)} (baseline seeds {seeds})"
+    unknown = unknown_line(run.label, run.settings, "its baselines", baselines[0].settings, NOT_COMPARED_ACROSS_SEEDS)
+    if unknown:
+        detail += f"; {unknown}"
     return BaselineCheck(run, baselines[0].path, "outside" if test.beyond else "within", detail, test.p)
 
 

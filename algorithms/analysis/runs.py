@@ -32,10 +32,13 @@ class Run:
     test_accuracy: Optional[float] = None
     val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
     settings: Optional[Settings] = None  # None: built by hand, from config_key and the epochs validated
+    shown: Optional[Settings] = None  # what its rows show (settings.from_rows); None: its settings are that
 
     def __post_init__(self):
         if self.settings is None:
             self.settings = settings_from_key(self.config_key, len(self.val))
+        if self.shown is None:
+            self.shown = self.settings
 
     @property
     def seed(self):
@@ -76,7 +79,18 @@ def load_run(spec: str) -> Run:
         test_accuracy=test[-1] if test else None,
         val_progress=val_progress(rows),
         settings=_settings(path, run_id, rows),
+        shown=settings_from_rows(rows),
     )
+
+
+def setting_differences(a: Run, b: Run, ignore: tuple = ()) -> list:
+    """(name, a's, b's) of every setting known for both runs that differs. Two recorded runs
+    compare their records. With an older file, both are read as their rows show them:
+    there `epochs` is the epochs a run validated, not its --num_epochs, so a recorded run
+    cut short by --max_steps is not mistaken for a full one."""
+    if a.settings.recorded and b.settings.recorded:
+        return a.settings.differences(b.settings, ignore)
+    return a.shown.differences(b.shown, ignore)
 
 
 def _settings(path: str, run_id: str, rows: list) -> Settings:

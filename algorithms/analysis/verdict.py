@@ -31,7 +31,7 @@ from algorithms.analysis.drift_envelope import (
     envelope_path,
     read_envelope,
 )
-from algorithms.analysis.runs import Run, curve_distance
+from algorithms.analysis.runs import Run, curve_distance, setting_differences
 from algorithms.analysis.settings import (
     NOT_COMPARED_ACROSS_SEEDS,
     NOT_COMPARED_IN_PARITY,
@@ -91,7 +91,7 @@ class Yardsticks:
                 other
                 for other in self.runs
                 if other.backend_key == run.backend_key
-                and not other.settings.differences(run.settings, NOT_COMPARED_ACROSS_SEEDS)
+                and not setting_differences(other, run, NOT_COMPARED_ACROSS_SEEDS)
             ]
         )
         shipped = matching_baselines(run, self.baseline_dir) if self.baseline_dir else []
@@ -132,7 +132,7 @@ def regime(a: Run, b: Run) -> str:
 def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     kind = regime(a, b)
     ignore = NOT_COMPARED_IN_PARITY if kind == "parity" else NOT_COMPARED_ACROSS_SEEDS
-    settings_line = differences_line(a.settings.differences(b.settings, ignore))
+    settings_line = differences_line(setting_differences(a, b, ignore))
     evidence = [_distance_line(a, b)]
     unknown = unknown_line(a.label, a.settings, b.label, b.settings, ignore)
     evidence += [line for line in (settings_line, unknown) if line]
