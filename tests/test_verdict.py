@@ -343,3 +343,28 @@ def test_a_run_cut_short_is_not_checked_against_older_baselines_that_ran_longer(
     assert full_check.verdict == "within", full_check.detail
     unknown = "unknown settings, assumed equal: its baselines (older file, no settings record) does not say"
     assert unknown in full_check.detail and "momentum" in full_check.detail
+
+
+def test_the_half_learning_rate_run_gets_one_judgement_on_the_page(tmp_path):
+    """The issue's page: the pair verdict said `within spread` and the baseline check `outside`
+    for one torch run at half the learning rate. Now both say the setting differs, name it,
+    and neither judges the run against seeds at another learning rate."""
+    rng = np.random.default_rng(11)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    for name in ("tensorflow/tensorflow", "torch/torch"):
+        for seed in range(5):
+            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng), accuracy_draw(rng), seed=seed)
+    new = tmp_path / "new"
+    new.mkdir()
+    tf = write_run(new, "tensorflow/tensorflow", "x", seed_draw(rng), accuracy_draw(rng))
+    half = write_run(new, "torch/torch", "x", seed_draw(rng, 0.08), accuracy_draw(rng), learning_rate=0.025)
+    report = build_report([f"{tf}@x", f"{half}@x"], [], str(tmp_path / "baseline"))
+    (verdict,) = report["verdicts"]
+    assert verdict.word == "settings differ: learning_rate 0.05 vs 0.025" and verdict.p is None
+    tf_check, half_check = report["baseline"]
+    assert tf_check.verdict == "within", tf_check.detail
+    assert half_check.verdict == "not checked" and "learning_rate 0.025 vs 0.05" in half_check.detail
+    page = format_against_first(report) + "\n" + format_report(report)
+    half_lines = [line for line in page.splitlines() if "torch/torch x" in line]
+    assert half_lines and not any(word in line for line in half_lines for word in ("spread", "outside", "drift at"))
