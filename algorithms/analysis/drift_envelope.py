@@ -129,6 +129,15 @@ def read_envelope(path: str) -> Optional[Envelope]:
     )
 
 
+def first_step_beyond(envelope: Envelope, steps: np.ndarray, differences: np.ndarray) -> Optional[int]:
+    """The first step the envelope covers whose relative difference exceeds ENVELOPE_FACTOR x
+    the envelope there; None: within drift at every covered step."""
+    covered = np.isin(steps, envelope.steps)
+    steps, differences = steps[covered], differences[covered]
+    beyond = np.nonzero(differences > ENVELOPE_FACTOR * envelope.limit_at(steps))[0]
+    return int(steps[beyond[0]]) if beyond.size else None
+
+
 @dataclass(frozen=True)
 class DriftTest:
     first_beyond: Optional[int]  # the first step whose difference leaves the envelope

@@ -54,14 +54,10 @@ def measure_envelope(
     --run_id finished already (the command interrupted and started again) is reused."""
     runs = {}  # (name, variant) -> its run id
     for index, name in enumerate(names, start=1):
-        variants = [("a", [], {}), ("b", [], {})]
-        if name in THREAD_PAIRS:
-            variants.append(("threads1", ["--threads", "1"], {}))
-        variants += SUMMATION_ORDERS.get(name, ())
-        for variant, flags, env in variants:
+        for variant, flags, env in variants(name):
             this_run = f"{run_id}-{variant}"
             runs[name, variant] = this_run
-            finished = _losses(results_dir, network, name, this_run)
+            finished = run_losses(results_dir, network, name, this_run)
             if finished is not None and finished[0].size >= steps:
                 print(f"[{index}/{len(names)} {variant}] {name}: {this_run} finished already", flush=True)
                 continue
@@ -71,8 +67,8 @@ def measure_envelope(
                 f"[{index}/{len(names)} {variant}] {name}",
                 env=env,
             )
-    losses = {key: _losses(results_dir, network, key[0], this_run) for key, this_run in runs.items()}
-    pairs = _pairs(losses, names)
+    losses = {key: run_losses(results_dir, network, key[0], this_run) for key, this_run in runs.items()}
+    pairs = honest_pairs(losses, names)
     if not any(series for series in pairs.values()):
         print("error: no pair of runs finished; nothing measured")
         return 1
@@ -91,7 +87,15 @@ def measure_envelope(
     return 0
 
 
-def _losses(results_dir: str, network: str, name: str, run_id: str):
+def variants(name: str) -> list:
+    """(variant, flags, environment) of each run `name` makes for the envelope."""
+    found = [("a", [], {}), ("b", [], {})]
+    if name in THREAD_PAIRS:
+        found.append(("threads1", ["--threads", "1"], {}))
+    return found + list(SUMMATION_ORDERS.get(name, ()))
+
+
+def run_losses(results_dir: str, network: str, name: str, run_id: str):
     rows = [
         r for r in children.run_rows(children.results_csv(results_dir, network, name), run_id) if r["phase"] == "train"
     ]
@@ -100,7 +104,7 @@ def _losses(results_dir: str, network: str, name: str, run_id: str):
     return np.array([r["step"] for r in rows], dtype=int), np.array([r["loss"] for r in rows], dtype=np.float64)
 
 
-def _pairs(losses: dict, names: list) -> dict:
+def honest_pairs(losses: dict, names: list) -> dict:
     """kind -> [(label, steps, relative differences)] of every pair whose runs finished."""
 
     def pair(first, second, label):
