@@ -16,7 +16,7 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 # later one), e.g. `make legacy-setup LEGACY_PYTHON=python3.11` where python3 is another.
 LEGACY_PYTHON ?= $(PYTHON)
 
-.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift envelope benchmark clean-results gpu-check
+.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -107,6 +107,11 @@ drift: setup legacy-setup caffe
 # the main env's frameworks in parity mode, 50 steps (results/baseline/drift/envelope_<network>.csv)
 envelope: setup caffe
 	$(PY) -m algorithms.studies.drift --envelope $(ARGS)
+
+# The parity regime's confusion table: the envelope's runs (make envelope ARGS=--run_id envelope50) as the
+# drift sources, and real errors through real flags, each with its verdict and step (docs/comparing.md)
+power: setup
+	$(PY) -m algorithms.studies.power $(ARGS)
 
 # Harness vs native loops, GEMM peak and MFU, threads, compiled paths, RSS, data path
 # (results/benchmark/); under 10 minutes on 2 cores
