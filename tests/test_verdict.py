@@ -28,7 +28,7 @@ from algorithms.analysis.spread import ALPHA
 from algorithms.analysis.student_t import t_sf
 from algorithms.analysis.verdict import Yardsticks, judge
 from algorithms.run.settings_record import append_settings, file_fingerprint, read_settings, settings_of
-from tests.synthetic_runs import DEFAULT_SETTINGS, write_run
+from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
 
 STEPS = 60
 CURVE = 2.3 * np.exp(-np.arange(STEPS) / 15.0) + 0.1
@@ -368,3 +368,32 @@ def test_the_half_learning_rate_run_gets_one_judgement_on_the_page(tmp_path):
     page = format_against_first(report) + "\n" + format_report(report)
     half_lines = [line for line in page.splitlines() if "torch/torch x" in line]
     assert half_lines and not any(word in line for line in half_lines for word in ("spread", "outside", "drift at"))
+
+
+def test_false_alarms_are_counted_leaving_the_judged_seeds_out(tmp_path, capsys):
+    """Three frameworks' seeds drawn from one distribution give no false alarm; a framework
+    whose curve sits higher is beyond against every other at every seed; one with three
+    seeds is measured in a second block, on the seeds all share."""
+    from algorithms.analysis import false_alarms
+
+    rng = np.random.default_rng(3)
+    for name, shift, seeds in (("torch/torch", 0.0, 5), ("keras/jax", 0.0, 5), ("caffe/caffe", 0.0, 3)):
+        for seed in range(seeds):
+            write_run(tmp_path, name, f"baseline-seed{seed}", seed_draw(rng, shift), accuracy_draw(rng), seed=seed)
+    assert false_alarms.main(["--baseline", str(tmp_path), "--network", NETWORK]) == 0
+    first, second = capsys.readouterr().out.split("\n\n")
+    assert "2 frameworks (keras_jax, torch), seeds 0, 1, 2, 3, 4" in first
+    assert "3 frameworks" in second and "seeds 0, 1, 2;" in second
+    rates = {line.strip().split("  ")[0]: line for line in first.splitlines()[1:]}
+    assert all(line.rstrip().endswith("(0.000)") for line in rates.values()), first
+    assert "0 of 5" in rates["`make compare` reports (first: keras_jax) with a false 'beyond'"]
+    assert "0 of 20" in rates["two seeds of one framework called 'beyond' (against its other seeds)"]
+
+    shifted = tmp_path / "shifted"
+    shifted.mkdir()
+    for name, shift in (("torch/torch", 0.0), ("keras/jax", 0.4)):
+        for seed in range(5):
+            write_run(shifted, name, f"baseline-seed{seed}", seed_draw(rng, shift), accuracy_draw(rng), seed=seed)
+    assert false_alarms.main(["--baseline", str(shifted), "--network", NETWORK]) == 0
+    out = capsys.readouterr().out
+    assert "cross-framework pairs at one seed called 'beyond'                              5 of 5" in out
