@@ -43,6 +43,13 @@ def accuracy_draw(rng, shift: float = 0.0) -> float:
     return float(round(0.95 + shift + rng.normal(0, 0.004), 4))
 
 
+def shipped_seeds(folder, names, rng, seeds: int = 5) -> None:
+    """Seeds 0..seeds-1 of each framework in `folder`, as `make baseline` names them, drawn from one distribution."""
+    for name in names:
+        for seed in range(seeds):
+            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng), accuracy_draw(rng), seed=seed)
+
+
 # --------------------------------------------------------------------------- settings differ
 
 
@@ -89,9 +96,7 @@ def seed_bands(tmp_path):
     rng = np.random.default_rng(2)
     folder = tmp_path / "baseline" / "default"
     folder.mkdir(parents=True)
-    for name in ("torch/torch", "keras/jax"):
-        for seed in range(5):
-            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng), accuracy_draw(rng), seed=seed)
+    shipped_seeds(folder, ("torch/torch", "keras/jax"), rng)
     return tmp_path / "baseline", rng
 
 
@@ -352,9 +357,7 @@ def test_the_half_learning_rate_run_gets_one_judgement_on_the_page(tmp_path):
     rng = np.random.default_rng(11)
     folder = tmp_path / "baseline" / "default"
     folder.mkdir(parents=True)
-    for name in ("tensorflow/tensorflow", "torch/torch"):
-        for seed in range(5):
-            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng), accuracy_draw(rng), seed=seed)
+    shipped_seeds(folder, ("tensorflow/tensorflow", "torch/torch"), rng)
     new = tmp_path / "new"
     new.mkdir()
     tf = write_run(new, "tensorflow/tensorflow", "x", seed_draw(rng), accuracy_draw(rng))
