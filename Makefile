@@ -16,7 +16,7 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 # later one), e.g. `make legacy-setup LEGACY_PYTHON=python3.11` where python3 is another.
 LEGACY_PYTHON ?= $(PYTHON)
 
-.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift benchmark clean-results gpu-check
+.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -78,11 +78,12 @@ test: lint legacy-setup caffe
 test-fast: lint
 	$(PY) -m pytest -q -m "not slow and not caffe" tests $(ARGS)
 
-# The shipped reference runs in results/baseline/, every framework, seeds 0-2: both
-# networks for 3 epochs at the presets' batch sizes, and in results/baseline/default/ the
-# main command's own default (`make compare`: the 3-layer net at batch 100, 10 epochs).
-# The main command, run nine times: over an hour on 2 cores. Ordinary runs never write
-# there; results/baseline/drift/ (`make drift`) is kept.
+# The shipped reference runs in results/baseline/, every framework: seeds 0-2 of both
+# networks for 3 epochs at the presets' batch sizes, and in results/baseline/default/ seeds
+# 0-4 of the main command's own default (`make compare`: the 3-layer net at batch 100, 10
+# epochs), the seed bands its verdicts rest on (five: enough for the t-based test to say
+# something). The main command, run eleven times: hours on 2 cores. Ordinary runs never
+# write there; results/baseline/drift/ (`make drift`, `make envelope`) is kept.
 BASELINE_NETWORKS := cnn2d_3layer_fullconnected_3layer cnn2d_2layer_full_connected_2layer
 baseline: setup legacy-setup caffe
 	rm -rf results/baseline.new
@@ -90,7 +91,7 @@ baseline: setup legacy-setup caffe
 	  $(PY) run_all.py --preset original --network $$network --num_epochs 3 --seed $$seed --run_id baseline-seed$$seed \
 	    --results_dir results/baseline.new --results_log results/baseline.new/results.log --quiet || exit 1; \
 	done; done
-	for seed in 0 1 2; do \
+	for seed in 0 1 2 3 4; do \
 	  $(PY) run_all.py --seed $$seed --run_id baseline-seed$$seed --results_dir results/baseline.new/default \
 	    --results_log results/baseline.new/default/results.log --quiet || exit 1; \
 	done
@@ -103,6 +104,16 @@ baseline: setup legacy-setup caffe
 # Parity mode, every framework twice: run-to-run next to cross-framework drift (results/drift/)
 drift: setup legacy-setup caffe
 	$(PY) -m algorithms.studies.drift $(ARGS)
+
+# The float32 drift envelope the parity verdicts rest on, at the main command's settings:
+# the main env's frameworks in parity mode, 50 steps (results/baseline/drift/envelope_<network>.csv)
+envelope: setup caffe
+	$(PY) -m algorithms.studies.drift --envelope $(ARGS)
+
+# The parity regime's confusion table: the envelope's runs (make envelope ARGS=--run_id envelope50) as the
+# drift sources, and real errors through real flags, each with its verdict and step (docs/comparing.md)
+power: setup
+	$(PY) -m algorithms.studies.power $(ARGS)
 
 # Harness vs native loops, GEMM peak and MFU, threads, compiled paths, RSS, data path
 # (results/benchmark/); under 10 minutes on 2 cores

@@ -1,65 +1,115 @@
-"""Results CSVs of made-up runs, written by the recorder's own writer (ResultsCsv), so
-the code that reads runs back is tested on true rows in milliseconds: what a real run
-adds (a framework's losses) is tested where a real run is needed."""
+"""Results CSVs with their settings records written by hand (the recorder's own writers),
+for verdicts with known answers: the curves, accuracies and settings are chosen, not
+trained."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from algorithms.run.recorder import ResultsCsv
+from algorithms.run.recorder import ResultsCsv, results_csv_name
+from algorithms.run.settings_record import append_settings
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
-# a torch run on the small data: 480 training rows, 2 epochs of 15 steps at batch 32
-IDENTITY = dict(framework="torch", backend="torch", network=NETWORK, strategy="single", devices=1, global_batch=32)
-STEPS_PER_EPOCH, EPOCHS = 15, 2
-STEP_TIME_MS = 20.0
+# what settings_of records for the main command's default run (batch 100, 10 epochs)
+DEFAULT_SETTINGS = {
+    "network": NETWORK,
+    "optimizer": "sgd",
+    "learning_rate": 0.05,
+    "momentum": 0.9,
+    "nesterov": True,
+    "lr_schedule": "none",
+    "warmup_steps": 0,
+    "lr_scaling": "none",
+    "reduce_lr_on_plateau": 0,
+    "plateau_factor": None,
+    "batch": 100,
+    "batch_schedule": "none",
+    "accumulate": 1,
+    "epochs": 10,
+    "max_steps": None,
+    "early_stopping": 0,
+    "target_accuracy": None,
+    "strategy": "single",
+    "devices": 1,
+    "plan": "single",
+    "sync_every": None,
+    "ps_sync": None,
+    "parity": False,
+    "precision": "fp32",
+    "execution": "default",
+    "tuned": "none",
+    "threads": 2,
+    "data": "sha256:0123456789abcdef",
+    "validation_split": 0.2,
+    "seed": 0,
+}
 
 
-def seed_curve(seed: int) -> tuple:
-    """(per-step losses, per-epoch validation accuracies) of a run that learns: from
-    about ln(10) down, with the seed's own step-to-step noise and final accuracy."""
-    rng = np.random.default_rng(seed)
-    steps = np.arange(STEPS_PER_EPOCH * EPOCHS)
-    losses = 0.3 + 2.0 * np.exp(-steps / 12.0) + rng.normal(0.0, 0.04, steps.size)
-    return losses, [0.70 + 0.02 * rng.random(), 0.85 + 0.02 * rng.random()]
+def write_run(
+    folder,
+    name: str,
+    run_id: str,
+    losses,
+    val_accuracy: float,
+    recorded: bool = True,
+    row_learning_rate: float = None,
+    validations: int = 1,
+    **settings,
+) -> str:
+    """One run of framework `name` ("torch/torch", "keras/jax") with these per-step losses
+    (steps 1..N) and `validations` validation rows, the last at the end (the epochs its rows
+    show); its settings record is
+    DEFAULT_SETTINGS with `settings` over it (none with `recorded=False`: an older file).
+    The rows' learning rate is the recorded one unless `row_learning_rate` says another.
+    Returns the CSV's path."""
+    framework, _, backend = name.partition("/")
+    values = {**DEFAULT_SETTINGS, **settings}
+    path = str(folder / results_csv_name(values["network"], framework, backend))
+    identity = {
+        "run_id": run_id,
+        "framework": framework,
+        "backend": backend,
+        "network": values["network"],
+        "strategy": values["strategy"],
+        "devices": values["devices"],
+        "global_batch": values["batch"],
+    }
+    rate = values["learning_rate"] if row_learning_rate is None else row_learning_rate
+    if recorded:
+        append_settings(path, run_id, framework, backend, values)
+    writer = ResultsCsv(path, identity)
+    for step, loss in enumerate(np.asarray(losses, dtype=float), start=1):
+        writer.write(epoch=1, step=step, phase="train", loss=float(loss), accuracy=0.5, learning_rate=rate)
+    for epoch in range(1, validations + 1):
+        step = len(losses) * epoch // validations
+        writer.write(epoch=epoch, step=step, phase="val", loss=float(losses[step - 1]), accuracy=val_accuracy)
+    writer.close()
+    return path
 
 
-def stuck_curve() -> tuple:
-    """A run that learned nothing (a learning rate far too high): loss and accuracy at chance."""
-    return np.full(STEPS_PER_EPOCH * EPOCHS, np.log(10)), [0.1] * EPOCHS
+def relabel(csv_path: str, run_id: str, folder, new_run_id: str, **settings) -> str:
+    """A real run's rows copied under `new_run_id` into `folder`, its settings record with
+    `settings` over it, and a learning_rate given there written on its rows too: a run
+    whose recorded settings hide what it really ran (a 0.9x learning rate recorded as the
+    default's, say). Returns the new CSV's path."""
+    import os
 
+    from algorithms.run.recorder import CSV_COLUMNS, read_rows
+    from algorithms.run.settings_record import read_settings
 
-def write_run(path, run_id: str, losses, val_accuracies, **identity) -> str:
-    """One run's rows as a session writes them: a train row per loss (steps 1..N), a val
-    row at the end of each epoch (the steps cut evenly into len(val_accuracies) epochs).
-    `identity` overrides IDENTITY's columns. Appends, as runs do; returns the path."""
-    identity = {**IDENTITY, **identity}
-    steps_per_epoch = len(losses) // len(val_accuracies)
-    writer = ResultsCsv(str(path), {"run_id": run_id, **identity})
-    try:
-        for step, loss in enumerate(losses, start=1):
-            epoch = (step - 1) // steps_per_epoch + 1
-            writer.write(
-                epoch=epoch,
-                step=step,
-                phase="train",
-                loss=float(loss),
-                accuracy=val_accuracies[epoch - 1],
-                learning_rate=0.05,
-                step_time_ms=STEP_TIME_MS,
-                data_time_ms=0.5,
-                samples_per_sec=identity["global_batch"] * 1000.0 / STEP_TIME_MS,
-                wall_time_s=step * STEP_TIME_MS / 1000.0,
-            )
-            if step % steps_per_epoch == 0:
-                writer.write(
-                    epoch=epoch,
-                    step=step,
-                    phase="val",
-                    loss=float(loss),
-                    accuracy=val_accuracies[epoch - 1],
-                    wall_time_s=step * STEP_TIME_MS / 1000.0 + 0.1,
-                )
-    finally:
-        writer.close()
-    return str(path)
+    rows = read_rows(csv_path, run_id)
+    path = os.path.join(str(folder), os.path.basename(csv_path))
+    first = rows[0]
+    identity = {column: first[column] for column in CSV_COLUMNS[: CSV_COLUMNS.index("epoch")]}
+    append_settings(
+        path, new_run_id, first["framework"], first["backend"], {**read_settings(csv_path)[run_id], **settings}
+    )
+    writer = ResultsCsv(path, {**identity, "run_id": new_run_id})
+    for row in rows:
+        values = {column: row[column] for column in CSV_COLUMNS[CSV_COLUMNS.index("epoch") :]}
+        if "learning_rate" in settings and row["learning_rate"] is not None:
+            values["learning_rate"] = settings["learning_rate"]
+        writer.identity["global_batch"] = row["global_batch"]
+        writer.write(**values)
+    writer.close()
+    return path

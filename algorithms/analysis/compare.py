@@ -7,11 +7,13 @@ scheduling drift?
 Each input is a results CSV, optionally `@RUN_ID` (default: the file's latest run).
 Runs are aligned by step. Printed: final and best validation accuracy, test accuracy,
 steps to reach given accuracies; for every pair, the per-step loss difference (max,
-mean, at checkpoints), the correlation of the loss curves, and a verdict against the
-run-to-run band: how far two runs of one framework at the same settings differ when
-only the seed changes, from two or more runs of it among the inputs or else from the
-shipped baselines at these settings (VERDICT_RULE). Without a band there is no
-verdict, only the distance. A PNG of the curves and a self-contained HTML report are
+mean, at checkpoints), the correlation of the loss curves, and a verdict
+(algorithms/analysis/verdict.py): parity runs of one seed against the float32 drift
+envelope, other pairs against the seed bands of their frameworks at their settings
+(from two or more seeds among the inputs, or the shipped baselines), runs at different
+settings never against a yardstick that does not span both. Without a yardstick there
+is no verdict, only the distance. Each run is also checked against its own framework's
+shipped seeds (baseline.py). A PNG of the curves and a self-contained HTML report are
 written beside each other.
 """
 
@@ -28,62 +30,12 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.analysis.baseline import ACCURACY_MARGIN, check_run, format_checks, matching_baselines
+from algorithms.analysis.baseline import check_run, format_checks
+from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
+from algorithms.analysis.verdict import RULE, Yardsticks, judge
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import BASELINE_DIR
-from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
 from algorithms.tables import number, text_table
-
-SPREAD_FACTOR = 1.5  # a pair is within the band up to this x the largest seed-to-seed distance seen
-VERDICT_RULE = (
-    "verdicts: same = every aligned loss bit-identical; within spread = the two loss curves are no further "
-    f"apart than {SPREAD_FACTOR:g}x the largest distance between two seeds of either framework at these "
-    "settings, and the final validation accuracies no further apart than two such seeds' (at least "
-    f"{ACCURACY_MARGIN:g}); beyond spread = further apart than that: a real difference, not drift; "
-    "no band = no run-to-run band exists for these settings (run the command with --seeds 0,1, or at the "
-    "shipped baselines' settings): the distance is shown, no verdict. Distance = mean over the common steps "
-    "of |5-step mean loss difference|."
-)
-
-
-@dataclass(frozen=True)
-class Band:
-    """How far runs of one framework at one setting differ when only the seed changes."""
-
-    loss_distance: float  # the largest curve_distance between two of them
-    accuracy_gap: float  # the largest gap between two of their final validation accuracies
-    source: str  # where the runs come from
-
-    def describe(self) -> str:
-        return f"seed-to-seed distance up to {self.loss_distance:.4f}, val acc gap up to {self.accuracy_gap:.4f}"
-
-
-def band_of(runs: list, source: str) -> Optional[Band]:
-    """The band of two or more runs of one framework at one setting (None for fewer)."""
-    pairs = list(itertools.combinations(runs, 2))
-    distances = [d for d in (curve_distance(a, b) for a, b in pairs) if d is not None]
-    if not distances:
-        return None
-    accuracies = [run.final_val_accuracy for run in runs if run.final_val_accuracy is not None]
-    gap = max(accuracies) - min(accuracies) if len(accuracies) >= 2 else 0.0
-    return Band(max(distances), gap, source)
-
-
-def run_to_run_bands(runs: list, baseline_dir: Optional[str]) -> dict:
-    """(backend_key, settings) -> Band: from this framework's runs among `runs` at one
-    setting when there are two or more, else from the shipped baselines at that setting."""
-    groups: dict = {}
-    for run in runs:
-        groups.setdefault((run.backend_key, run.settings), []).append(run)
-    bands = {}
-    for key, group in groups.items():
-        band = band_of(group, f"{len(group)} runs given here ({', '.join(r.run_id for r in group)})")
-        if band is None and baseline_dir:
-            baselines = matching_baselines(group[0], baseline_dir)
-            band = band_of(baselines, f"the shipped baselines ({len(baselines)} seeds, {baseline_dir})")
-        if band is not None:
-            bands[key] = band
-    return bands
 
 
 @dataclass
@@ -94,10 +46,6 @@ class PairDiff:
     abs_diff: np.ndarray
     correlation: Optional[float]
     final_accuracy_gap: Optional[float]
-
-    @property
-    def identical(self) -> bool:
-        return self.abs_diff.size > 0 and not self.abs_diff.any()
 
     @property
     def same_backend(self) -> bool:
@@ -130,45 +78,6 @@ def time_to_accuracy(run: Run, threshold: float) -> tuple:
         if accuracy >= threshold:
             return progress
     return None, None
-
-
-def verdict(pair: PairDiff, bands: dict) -> tuple:
-    """(word, [the evidence]) by VERDICT_RULE; `bands` from run_to_run_bands."""
-    if pair.identical:
-        return "same", ["every aligned loss is bit-identical"]
-    distance = curve_distance(pair.a, pair.b)
-    gap = pair.final_accuracy_gap
-    evidence = [
-        f"distance {number(distance, '.4f')} (mean |5-step mean loss difference|), val acc gap {number(gap, '.4f')}, "
-        f"correlation of the curves {number(pair.correlation, '.3f')}"
-    ]
-    if pair.a.settings != pair.b.settings:
-        return "no band", evidence + [
-            f"the runs differ in settings (network, batch, strategy, devices, epochs): "
-            f"{pair.a.settings} vs {pair.b.settings}; no band spans both"
-        ]
-    if pair.same_backend:
-        return "run-to-run", evidence + ["two runs of one framework at one setting: this pair measures the band"]
-    known = [
-        bands[key]
-        for key in ((pair.a.backend_key, pair.a.settings), (pair.b.backend_key, pair.b.settings))
-        if key in bands
-    ]
-    loss_limit = band_limit(bands, pair)
-    if loss_limit is None or distance is None:
-        return "no band", evidence + [
-            "no run-to-run band for these settings: give two seeds of a framework (run_all.py --seeds 0,1), "
-            "or run at the shipped baselines' settings"
-        ]
-    accuracy_limit = max(ACCURACY_MARGIN, max(band.accuracy_gap for band in known))
-    within = distance <= loss_limit and (gap is None or gap <= accuracy_limit)
-    evidence += [f"band: {band.describe()}, from {band.source}" for band in known]
-    evidence.append(
-        f"distance {distance:.4f} {'<=' if distance <= loss_limit else '>'} {loss_limit:.4f} "
-        f"({SPREAD_FACTOR:g}x the largest seed-to-seed distance); val acc gap {number(gap, '.4f')} "
-        f"{'<=' if gap is None or gap <= accuracy_limit else '>'} {accuracy_limit:.4f}"
-    )
-    return ("within spread" if within else "beyond spread"), evidence
 
 
 def serial_sum(values: np.ndarray) -> np.float32:
@@ -217,16 +126,16 @@ def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = No
     """`baseline_dir`: check every run against the shipped baselines there (see baseline.py)."""
     runs = [load_run(spec) for spec in specs]
     pairs = [diff_pair(a, b) for a, b in itertools.combinations(runs, 2)]
-    bands = run_to_run_bands(runs, baseline_dir)
+    yardsticks = Yardsticks(runs, baseline_dir)
     baseline_checks = []
     if baseline_dir:
         baseline_checks = [check_run(run, baseline_dir) for run in runs]
     return {
         "runs": runs,
         "pairs": pairs,
-        "bands": bands,
+        "yardsticks": yardsticks,
         "thresholds": thresholds,
-        "verdicts": [verdict(p, bands) for p in pairs],
+        "verdicts": [judge(p.a, p.b, yardsticks) for p in pairs],
         "baseline": baseline_checks,
     }
 
@@ -255,8 +164,8 @@ def format_report(report: dict) -> str:
             ]
         )
     lines += text_table(header, table, indent="  ")
-    for pair, (word, signals) in zip(report["pairs"], report["verdicts"]):
-        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {word}")
+    for pair, verdict in zip(report["pairs"], report["verdicts"]):
+        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {verdict.word}")
         if pair.abs_diff.size == 0:
             lines.append("  no common steps")
             continue
@@ -268,10 +177,11 @@ def format_report(report: dict) -> str:
         lines.append(
             "  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps))
         )
-        lines += [f"  {signal}" for signal in signals]
-    lines.append("\n" + VERDICT_RULE)
+        lines += [f"  {signal}" for signal in verdict.evidence]
+    lines.append("\n" + RULE)
     if report.get("baseline"):
         lines.append("\n" + format_checks(report["baseline"]))
+        lines += agreement_notes(report)
     network = report["runs"][0].backend_key[2]
     count, sums = summation_order(network)
     lines.append(
@@ -283,33 +193,57 @@ def format_report(report: dict) -> str:
 
 
 def format_against_first(report: dict) -> str:
-    """One line per run against the first run, the band each verdict rests on, and the
-    rule once: the short form the main command prints."""
+    """One line per run against the first (its verdict, then the numbers), the
+    yardsticks the verdicts rest on, and the rule once: the short form the main command
+    prints."""
     first = report["runs"][0]
     lines = [f"against {first.label}:"]
-    for pair, (word, _) in zip(report["pairs"], report["verdicts"]):
+    for pair, verdict in zip(report["pairs"], report["verdicts"]):
         if pair.a is not first or pair.abs_diff.size == 0 or not (pair.b.run_id == first.run_id or pair.same_backend):
             continue  # other seeds' runs of other frameworks: in the full report
-        limit = band_limit(report["bands"], pair)
         lines.append(
-            f"  {pair.b.label:<45} {word:<14} distance {number(curve_distance(pair.a, pair.b), '.4f')}"
-            f" (band {number(limit, '.4f')})  val acc gap {number(pair.final_accuracy_gap, '.4f')}"
+            f"  {pair.b.label:<45} {verdict.word:<26} distance {number(curve_distance(pair.a, pair.b), '.4f')}"
+            f"  val acc gap {number(pair.final_accuracy_gap, '.4f')}"
             f"  max |dloss| {pair.abs_diff.max():.2e}  r {number(pair.correlation, '.3f')}"
         )
-    sources = sorted({band.source for band in report["bands"].values()})
-    lines.append("bands from: " + ("; ".join(sources) if sources else "nowhere: no run-to-run band for these settings"))
-    lines.append(VERDICT_RULE)
+        if verdict.settings_line and verdict.settings_line != verdict.word:
+            lines.append(f"  {'':<45} {verdict.settings_line}")
+    lines.append("yardsticks: " + "; ".join(yardstick_sources(report)))
+    lines.append(RULE)
     return "\n".join(lines)
 
 
-def band_limit(bands: dict, pair: PairDiff) -> Optional[float]:
-    """The largest distance the pair may have and still be within spread (None: no band)."""
-    known = [
-        bands[key]
-        for key in ((pair.a.backend_key, pair.a.settings), (pair.b.backend_key, pair.b.settings))
-        if key in bands
-    ]
-    return SPREAD_FACTOR * max(band.loss_distance for band in known) if known else None
+def yardstick_sources(report: dict) -> list:
+    """Where the report's seed bands and drift envelopes come from."""
+    yardsticks, runs = report["yardsticks"], report["runs"]
+    bands = sorted({band.describe() for band in (yardsticks.band(run) for run in runs) if band})
+    envelopes = sorted(
+        {envelope.describe() for envelope in (yardsticks.envelope(runs[0], run) for run in runs[1:]) if envelope}
+    )
+    return bands + envelopes or ["none: no seed band or drift envelope for these settings"]
+
+
+def agreement_notes(report: dict) -> list:
+    """Where a pair verdict and a baseline check seem to disagree, what each answers (both hold)."""
+    checks = {id(check.run): check for check in report.get("baseline", [])}
+    notes = []
+    for pair, verdict in zip(report["pairs"], report["verdicts"]):
+        ends = [checks.get(id(pair.a)), checks.get(id(pair.b))]
+        if verdict.regime != "seed" or any(check is None or check.verdict == "not checked" for check in ends):
+            continue
+        outside = [check.run.label for check in ends if check.verdict == "outside"]
+        if verdict.word.startswith("within") and outside:
+            notes.append(
+                f"note: {pair.a.label} vs {pair.b.label} is within spread, and {' and '.join(outside)} outside "
+                "its own baselines: both hold: the run left its own framework's seeds (another machine, library "
+                "or bug), yet differs from the other run no more than two seeds may"
+            )
+        elif verdict.beyond and not outside:
+            notes.append(
+                f"note: {pair.a.label} vs {pair.b.label} is beyond spread while each run reproduces its own "
+                "baselines: both hold: the two frameworks differ from each other by more than seeds do"
+            )
+    return ["", *notes] if notes else []
 
 
 def write_outputs(report: dict, prefix: str) -> tuple:

@@ -1,7 +1,7 @@
 """A run read back from a results CSV (`path[@RUN_ID]`, default the file's latest
-run): its train losses by step, validation and test accuracy, and what must match
-for two runs to be compared; and the moving mean that smooths a loss curve. Read by
-compare.py and baseline.py."""
+run): its train losses by step, validation and test accuracy, and its settings (its
+settings record, else what its rows show: settings.py); and the moving mean that
+smooths a loss curve. Read by compare.py, baseline.py and the verdicts."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Optional
 
 import numpy as np
 
+from algorithms.analysis.settings import Settings, from_key as settings_from_key, from_rows as settings_from_rows
 from algorithms.errors import InputError
 from algorithms.run.recorder import read_rows, run_ids
+from algorithms.run.settings_record import read_settings
 
 SMOOTHING_STEPS = 5
 
@@ -23,18 +25,28 @@ class Run:
     run_id: str
     label: str
     backend_key: tuple
-    config_key: tuple  # (network, global batch, strategy, devices): what must match for a fair pair
+    config_key: tuple  # (network, global batch, strategy, devices), from the rows
     steps: np.ndarray
     losses: np.ndarray
     val: list = field(default_factory=list)  # (step, loss, accuracy), one per epoch
     test_accuracy: Optional[float] = None
     val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
+    settings: Optional[Settings] = None  # None: built by hand, from config_key and the epochs validated
+    shown: Optional[Settings] = None  # what its rows show (settings.from_rows); None: its settings are that
+
+    def __post_init__(self):
+        if self.settings is None:
+            self.settings = settings_from_key(self.config_key, len(self.val))
+        if self.shown is None:
+            self.shown = self.settings
 
     @property
-    def settings(self) -> tuple:
-        """What two runs must share for their difference to be judged against a seed band:
-        network, global batch, strategy, devices and the number of epochs."""
-        return (*self.config_key, len(self.val))
+    def seed(self):
+        return self.settings.get("seed")
+
+    @property
+    def parity(self) -> bool:
+        return bool(self.settings.get("parity"))
 
     @property
     def final_val_accuracy(self) -> Optional[float]:
@@ -66,7 +78,24 @@ def load_run(spec: str) -> Run:
         val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
         test_accuracy=test[-1] if test else None,
         val_progress=val_progress(rows),
+        settings=_settings(path, run_id, rows),
+        shown=settings_from_rows(rows),
     )
+
+
+def setting_differences(a: Run, b: Run, ignore: tuple = ()) -> list:
+    """(name, a's, b's) of every setting known for both runs that differs. Two recorded runs
+    compare their records. With an older file, both are read as their rows show them:
+    there `epochs` is the epochs a run validated, not its --num_epochs, so a recorded run
+    cut short by --max_steps is not mistaken for a full one."""
+    if a.settings.recorded and b.settings.recorded:
+        return a.settings.differences(b.settings, ignore)
+    return a.shown.differences(b.shown, ignore)
+
+
+def _settings(path: str, run_id: str, rows: list) -> Settings:
+    recorded = read_settings(path).get(run_id)
+    return Settings(recorded) if recorded is not None else settings_from_rows(rows)
 
 
 def val_progress(rows: list) -> list:

@@ -25,6 +25,7 @@ from algorithms.run.progress import Progress
 from algorithms.run.recorder import results_csv_name, write_predictions
 from algorithms.run.report import print_summary, summarize, write_log_block
 from algorithms.run.rows import RunRows
+from algorithms.run.settings_record import append_settings, settings_of
 from algorithms.run.stopping import StoppingRules
 from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
 
@@ -68,6 +69,8 @@ class RunSession:
             "global_batch": config.effective_batch,
         }
         self.rows = RunRows(self.csv_path, identity, record)
+        if record:  # what a fair comparison must hold equal, known before the first step
+            append_settings(self.csv_path, self.run_id, self.framework, self.backend, settings_of(config))
         self.progress = Progress(config.num_epochs, config.quiet, record)
         self.schedule = config.learning_rate_schedule()
         self.stopping = StoppingRules(config, self.progress.say)

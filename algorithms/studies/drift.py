@@ -3,6 +3,7 @@
     python -m algorithms.studies.drift [--only torch,tensorflow] [--steps 100] [--low_precision bf16]
                                [any entry-script flag]
     python -m algorithms.studies.drift --only torch,tensorflow --strategy async --devices 2
+    python -m algorithms.studies.drift --envelope      # the parity regime's yardstick (studies/envelope.py)
 
 Each framework trains twice with `--parity --max_steps N` (shared init, the same
 batches, dropout off, deterministic kernels where offered). Step by step the
@@ -48,26 +49,24 @@ from typing import Optional
 
 import numpy as np
 
+from algorithms.analysis.drift_envelope import relative_difference
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
-from algorithms.paths import RESULTS_DIR
+from algorithms.paths import BASELINE_DIR, RESULTS_DIR
 from algorithms.run.argv import split_flags, without_flags
 from algorithms.run.recorder import read_log_field
 from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
+from algorithms.studies.envelope import ENVELOPE_STEPS, MAIN_ENV, measure_envelope
+from algorithms.studies.suite import main_command_flags
 from algorithms.tables import number, text_table
 
 THRESHOLDS = (1e-6, 1e-4, 1e-2)
 DEFAULT_STEPS = 100
 DEFAULT_BATCH = 128
-SMALLEST_LOSS = 1e-12  # a zero loss cannot be a denominator
-
-
-def relative_difference(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
-    return np.abs(other - reference) / np.maximum(np.abs(reference), SMALLEST_LOSS)
 
 
 def first_step_beyond(steps: np.ndarray, differences: np.ndarray, threshold: float) -> Optional[int]:
@@ -368,10 +367,27 @@ def parse_args(argv: list) -> tuple:
     )
     parser.add_argument(
         "--only",
-        default=",".join(NAMES),
-        help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)})",
+        default=None,
+        help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)}; "
+        f"with --envelope: the main env's, {','.join(MAIN_ENV)})",
     )
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimizer steps per run")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"optimizer steps per run (default {DEFAULT_STEPS}; with --envelope {ENVELOPE_STEPS})",
+    )
+    parser.add_argument(
+        "--envelope",
+        action="store_true",
+        help="measure the float32 drift envelope at the main command's settings (its batch, parity) from "
+        "run-to-run, thread-count, summation-order and cross-framework pairs, and write it to --envelope_dir",
+    )
+    parser.add_argument(
+        "--envelope_dir",
+        default=BASELINE_DIR,
+        help="where --envelope writes drift/envelope_<network>.csv (default: the shipped baselines')",
+    )
     parser.add_argument(
         "--low_precision",
         choices=("bf16", "fp16", "none"),
@@ -379,24 +395,30 @@ def parse_args(argv: list) -> tuple:
         help="a third run per framework at this --precision, measured against its float32 run (none: skip)",
     )
     args, forwarded = children.parse_study_flags(parser, argv, " (--parity and --max_steps are added)")
-    names = children.framework_names(parser, args.only, "--only")
+    names = children.framework_names(parser, args.only or ",".join(MAIN_ENV if args.envelope else NAMES), "--only")
+    args.steps = args.steps or (ENVELOPE_STEPS if args.envelope else DEFAULT_STEPS)
     if args.steps < 1:
         parser.error(f"--steps {args.steps}: must be 1 or more")
-    if not any(flag.startswith("--batch_size") for flag in forwarded):
+    if args.envelope:  # the main command's settings, whose verdicts the envelope serves
+        args.low_precision = "none"
+    elif not any(flag.startswith("--batch_size") for flag in forwarded):
         forwarded += ["--batch_size", str(DEFAULT_BATCH)]
     if not any(flag.startswith("--results_dir") for flag in forwarded):
         forwarded += ["--results_dir", os.path.join(RESULTS_DIR, "drift")]
     if any(flag.startswith("--precision") for flag in forwarded):
         parser.error("--precision: drift runs float32 and --low_precision itself; pass --low_precision instead")
-    return names, args.steps, forwarded, args.low_precision
+    return names, args.steps, forwarded, args.low_precision, args.envelope and args.envelope_dir
 
 
 def main(argv=None) -> int:
-    names, steps, forwarded, low_precision = parse_args(list(sys.argv[1:] if argv is None else argv))
+    names, steps, forwarded, low_precision, envelope_dir = parse_args(list(sys.argv[1:] if argv is None else argv))
     forwarded, strategy_flags, strategy = split_strategy(forwarded)
     forwarded += ["--parity", "--max_steps", str(steps)]
     try:
         config, dataset = prepare(forwarded, "python -m algorithms.studies.drift", "")
+        if envelope_dir:
+            forwarded, _ = main_command_flags(config.network, forwarded, "main")
+            config, dataset = prepare(forwarded, "python -m algorithms.studies.drift", "")
         if strategy:  # the strategy's own flag checks, before anything runs
             prepare(forwarded + strategy_flags, "python -m algorithms.studies.drift", "")
     except InputError as error:
@@ -411,6 +433,12 @@ def main(argv=None) -> int:
         forwarded += ["--num_epochs", str(max(config.num_epochs, -(-steps // per_epoch)))]
     run_id = config.run_id or new_run_id()
     forwarded = without_flags(forwarded, "--run_id")
+    if envelope_dir:
+        if strategy:
+            print("error: --envelope and --strategy: the envelope is measured on one device", file=sys.stderr)
+            return EXIT_INPUT_ERROR
+        print(f"drift envelope {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}\n")
+        return measure_envelope(names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir, steps)
     print(
         f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
         f"each of {', '.join(names)} twice in parity mode"

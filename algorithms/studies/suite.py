@@ -16,7 +16,7 @@ import sys
 
 from algorithms.analysis.agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
 from algorithms.analysis.baseline import format_checks
-from algorithms.analysis.compare import build_report, format_against_first, write_outputs
+from algorithms.analysis.compare import agreement_notes, build_report, format_against_first, write_outputs
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
@@ -125,6 +125,8 @@ def main(argv=None) -> int:
         png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
         print("\n" + format_against_first(report))
         print("\n" + format_checks(report["baseline"]))
+        for note in agreement_notes(report):
+            print(note)
         print(
             f"\ncurves: {png}\nfull comparison (every pair and the evidence of its verdict): {page}\n"
             f"any two CSVs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"

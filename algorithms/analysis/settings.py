@@ -1,0 +1,107 @@
+"""A run's settings as the comparison reads them: the run's settings record
+(algorithms/run/settings_record.py), or for an older file without one, what its rows
+show (network, batch, strategy, devices, the learning rate of its train rows, the
+epochs it validated); a setting neither says is unknown, and said so.
+
+Which differences stop a verdict:
+- the seed is the one setting a pair may differ in;
+- THREADS_AND_KERNELS (threads, execution mode, --tuned) change only the order and the
+  kernels of the float32 arithmetic: a pair that differs there is a drift source, which
+  the drift envelope measures (1 vs 2 threads, another summation order), not a setting
+  difference;
+- HORIZON (epochs, --max_steps, early stopping, --target_accuracy) is where a run stops:
+  it matters for the final accuracy (seed regime), not for the per-step losses compared
+  step by step in parity mode;
+- every other setting must be equal, or the pair's verdict is `settings differ: ...`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+SEED = ("seed",)
+THREADS_AND_KERNELS = ("threads", "execution", "tuned")
+HORIZON = ("epochs", "max_steps", "early_stopping", "target_accuracy")
+# what a pair may differ in and still be judged: across seeds (the seed band), and in
+# parity mode (the drift envelope, which compares step by step wherever the runs stop)
+NOT_COMPARED_ACROSS_SEEDS = SEED + THREADS_AND_KERNELS
+NOT_COMPARED_IN_PARITY = SEED + THREADS_AND_KERNELS + HORIZON
+
+
+@dataclass(frozen=True)
+class Settings:
+    values: dict  # name -> value; a name that is absent is unknown
+    recorded: bool = True  # False: an older file's, read from its rows
+
+    def get(self, name: str):
+        return self.values.get(name)
+
+    def differences(self, other: "Settings", ignore: tuple = ()) -> list:
+        """(name, mine, theirs) of every setting known on both sides that differs."""
+        return [
+            (name, value, other.values[name])
+            for name, value in self.values.items()
+            if name not in ignore and name in other.values and other.values[name] != value
+        ]
+
+
+def from_rows(rows: list) -> Settings:
+    """What an older file (no settings record) shows of its run's settings."""
+    train = [row for row in rows if row["phase"] == "train"]
+    first = rows[0]
+    values = {
+        "network": first["network"],
+        "strategy": first["strategy"],
+        "devices": first["devices"],
+        "batch": (train or rows)[0]["global_batch"],
+        "epochs": sum(1 for row in rows if row["phase"] == "val"),
+    }
+    batches = sorted({(row["epoch"], row["global_batch"]) for row in train})
+    if len({batch for _, batch in batches}) == 1:
+        values["batch_schedule"] = "none"
+    rates = {row["learning_rate"] for row in train if row["learning_rate"] is not None}
+    if len(rates) == 1:  # one rate on every step: no schedule, warm-up or plateau acted
+        (values["learning_rate"],) = rates
+        values["lr_schedule"] = "none"
+        values["warmup_steps"] = 0
+    return Settings(values, recorded=False)
+
+
+def from_key(config_key: tuple, epochs: int) -> Settings:
+    """(network, global batch, strategy, devices) and the epochs: a Run built by hand."""
+    network, batch, strategy, devices = config_key
+    return Settings(
+        {"network": network, "batch": batch, "strategy": strategy, "devices": devices, "epochs": epochs},
+        recorded=False,
+    )
+
+
+def value_text(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def differences_line(differences: list) -> Optional[str]:
+    """`settings differ: learning_rate 0.025 vs 0.05; batch 100 vs 1000`, or None."""
+    if not differences:
+        return None
+    return "settings differ: " + "; ".join(
+        f"{name} {value_text(mine)} vs {value_text(theirs)}" for name, mine, theirs in differences
+    )
+
+
+def unknown_line(a_label: str, a: Settings, b_label: str, b: Settings, ignore: tuple = ()) -> Optional[str]:
+    """Which settings an older file leaves unknown, assumed equal to the other run's."""
+    parts = [
+        f"{label} ({'recorded' if settings.recorded else 'older file, no settings record'}) does not say "
+        + ", ".join(sorted(set(other.values) - set(settings.values) - set(ignore)))
+        for label, settings, other in ((a_label, a, b), (b_label, b, a))
+        if set(other.values) - set(settings.values) - set(ignore)
+    ]
+    return ("unknown settings, assumed equal: " + "; ".join(parts)) if parts else None

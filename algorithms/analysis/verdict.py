@@ -1,0 +1,190 @@
+"""The verdict on a pair of runs: real error, or only floating-point and seed noise?
+
+Two regimes, each with its own yardstick:
+- parity: both runs --parity with the same seed (the same weights and batches, no
+  dropout). The yardstick is the float32 drift envelope per step (drift_envelope.py):
+  `within drift`, or `beyond drift at step k`, the first step the difference leaves it;
+- seed: other seeds, or the same seed without --parity (dropout masks differ). The
+  yardstick is the seed band of each framework at the pair's settings (spread.py):
+  `within spread (p=...)` or `beyond spread (p=...)`, p from a t-based prediction
+  interval, beyond when p < ALPHA.
+Around them: `same` (every aligned loss bit-identical), `run-to-run` (two runs of one
+framework at one setting in the seed regime: a pair of the band itself), `settings
+differ: ...` (no yardstick spans both runs; which settings, in one line) and `no band`
+(no yardstick exists for these settings: how to make one is said).
+
+The functions others build on: `judge(a, b, yardsticks) -> Verdict`, `Yardsticks` (the
+bands and envelopes of a set of runs), and RULE, the words explained once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from algorithms.analysis.baseline import matching_baselines
+from algorithms.analysis.drift_envelope import (
+    ENVELOPE_FACTOR,
+    drift_test,
+    envelope_path,
+    read_envelope,
+)
+from algorithms.analysis.runs import Run, curve_distance, setting_differences
+from algorithms.analysis.settings import (
+    NOT_COMPARED_ACROSS_SEEDS,
+    NOT_COMPARED_IN_PARITY,
+    differences_line,
+    unknown_line,
+)
+from algorithms.analysis.spread import ALPHA, SeedBand, pair_test
+from algorithms.tables import number
+
+RULE = (
+    "verdicts: same = every aligned loss bit-identical. Parity regime (both --parity, one seed: same weights and "
+    "batches, no dropout): within drift = the relative loss difference stays within "
+    f"{ENVELOPE_FACTOR:g}x the float32 drift envelope at every step; beyond drift at step k = it leaves it first at "
+    "step k: more than rounding. Seed regime (other seeds, or dropout on): within spread (p) / beyond spread (p) = "
+    "a t-based prediction interval from the seeds of each framework at these settings, on the final validation "
+    f"accuracy and the loss-curve distance (Bonferroni-combined p; beyond when p < {ALPHA:g}, the false-alarm "
+    "rate). run-to-run = two runs of one framework at one setting: a pair of the band. settings differ: the runs "
+    "differ in a setting no yardstick spans (named): no verdict. no band = no yardstick for these settings. "
+    "Distance = mean over the common steps of |5-step mean loss difference|."
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    word: str
+    regime: str  # "parity" or "seed"
+    step: Optional[int] = None  # beyond drift: the first step beyond
+    p: Optional[float] = None  # the seed regime's combined p-value
+    settings_line: Optional[str] = None  # `settings differ: ...` whenever they do, whatever the word
+    evidence: tuple = ()
+
+    @property
+    def beyond(self) -> bool:
+        return self.word.startswith("beyond")
+
+
+@dataclass
+class Yardsticks:
+    """The seed bands and drift envelopes the verdicts of one report rest on: bands from
+    the runs given (two or more seeds of a framework at one setting) or the shipped
+    baselines in `baseline_dir`, whichever has more seeds; envelopes from
+    `baseline_dir`/drift/."""
+
+    runs: list
+    baseline_dir: Optional[str] = None
+    _bands: dict = field(default_factory=dict)
+    _envelopes: dict = field(default_factory=dict)
+
+    def band(self, run: Run) -> Optional[SeedBand]:
+        if id(run) not in self._bands:
+            self._bands[id(run)] = self._band(run)
+        return self._bands[id(run)]
+
+    def _band(self, run: Run) -> Optional[SeedBand]:
+        given = one_per_seed(
+            [
+                other
+                for other in self.runs
+                if other.backend_key == run.backend_key
+                and not setting_differences(other, run, NOT_COMPARED_ACROSS_SEEDS)
+            ]
+        )
+        shipped = matching_baselines(run, self.baseline_dir) if self.baseline_dir else []
+        if len(given) >= max(2, len(shipped)):
+            return SeedBand(tuple(given), f"the {len(given)} runs given ({', '.join(r.run_id for r in given)})")
+        if len(shipped) >= 2:
+            return SeedBand(tuple(shipped), f"the shipped baselines ({shipped[0].path})")
+        return None
+
+    def envelope(self, a: Run, b: Run):
+        """The shipped envelope of the pair's network that covers one run's settings, or None."""
+        if not self.baseline_dir:
+            return None
+        network = a.backend_key[2]
+        if network not in self._envelopes:
+            self._envelopes[network] = read_envelope(envelope_path(self.baseline_dir, network))
+        envelope = self._envelopes[network]
+        if envelope is None or not (envelope.covers(a.settings) or envelope.covers(b.settings)):
+            return None
+        return envelope
+
+
+def one_per_seed(runs: list) -> list:
+    """A band's runs: one per seed (a rerun at one seed is not another draw)."""
+    seen, kept = set(), []
+    for run in runs:
+        if run.seed is None or run.seed not in seen:
+            kept.append(run)
+            seen.add(run.seed)
+    return kept
+
+
+def regime(a: Run, b: Run) -> str:
+    same_seed = a.seed is not None and a.seed == b.seed
+    return "parity" if a.parity and b.parity and same_seed else "seed"
+
+
+def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
+    kind = regime(a, b)
+    ignore = NOT_COMPARED_IN_PARITY if kind == "parity" else NOT_COMPARED_ACROSS_SEEDS
+    settings_line = differences_line(setting_differences(a, b, ignore))
+    evidence = [_distance_line(a, b)]
+    unknown = unknown_line(a.label, a.settings, b.label, b.settings, ignore)
+    evidence += [line for line in (settings_line, unknown) if line]
+    common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
+    if common.size and np.array_equal(a.losses[ia], b.losses[ib]):
+        return Verdict("same", kind, settings_line=settings_line, evidence=("every aligned loss is bit-identical",))
+    if kind == "parity":
+        return _parity(a, b, yardsticks, settings_line, evidence)
+    if settings_line:
+        return Verdict(settings_line, kind, settings_line=settings_line, evidence=tuple(evidence + [_NO_SPAN]))
+    if a.backend_key == b.backend_key:
+        return Verdict("run-to-run", kind, evidence=tuple(evidence + [_RUN_TO_RUN]))
+    bands = [band for band in {id(band): band for band in (yardsticks.band(a), yardsticks.band(b)) if band}.values()]
+    test = pair_test(a, b, bands)
+    if test is None:
+        return Verdict("no band", kind, evidence=tuple(evidence + [_NO_SEEDS]))
+    word = f"{'beyond' if test.beyond else 'within'} spread (p={test.p:.2g})"
+    return Verdict(word, kind, p=test.p, evidence=tuple(evidence) + test.evidence)
+
+
+def _parity(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
+    envelope = yardsticks.envelope(a, b)
+    test = drift_test(a, b, envelope) if envelope is not None else None
+    if test is None:
+        word = settings_line or "no band"
+        return Verdict(word, "parity", settings_line=settings_line, evidence=tuple(evidence + [_NO_ENVELOPE]))
+    evidence += list(test.evidence)
+    if test.first_beyond is not None:
+        word = f"beyond drift at step {test.first_beyond}"
+        return Verdict(word, "parity", step=test.first_beyond, settings_line=settings_line, evidence=tuple(evidence))
+    if settings_line:  # within the envelope of one run's settings says nothing of the other's
+        evidence.append("within drift over these steps, but the envelope holds for one run's settings only")
+        return Verdict(settings_line, "parity", settings_line=settings_line, evidence=tuple(evidence))
+    return Verdict("within drift", "parity", evidence=tuple(evidence))
+
+
+def _distance_line(a: Run, b: Run) -> str:
+    accuracies = (a.final_val_accuracy, b.final_val_accuracy)
+    gap = None if None in accuracies else abs(accuracies[0] - accuracies[1])
+    return (
+        f"distance {number(curve_distance(a, b), '.4f')} (mean |5-step mean loss difference|), "
+        f"val acc gap {number(gap, '.4f')}"
+    )
+
+
+_NO_SPAN = "no band or envelope spans runs at different settings: no verdict"
+_RUN_TO_RUN = "two runs of one framework at one setting: this pair measures the band"
+_NO_SEEDS = (
+    "no seed band for these settings: give 3 or more seeds of a framework (run_all.py --seeds 0,1,2,3,4), "
+    "or run at the shipped baselines' settings"
+)
+_NO_ENVELOPE = (
+    "no drift envelope for these settings: make one with python -m algorithms.studies.drift --envelope "
+    "and the same flags (the shipped one: results/baseline/drift/)"
+)

@@ -1,0 +1,125 @@
+"""The settings record: every setting two runs must share for their difference to be
+judged, written once per run, at its start, beside its results CSV:
+
+    results/<csv stem>.settings.jsonl     one JSON line per run: {"run_id", "framework",
+                                          "backend", "settings": {name: value}}
+
+The CSV keeps its columns (older readers still read it); a run resumed with --resume
+adds no second line. Read back by algorithms/analysis/settings.py, which also says what
+an older file without this record leaves unknown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Optional
+
+from algorithms.errors import ResourceError
+from algorithms.run.recorder import append_whole, cannot_write
+
+SIDECAR_SUFFIX = ".settings.jsonl"
+HASH_CHUNK_BYTES = 1 << 20
+FINGERPRINT_HEX = 16  # 64 bits of the SHA-256: no two training files here collide
+
+
+def sidecar_path(csv_path: str) -> str:
+    return os.path.splitext(csv_path)[0] + SIDECAR_SUFFIX
+
+
+def file_fingerprint(path: str) -> str:
+    """The training file's content (not its name): a copy elsewhere is the same data, an
+    edited file is other data."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()[:FINGERPRINT_HEX]
+
+
+def _schedule(schedule: tuple) -> str:
+    return ",".join(f"{epoch}:{value:g}" for epoch, value in schedule) or "none"
+
+
+def settings_of(config) -> dict:
+    """The run's settings by name, each a JSON scalar (None: the flag is off, e.g. no
+    --max_steps). Only the optimizer's own hyper-parameters are recorded."""
+    optimizer = config.optimizer
+    hyper = (
+        {"momentum": optimizer.momentum, "nesterov": optimizer.nesterov}
+        if optimizer.name == "sgd"
+        else {"beta_1": optimizer.beta_1, "beta_2": optimizer.beta_2, "epsilon": optimizer.epsilon}
+    )
+    plan = config.plan.describe() if config.plan and config.plan.strategy != "single" else "single"
+    return {
+        "network": config.network.name,
+        "optimizer": optimizer.name,
+        "learning_rate": optimizer.learning_rate,
+        **hyper,
+        "lr_schedule": _schedule(config.lr_schedule),
+        "warmup_steps": config.warmup_steps,
+        "lr_scaling": config.lr_scaling,
+        "reduce_lr_on_plateau": config.reduce_lr_on_plateau,
+        "plateau_factor": config.plateau_factor if config.reduce_lr_on_plateau else None,
+        "batch": config.effective_batch,
+        "batch_schedule": _schedule(config.batch_schedule),
+        "accumulate": config.accumulate,
+        "epochs": config.num_epochs,
+        "max_steps": config.max_steps,
+        "early_stopping": config.early_stopping,
+        "target_accuracy": config.target_accuracy,
+        "strategy": config.strategy,
+        "devices": config.devices,
+        "plan": plan,
+        "sync_every": config.sync_every if config.strategy == "localsgd" else None,
+        "ps_sync": config.ps_sync if config.strategy == "ps" else None,
+        "parity": config.parity,
+        "precision": config.precision,
+        "execution": config.execution or "default",
+        "tuned": config.tuned or "none",
+        "threads": config.threads,
+        "data": file_fingerprint(config.train),
+        "validation_split": config.validation_split,
+        "seed": config.seed,
+    }
+
+
+def append_settings(csv_path: str, run_id: str, framework: str, backend: str, settings: dict) -> None:
+    """The run's line, unless the file has one for `run_id` already (a resumed run)."""
+    path = sidecar_path(csv_path)
+    if run_id in read_settings(path):
+        return
+    line = json.dumps({"run_id": run_id, "framework": framework, "backend": backend, "settings": settings})
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:  # one write under the lock, as the CSV rows: runs starting together keep their lines whole
+            append_whole(fd, (line + "\n").encode(), path)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise ResourceError(cannot_write(path, error, "--results_dir")) from None
+
+
+def read_settings(path: str) -> dict:
+    """run_id -> settings of a sidecar (its own path or its CSV's); {} when there is none.
+    A line cut off by a crash is skipped."""
+    if path.endswith(".csv"):
+        path = sidecar_path(path)
+    if not os.path.isfile(path):
+        return {}
+    records = {}
+    with open(path) as handle:
+        for line in handle:
+            record = _parsed(line)
+            if record is not None:
+                records.setdefault(record["run_id"], record["settings"])
+    return records
+
+
+def _parsed(line: str) -> Optional[dict]:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "run_id" in record and "settings" in record else None

@@ -1,0 +1,402 @@
+"""Verdicts with known answers: results CSVs and settings records written by hand
+(tests/synthetic_runs.py), so the right verdict is known before the verdict is asked:
+runs at other settings are never paired against a band, the seed regime's test calls a
+draw of the same distribution within and a shifted one beyond (its p-values
+recomputed here with scipy), the parity regime names the first step a difference
+leaves the drift envelope, and an older file's unknown settings are said."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from algorithms.analysis.baseline import check_run
+from algorithms.analysis.compare import build_report, format_against_first, format_report
+from algorithms.analysis.drift_envelope import (
+    DRIFT_FLOOR,
+    ENVELOPE_FACTOR,
+    build_envelope,
+    envelope_path,
+    leave_one_out_ratios,
+    read_envelope,
+    write_envelope,
+)
+from algorithms.analysis.runs import load_run
+from algorithms.analysis.settings import Settings
+from algorithms.analysis.spread import ALPHA
+from algorithms.analysis.student_t import t_sf
+from algorithms.analysis.verdict import Yardsticks, judge
+from algorithms.run.settings_record import append_settings, file_fingerprint, read_settings, settings_of
+from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
+
+STEPS = 60
+CURVE = 2.3 * np.exp(-np.arange(STEPS) / 15.0) + 0.1
+
+
+def seed_draw(rng, shift: float = 0.0):
+    """A loss curve as one seed gives it: the common curve, an offset of its own and step noise."""
+    return CURVE + shift + rng.normal(0, 0.01) + rng.normal(0, 0.02, STEPS)
+
+
+def accuracy_draw(rng, shift: float = 0.0) -> float:
+    return float(round(0.95 + shift + rng.normal(0, 0.004), 4))
+
+
+def shipped_seeds(folder, names, rng, seeds: int = 5) -> None:
+    """Seeds 0..seeds-1 of each framework in `folder`, as `make baseline` names them, drawn from one distribution."""
+    for name in names:
+        for seed in range(seeds):
+            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng), accuracy_draw(rng), seed=seed)
+
+
+# --------------------------------------------------------------------------- settings differ
+
+
+def test_runs_at_other_learning_rates_are_never_a_band_and_say_so_in_one_line(tmp_path):
+    """The issue's torch runs at lr 0.025, 0.035 and 0.05, and the half-lr one against the default run."""
+    rng = np.random.default_rng(0)
+    paths = {
+        lr: write_run(tmp_path, "torch/torch", f"lr{lr}", seed_draw(rng), 0.95, learning_rate=lr)
+        for lr in (0.025, 0.035, 0.05)
+    }
+    tf = write_run(tmp_path, "tensorflow/tensorflow", "tf", seed_draw(rng), 0.95)
+    specs = [f"{tf}@tf"] + [f"{paths[lr]}@lr{lr}" for lr in (0.025, 0.035, 0.05)]
+    report = build_report(specs, [], None)
+    words = {(p.a.run_id, p.b.run_id): v.word for p, v in zip(report["pairs"], report["verdicts"])}
+    assert words["tf", "lr0.025"] == "settings differ: learning_rate 0.05 vs 0.025"
+    assert words["lr0.025", "lr0.035"] == "settings differ: learning_rate 0.025 vs 0.035"
+    assert words["lr0.025", "lr0.05"] == "settings differ: learning_rate 0.025 vs 0.05"
+    assert "run-to-run" not in words.values() and not any("spread" in word for word in words.values())
+    assert all(report["yardsticks"].band(run) is None for run in report["runs"])  # one run per setting: no band
+    lines = format_report(report).splitlines()
+    assert "tensorflow/tensorflow tf  vs  torch/torch lr0.025: settings differ: learning_rate 0.05 vs 0.025" in lines
+
+
+def test_a_setting_the_rows_do_not_show_still_separates_the_runs(tmp_path):
+    """Momentum, precision and the data file are on no CSV row: the record carries them."""
+    rng = np.random.default_rng(1)
+    a = write_run(tmp_path, "torch/torch", "a", seed_draw(rng), 0.95)
+    b = write_run(tmp_path, "torch/torch", "b", seed_draw(rng), 0.95, momentum=0.85, data="sha256:ffffffffffffffff")
+    verdict = judge(load_run(f"{a}@a"), load_run(f"{b}@b"), Yardsticks([]))
+    assert (
+        verdict.word == "settings differ: momentum 0.9 vs 0.85; data sha256:0123456789abcdef vs sha256:ffffffffffffffff"
+    )
+    # threads, the execution mode and --tuned change only the arithmetic's order: no setting difference
+    c = write_run(tmp_path, "torch/torch", "c", seed_draw(rng), 0.95, threads=1, execution="compiled", seed=1)
+    assert judge(load_run(f"{a}@a"), load_run(f"{c}@c"), Yardsticks([])).word == "run-to-run"
+
+
+# --------------------------------------------------------------------------- the seed regime
+
+
+@pytest.fixture
+def seed_bands(tmp_path):
+    """Five shipped seeds of torch and of keras/jax at the default settings, drawn from one distribution."""
+    rng = np.random.default_rng(2)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    shipped_seeds(folder, ("torch/torch", "keras/jax"), rng)
+    return tmp_path / "baseline", rng
+
+
+def test_the_seed_regime_calls_a_draw_within_and_a_shifted_curve_or_accuracy_beyond(seed_bands, tmp_path):
+    baseline, rng = seed_bands
+    new = tmp_path / "new"
+    new.mkdir()
+    torch = write_run(new, "torch/torch", "t", seed_draw(rng), accuracy_draw(rng), seed=7)
+    keras = write_run(new, "keras/jax", "near", seed_draw(rng), accuracy_draw(rng), seed=7)
+    write_run(new, "keras/jax", "far", seed_draw(rng, shift=0.25), accuracy_draw(rng), seed=7)
+    write_run(new, "keras/jax", "wrong", seed_draw(rng), 0.90, seed=7)
+    report = build_report([f"{torch}@t", f"{keras}@near", f"{keras}@far", f"{keras}@wrong"], [], str(baseline))
+    verdicts = {(p.a.run_id, p.b.run_id): v for p, v in zip(report["pairs"], report["verdicts"])}
+    near, far, wrong = verdicts["t", "near"], verdicts["t", "far"], verdicts["t", "wrong"]
+    assert near.word == f"within spread (p={near.p:.2g})" and near.p >= ALPHA
+    assert far.word == f"beyond spread (p={far.p:.2g})" and far.p < 1e-4
+    assert wrong.word.startswith("beyond spread") and wrong.p < ALPHA
+    # the accuracy test recomputed with scipy: the gap against the pooled seed sd, sqrt(2) for two draws
+    seeds = [[run.final_val_accuracy for run in report["yardsticks"].band(run).runs] for run in report["runs"][:2]]
+    pooled = math.sqrt(sum(np.sum((np.array(s) - np.mean(s)) ** 2) for s in seeds) / sum(len(s) - 1 for s in seeds))
+    gap = report["runs"][0].final_val_accuracy - report["runs"][3].final_val_accuracy
+    expected = 2 * stats.t.sf(abs(gap) / (pooled * math.sqrt(2)), df=8)
+    assert f"p={expected:.3g}" in next(line for line in wrong.evidence if line.startswith("final val accuracy gap"))
+    # each verdict's band is five shipped seeds, and the baseline check agrees with the pair verdicts
+    assert "5 seeds of torch/torch from the shipped baselines" in format_against_first(report)
+    checks = {check.run.run_id: check.verdict for check in report["baseline"]}
+    assert checks == {"t": "within", "near": "within", "far": "outside", "wrong": "outside"}
+
+
+def test_the_baseline_check_is_the_same_test_for_one_run(seed_bands):
+    """A run reproducing its seeds is within; the t-based prediction interval is recomputed with scipy."""
+    baseline, _ = seed_bands
+    seeds = [
+        load_run(f"{baseline}/default/cnn2d_3layer_fullconnected_3layer_torch.csv@baseline-seed{s}") for s in range(5)
+    ]
+    values = [run.final_val_accuracy for run in seeds[1:]]
+    check = check_run(seeds[0], str(baseline))
+    assert check.verdict == "not checked" and "one of the baselines" in check.detail
+    from algorithms.analysis.spread import reproduction_test
+
+    test = reproduction_test(seeds[0], seeds[1:])
+    t = (seeds[0].final_val_accuracy - np.mean(values)) / (np.std(values, ddof=1) * math.sqrt(1 + 1 / 4))
+    assert test.p_accuracy == pytest.approx(2 * stats.t.sf(abs(t), df=3))
+
+
+def test_a_same_framework_pair_of_seeds_is_run_to_run_and_too_few_seeds_give_no_band(tmp_path):
+    rng = np.random.default_rng(3)
+    one = write_run(tmp_path, "torch/torch", "s0", seed_draw(rng), 0.95, seed=0)
+    write_run(tmp_path, "torch/torch", "s1", seed_draw(rng), 0.95, seed=1)
+    other = write_run(tmp_path, "keras/jax", "k0", seed_draw(rng), 0.95, seed=0)
+    report = build_report([f"{one}@s0", f"{one}@s1", f"{other}@k0"], [], None)
+    words = [verdict.word for verdict in report["verdicts"]]
+    assert words[0] == "run-to-run"
+    assert words[1] == "no band" and words[2] == "no band"  # two torch seeds and one jax run: one seed pair, df 0
+
+
+# --------------------------------------------------------------------------- the parity regime
+
+
+PARITY = {"parity": True, "seed": 0, "max_steps": 30}
+
+
+@pytest.fixture
+def envelope_dir(tmp_path):
+    """A drift envelope that doubles every step from 1e-7, at the parity default settings."""
+    steps = np.arange(1, 31)
+    honest = 1e-7 * 2.0 ** (steps - 1)
+    envelope = build_envelope(
+        {"cross_framework": [(steps, honest)]}, Settings({**DEFAULT_SETTINGS, **PARITY}), ("made by hand",)
+    )
+    folder = tmp_path / "baseline"
+    write_envelope(envelope, envelope_path(str(folder), DEFAULT_SETTINGS["network"]))
+    return folder
+
+
+def parity_curve(relative_error_from: int = None, size: float = 0.0, drift: float = 0.0):
+    """The parity curve, with rounding drift (a fraction of the envelope) or an error from a step."""
+    steps = np.arange(1, 31)
+    curve = CURVE[:30] * (1 + drift * 1e-7 * 2.0 ** (steps - 1))
+    if relative_error_from is not None:
+        curve = np.where(steps >= relative_error_from, curve * (1 + size), curve)
+    return curve
+
+
+def test_the_parity_regime_names_the_first_step_beyond_drift(envelope_dir, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    tf = write_run(runs, "tensorflow/tensorflow", "p", parity_curve(), 0.9, **PARITY)
+    torch = write_run(runs, "torch/torch", "p", parity_curve(drift=3.0), 0.9, threads=1, **PARITY)
+    half = write_run(runs, "torch/torch", "lr045", parity_curve(2, 3e-3), 0.9, learning_rate=0.045, **PARITY)
+    hidden = write_run(runs, "keras/jax", "hidden", parity_curve(3, 1e-5), 0.9, **PARITY)
+    report = build_report([f"{tf}@p", f"{torch}@p", f"{half}@lr045", f"{hidden}@hidden"], [], str(envelope_dir))
+    verdicts = {(p.a.run_id, p.b.run_id): v for p, v in zip(report["pairs"], report["verdicts"])}
+    assert verdicts["p", "p"].word == "within drift"  # 3x the envelope: rounding, and 1 vs 2 threads is no setting
+    lr = verdicts["p", "lr045"]
+    assert lr.word == "beyond drift at step 2" and lr.settings_line == "settings differ: learning_rate 0.05 vs 0.045"
+    # a 1e-5 error at step 3, settings recorded equal: the envelope there is 4e-7, the limit 4e-6
+    assert verdicts["p", "hidden"].word == "beyond drift at step 3" and verdicts["p", "hidden"].settings_line is None
+    text = format_report(report)
+    assert "tensorflow/tensorflow p  vs  torch/torch lr045: beyond drift at step 2" in text
+    assert "  settings differ: learning_rate 0.05 vs 0.045" in text
+    assert "drift envelope of envelope_cnn2d_3layer_fullconnected_3layer.csv" in format_against_first(report)
+    # the same error below ENVELOPE_FACTOR x the envelope is drift: the limit is what decides
+    below = write_run(runs, "keras/jax", "below", parity_curve(3, 0.9 * ENVELOPE_FACTOR * 4e-7), 0.9, **PARITY)
+    assert judge(load_run(f"{tf}@p"), load_run(f"{below}@below"), report["yardsticks"]).word == "within drift"
+
+
+def test_parity_pairs_outside_the_envelope_get_no_verdict_from_it(envelope_dir, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    tf = write_run(runs, "tensorflow/tensorflow", "p", parity_curve(), 0.9, **PARITY)
+    other_seed = write_run(runs, "torch/torch", "s1", parity_curve(2, 1e-2), 0.9, **{**PARITY, "seed": 1})
+    wide = write_run(runs, "torch/torch", "b128", parity_curve(2, 1e-2), 0.9, **{**PARITY, "batch": 128})
+    tf_wide = write_run(runs, "tensorflow/tensorflow", "b128", parity_curve(), 0.9, **{**PARITY, "batch": 128})
+    nothing = write_run(runs, "torch/torch", "plateau", parity_curve(drift=1.0), 0.9, plateau_factor=0.1, **PARITY)
+    yardsticks = Yardsticks([], str(envelope_dir))
+    first = load_run(f"{tf}@p")
+    assert judge(first, load_run(f"{other_seed}@s1"), yardsticks).word == "no band"  # other seed: the seed regime
+    verdict = judge(load_run(f"{tf_wide}@b128"), load_run(f"{wide}@b128"), yardsticks)
+    assert verdict.word == "no band" and "--envelope" in verdict.evidence[-1]
+    # within the envelope of one run's settings says nothing of the other's: no verdict
+    assert (
+        judge(first, load_run(f"{nothing}@plateau"), yardsticks).word == "settings differ: plateau_factor none vs 0.1"
+    )
+
+
+def test_the_envelope_file_round_trips_and_leave_one_out_measures_the_worst_pair(tmp_path):
+    steps = np.arange(1, 6)
+    pairs = [("a", steps, np.full(5, 1e-6)), ("b", steps, np.full(5, 3e-6)), ("c", steps, np.zeros(5))]
+    ratios = {label: (ratio, step) for label, ratio, step in leave_one_out_ratios(pairs)}
+    assert ratios["b"][0] == pytest.approx(3.0) and ratios["a"][0] == pytest.approx(1 / 3)
+    assert ratios["c"][0] == 0.0
+    # below float32's resolution the floor is the envelope: one unit in the last place is never beyond
+    tiny = [("a", steps, np.full(5, 1e-9)), ("b", steps, np.full(5, 1e-7))]
+    assert dict((label, ratio) for label, ratio, _ in leave_one_out_ratios(tiny))["b"] == pytest.approx(
+        1e-7 / DRIFT_FLOOR
+    )
+    envelope = build_envelope({"x": [(s, d) for _, s, d in pairs]}, Settings({"network": "n"}), ("a note",))
+    path = tmp_path / "drift" / "envelope_n.csv"
+    write_envelope(envelope, str(path))
+    back = read_envelope(str(path))
+    assert back.notes == ("a note",) and back.settings.values == {"network": "n"}
+    assert np.array_equal(back.limit, envelope.limit) and back.limit[0] == 3e-6
+    assert back.limit_at(np.array([1]))[0] == 3e-6
+
+
+# --------------------------------------------------------------------------- older files and the record
+
+
+def test_an_older_file_without_a_record_reads_its_settings_from_its_rows_and_says_what_is_unknown(tmp_path):
+    rng = np.random.default_rng(4)
+    old = write_run(tmp_path, "torch/torch", "old", seed_draw(rng), 0.95, recorded=False)
+    new = write_run(tmp_path, "keras/jax", "new", seed_draw(rng), 0.95, epochs=1)  # its one val row: one epoch
+    run = load_run(f"{old}@old")
+    assert (
+        not run.settings.recorded
+        and run.settings.get("learning_rate") == 0.05
+        and run.settings.get("optimizer") is None
+    )
+    verdict = judge(run, load_run(f"{new}@new"), Yardsticks([]))
+    unknown = next(line for line in verdict.evidence if line.startswith("unknown settings"))
+    assert "older file, no settings record) does not say accumulate, data, execution" not in unknown  # ignored ones
+    assert "does not say accumulate, data, early_stopping, lr_scaling, max_steps, momentum, nesterov" in unknown
+    # the rows' learning rate is a setting: an older run at another rate differs
+    slow = write_run(tmp_path, "torch/torch", "slow", seed_draw(rng), 0.95, recorded=False, row_learning_rate=0.025)
+    assert judge(load_run(f"{slow}@slow"), load_run(f"{new}@new"), Yardsticks([])).word == (
+        "settings differ: learning_rate 0.025 vs 0.05"
+    )
+
+
+def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
+    from algorithms.run.config import parse_config
+
+    train = tmp_path / "train.csv"
+    train.write_text("label,pixel0\n1,0\n")
+    config = parse_config(
+        ["--train", str(train), "--learning_rate", "0.025", "--accumulate", "2", "--parity", "--seed", "3"], "t", ""
+    )
+    settings = settings_of(config)
+    assert settings["learning_rate"] == 0.025 and settings["momentum"] == 0.9 and settings["nesterov"] is True
+    assert settings["batch"] == 2 * config.batch_size and settings["accumulate"] == 2 and settings["parity"] is True
+    assert settings["seed"] == 3 and "beta_1" not in settings  # only the optimizer's own hyper-parameters
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(train.read_bytes())
+    assert file_fingerprint(str(copy)) == settings["data"]  # the content, not the name
+    copy.write_text("label,pixel0\n2,0\n")
+    assert file_fingerprint(str(copy)) != settings["data"]
+    csv_path = str(tmp_path / "r" / "net_torch.csv")
+    (tmp_path / "r").mkdir()
+    append_settings(csv_path, "run1", "torch", "torch", settings)
+    append_settings(csv_path, "run1", "torch", "torch", {**settings, "seed": 99})  # a resumed run adds nothing
+    with open(tmp_path / "r" / "net_torch.settings.jsonl", "a") as handle:
+        handle.write('{"run_id": "cut off by a cra')
+    assert read_settings(csv_path) == {"run1": settings}
+
+
+def test_student_t_tail_matches_scipy():
+    for t in (-3.0, -0.5, 0.0, 0.7, 2.776, 6.0):
+        for df in (1, 2, 4, 8, 30):
+            assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), rel=1e-10, abs=1e-15)
+
+
+def test_the_full_report_prints_the_regime_words_and_the_rule(envelope_dir, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    tf = write_run(runs, "tensorflow/tensorflow", "p", parity_curve(), 0.9, **PARITY)
+    hidden = write_run(runs, "torch/torch", "p", parity_curve(4, 1e-3), 0.9, **PARITY)
+    text = format_report(build_report([f"{tf}@p", f"{hidden}@p"], [], str(envelope_dir)))
+    assert "tensorflow/tensorflow p  vs  torch/torch p: beyond drift at step 4" in text
+    assert f"({ENVELOPE_FACTOR:g} x the envelope)" in text and "Parity regime" in text and "Seed regime" in text
+
+
+def test_a_pair_beyond_spread_whose_runs_each_reproduce_their_baselines_says_both_hold(tmp_path):
+    """Two frameworks whose own seeds differ from each other: each new run is within its own
+    baseline band, the pair is beyond spread, and a note says what each answers."""
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    for name, shift in (("torch/torch", 0.0), ("keras/jax", 0.3)):
+        for seed in range(5):
+            write_run(folder, name, f"baseline-seed{seed}", seed_draw(rng, shift), accuracy_draw(rng), seed=seed)
+    new = tmp_path / "new"
+    new.mkdir()
+    torch = write_run(new, "torch/torch", "x", seed_draw(rng), accuracy_draw(rng), seed=9)
+    keras = write_run(new, "keras/jax", "x", seed_draw(rng, 0.3), accuracy_draw(rng), seed=9)
+    report = build_report([f"{torch}@x", f"{keras}@x"], [], str(tmp_path / "baseline"))
+    assert report["verdicts"][0].beyond and [check.verdict for check in report["baseline"]] == ["within", "within"]
+    (note,) = [line for line in format_report(report).splitlines() if line.startswith("note:")]
+    assert "each run reproduces its own baselines: both hold" in note
+
+
+def test_a_run_cut_short_is_not_checked_against_older_baselines_that_ran_longer(tmp_path):
+    """The issue's 30-step parity runs were called outside the 10-epoch baselines: an older
+    baseline file has no settings record, so it and the run are compared as their rows show
+    them (the epochs validated), and what the older file cannot say is named in the check."""
+    rng = np.random.default_rng(7)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    for seed in range(3):
+        draw = seed_draw(rng)
+        write_run(folder, "torch/torch", f"baseline-seed{seed}", draw, accuracy_draw(rng), False, validations=10)
+    new = tmp_path / "new"
+    new.mkdir()
+    short = write_run(new, "torch/torch", "short", seed_draw(rng)[:30], 0.2, max_steps=30, parity=True)
+    full = write_run(new, "torch/torch", "full", seed_draw(rng), accuracy_draw(rng), validations=10)
+    short_check = check_run(load_run(f"{short}@short"), str(tmp_path / "baseline"))
+    assert short_check.verdict == "not checked" and "settings differ: epochs 1 vs 10" in short_check.detail
+    full_check = check_run(load_run(f"{full}@full"), str(tmp_path / "baseline"))
+    assert full_check.verdict == "within", full_check.detail
+    unknown = "unknown settings, assumed equal: its baselines (older file, no settings record) does not say"
+    assert unknown in full_check.detail and "momentum" in full_check.detail
+
+
+def test_the_half_learning_rate_run_gets_one_judgement_on_the_page(tmp_path):
+    """The issue's page: the pair verdict said `within spread` and the baseline check `outside`
+    for one torch run at half the learning rate. Now both say the setting differs, name it,
+    and neither judges the run against seeds at another learning rate."""
+    rng = np.random.default_rng(11)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    shipped_seeds(folder, ("tensorflow/tensorflow", "torch/torch"), rng)
+    new = tmp_path / "new"
+    new.mkdir()
+    tf = write_run(new, "tensorflow/tensorflow", "x", seed_draw(rng), accuracy_draw(rng))
+    half = write_run(new, "torch/torch", "x", seed_draw(rng, 0.08), accuracy_draw(rng), learning_rate=0.025)
+    report = build_report([f"{tf}@x", f"{half}@x"], [], str(tmp_path / "baseline"))
+    (verdict,) = report["verdicts"]
+    assert verdict.word == "settings differ: learning_rate 0.05 vs 0.025" and verdict.p is None
+    tf_check, half_check = report["baseline"]
+    assert tf_check.verdict == "within", tf_check.detail
+    assert half_check.verdict == "not checked" and "learning_rate 0.025 vs 0.05" in half_check.detail
+    page = format_against_first(report) + "\n" + format_report(report)
+    half_lines = [line for line in page.splitlines() if "torch/torch x" in line]
+    assert half_lines and not any(word in line for line in half_lines for word in ("spread", "outside", "drift at"))
+
+
+def test_false_alarms_are_counted_leaving_the_judged_seeds_out(tmp_path, capsys):
+    """Three frameworks' seeds drawn from one distribution give no false alarm; a framework
+    whose curve sits higher is beyond against every other at every seed; one with three
+    seeds is measured in a second block, on the seeds all share."""
+    from algorithms.analysis import false_alarms
+
+    rng = np.random.default_rng(3)
+    for name, shift, seeds in (("torch/torch", 0.0, 5), ("keras/jax", 0.0, 5), ("caffe/caffe", 0.0, 3)):
+        for seed in range(seeds):
+            write_run(tmp_path, name, f"baseline-seed{seed}", seed_draw(rng, shift), accuracy_draw(rng), seed=seed)
+    assert false_alarms.main(["--baseline", str(tmp_path), "--network", NETWORK]) == 0
+    first, second = capsys.readouterr().out.split("\n\n")
+    assert "2 frameworks (keras_jax, torch), seeds 0, 1, 2, 3, 4" in first
+    assert "3 frameworks" in second and "seeds 0, 1, 2;" in second
+    rates = {line.strip().split("  ")[0]: line for line in first.splitlines()[1:]}
+    assert all(line.rstrip().endswith("(0.000)") for line in rates.values()), first
+    assert "0 of 5" in rates["`make compare` reports (first: keras_jax) with a false 'beyond'"]
+    assert "0 of 20" in rates["two seeds of one framework called 'beyond' (against its other seeds)"]
+
+    shifted = tmp_path / "shifted"
+    shifted.mkdir()
+    for name, shift in (("torch/torch", 0.0), ("keras/jax", 0.4)):
+        for seed in range(5):
+            write_run(shifted, name, f"baseline-seed{seed}", seed_draw(rng, shift), accuracy_draw(rng), seed=seed)
+    assert false_alarms.main(["--baseline", str(shifted), "--network", NETWORK]) == 0
+    out = capsys.readouterr().out
+    assert "cross-framework pairs at one seed called 'beyond'                              5 of 5" in out
