@@ -150,6 +150,19 @@ def test_no_comparison_replaces_another_report(comparison, capsys):
     assert "stray.png exists and is no comparison's plot" in capsys.readouterr().err
 
 
+def test_a_report_is_named_for_every_run_it_compares_in_order():
+    from types import SimpleNamespace
+
+    from algorithms.analysis.report_files import comparison_key, default_prefix
+
+    runs = [SimpleNamespace(path="r/a.csv", run_id="../x y/<z>"), SimpleNamespace(path="r/b.csv", run_id="b")]
+    key = comparison_key(runs)
+    # a run id is free text: no folder or markup reaches the file name
+    assert default_prefix("out", runs) == os.path.join("out", f".._x_y_z_-{key}")
+    assert key != comparison_key(runs[::-1]) and key != comparison_key(runs + [SimpleNamespace(path="c", run_id="c")])
+    assert key != comparison_key([runs[0], SimpleNamespace(path="r/b.csv", run_id="b2")])
+
+
 def test_a_missing_heatmap_is_refused_in_one_line(comparison, capsys):
     _, _, inputs = comparison
     assert main(inputs[:2] + ["--baseline", "none", "--heatmap", "/nowhere/heat.png"]) == 2

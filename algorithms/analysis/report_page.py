@@ -124,6 +124,7 @@ def _verdicts(report: dict, notes: list) -> list:
     notes = [f"<p class='note'>{_e(note)}</p>" for note in notes if note]
     return [
         "<section id='verdicts'><h2>Verdicts, pair by pair</h2>",
+        "<p>Each row: two runs and the verdict on their difference; a verdict links to the numbers it rests on.</p>",
         _legend(),
         _table(("#", "run A", "run B", "verdict", "regime", "distance", "val acc gap", "p", "step k"), rows),
         *notes,
