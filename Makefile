@@ -55,8 +55,8 @@ legacy-setup: $(LEGACY_STAMP)
 caffe: setup
 	bash caffe_wrapper/build_caffe.sh $(PY)
 
-# Debian's Chromium, from apt when missing: the tests open the HTML report in it, headless
-# (tests/headless_chromium.py), and fail, never skip, without it.
+# Debian's Chromium, from apt when missing: `make test` opens the HTML report in it, headless
+# (tests/headless_chromium.py; a test marked slow), and fails, never skips, without it.
 browser:
 	@[ -x /usr/bin/chromium ] || (apt-get update && apt-get install -y chromium) || { \
 	  echo "[browser] error: chromium is missing and apt-get could not install it; fix: sudo apt-get install chromium"; exit 1; }
@@ -79,7 +79,7 @@ test: lint legacy-setup caffe browser
 
 # The edit loop's subset (under 5 minutes on 2 cores): every test not marked slow, main env
 # only; the slow ones are the multi-process, signal and every-framework runs. CI runs `make test`.
-test-fast: lint caffe browser
+test-fast: lint caffe
 	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
 
 # The shipped reference runs in results/baseline/, every framework: seeds 0-2 of both

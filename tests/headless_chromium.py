@@ -1,7 +1,8 @@
 """A page opened in Debian's real Chromium, headless: a screenshot, and its layout read
 back from the DOM after load (`--dump-dom` of a copy of the page with one measuring
 script appended; the page itself carries no script). `make browser` installs Chromium
-(apt-get, as root) before `make test`; without it these tests fail with the reason."""
+(apt-get, as root) before `make test`; without it a test that opens a page fails, with
+the reason, never skips."""
 
 from __future__ import annotations
 

@@ -59,6 +59,7 @@ def written(stdout: str) -> str:
     return re.search(r"^report: (.+\.html)$", stdout, re.M).group(1)
 
 
+@pytest.mark.slow  # Chromium, which `make test` installs and `make test-fast` does not
 def test_the_report_opens_in_chromium_fits_1280_px_and_colours_each_verdict_as_it_reads(comparison, tmp_path, capsys):
     baseline, results, inputs = comparison
     heatmap = tmp_path / "localise.png"
