@@ -16,7 +16,7 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 # later one), e.g. `make legacy-setup LEGACY_PYTHON=python3.11` where python3 is another.
 LEGACY_PYTHON ?= $(PYTHON)
 
-.PHONY: all setup legacy-setup caffe compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
+.PHONY: all setup legacy-setup caffe browser compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -55,6 +55,12 @@ legacy-setup: $(LEGACY_STAMP)
 caffe: setup
 	bash caffe_wrapper/build_caffe.sh $(PY)
 
+# Debian's Chromium, from apt when missing: `make test` opens the HTML report in it, headless
+# (tests/headless_chromium.py; a test marked slow), and fails, never skips, without it.
+browser:
+	@[ -x /usr/bin/chromium ] || (apt-get update && apt-get install -y chromium) || { \
+	  echo "[browser] error: chromium is missing and apt-get could not install it; fix: sudo apt-get install chromium"; exit 1; }
+
 # Builds the main env; run_all.py builds the legacy env and Caffe for the frameworks it runs,
 # and one that cannot be built is a table row with the reason and the fix, not a stop (docs/legacy.md).
 # `make test` and the targets below still need every one built.
@@ -67,7 +73,7 @@ lint: setup
 	$(PY) -m ruff format --check --no-cache .
 
 # tests/legacy/ runs in the legacy env (status 5, no test selected by ARGS, is fine there)
-test: lint legacy-setup caffe
+test: lint legacy-setup caffe browser
 	$(PY) -m pytest -q tests $(ARGS)
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) || [ $$? -eq 5 ]
 

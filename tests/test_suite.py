@@ -1,5 +1,7 @@
 """The main job's driver: runs the chosen frameworks and prints the table from their CSVs."""
 
+import os
+
 from algorithms.run.recorder import read_rows
 from tests.conftest import run_script
 from tests.flags import flags, run_flags
@@ -34,8 +36,11 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     # the main job ends with the comparison of the run it made
     against = lines.index("against torch/torch suite-test:")
     assert lines[against + 1].split()[:2] == ["tensorflow/tensorflow", "suite-test"]
-    assert (tmp_path / "results" / "compare" / "suite-test.png").stat().st_size > 10_000
-    assert "tensorflow/tensorflow suite-test" in (tmp_path / "results" / "compare" / "suite-test.html").read_text()
+    (page,) = [line.rpartition(": ")[2] for line in lines if line.startswith("the report (")]
+    assert os.path.dirname(page) == str(tmp_path / "results" / "compare")
+    assert os.path.basename(page).startswith("suite-test-")  # its run id, then the key of the runs compared
+    assert os.path.getsize(page[: -len(".html")] + ".png") > 10_000
+    assert "tensorflow/tensorflow suite-test" in open(page).read()
     # and the run's curves reach TensorBoard, one run directory per framework
     assert sorted(p.name for p in (tmp_path / "results" / "tensorboard" / "suite-test").iterdir()) == [
         "tensorflow",
@@ -49,8 +54,6 @@ def test_run_all_rejects_an_unknown_framework(tmp_path):
 
 
 def test_the_readme_table_of_what_each_framework_runs_is_current():
-    import os
-
     from algorithms.registry.capabilities import markdown_table
     from algorithms.paths import REPO_ROOT
 

@@ -13,15 +13,14 @@ envelope, other pairs against the seed bands of their frameworks at their settin
 (from two or more seeds among the inputs, or the shipped baselines), runs at different
 settings never against a yardstick that does not span both. Without a yardstick there
 is no verdict, only the distance. Each run is also checked against its own framework's
-shipped seeds (baseline.py). A PNG of the curves and a self-contained HTML report are
-written beside each other.
+shipped seeds (baseline.py). A PNG of the curves and the HTML page a person reads
+(report_page.py) are written beside each other, named for the runs compared, never over
+another comparison's (report_files.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import html
 import itertools
 import os
 import sys
@@ -31,11 +30,16 @@ from typing import Optional
 import numpy as np
 
 from algorithms.analysis.baseline import check_run, format_checks
+from algorithms.analysis.report_files import check_free, comparison_key, default_prefix, localisation_png
+from algorithms.analysis.report_page import write_page
 from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
 from algorithms.analysis.verdict import RULE, Yardsticks, judge
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import BASELINE_DIR
 from algorithms.tables import number, text_table
+
+
+LEGEND_CHARS = 48  # a longer run label would squeeze the plots: the page's tables show it whole
 
 
 @dataclass
@@ -246,11 +250,17 @@ def agreement_notes(report: dict) -> list:
     return ["", *notes] if notes else []
 
 
-def write_outputs(report: dict, prefix: str) -> tuple:
-    """The PNG and the HTML (full report inside); returns their paths."""
+def write_outputs(report: dict, prefix: str, heatmap_png: Optional[str] = None) -> tuple:
+    """The PNG of the curves and the HTML page (report_page.py) at `prefix`.{png,html},
+    never over another comparison's (report_files.py: InputError); `heatmap_png`, the
+    per-layer localisation, is shown on the page when given. Returns their paths."""
+    key = comparison_key(report["runs"])
+    check_free(prefix, key)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     plot_png(report, prefix + ".png")
-    write_html(report, format_report(report), prefix + ".png", prefix + ".html")
+    write_page(
+        report, format_report(report), agreement_notes(report), key, prefix + ".html", prefix + ".png", heatmap_png
+    )
     return prefix + ".png", prefix + ".html"
 
 
@@ -270,10 +280,11 @@ def plot_png(report: dict, path: str) -> None:
         loss_axis.plot(run.steps, run.losses, linewidth=0.8, alpha=0.35)
         color = loss_axis.lines[-1].get_color()
         smoothed = smooth(run.losses)
-        loss_axis.plot(run.steps[len(run.steps) - len(smoothed) :], smoothed, color=color, label=run.label)
+        label = run.label if len(run.label) <= LEGEND_CHARS else run.label[: LEGEND_CHARS - 3] + "..."
+        loss_axis.plot(run.steps[len(run.steps) - len(smoothed) :], smoothed, color=color, label=label)
         if run.val:
             steps, _, accuracy = zip(*run.val)
-            accuracy_axis.plot(steps, accuracy, marker="o", color=color, label=run.label)
+            accuracy_axis.plot(steps, accuracy, marker="o", color=color, label=label)
     loss_axis.set(title="training loss per step (faint) and its 5-step mean", xlabel="step", ylabel="loss")
     accuracy_axis.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
     for axis in (loss_axis, accuracy_axis):
@@ -282,19 +293,6 @@ def plot_png(report: dict, path: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def write_html(report: dict, text: str, png_path: str, path: str) -> None:
-    with open(png_path, "rb") as handle:
-        image = base64.b64encode(handle.read()).decode()
-    page = (
-        f"<!doctype html><meta charset='utf-8'><title>CNN-parallel comparison</title>"
-        f"<body style='font-family:sans-serif;max-width:1200px;margin:2em auto'>"
-        f"<h1>CNN-parallel comparison</h1><img alt='loss and accuracy curves' style='width:100%' "
-        f"src='data:image/png;base64,{image}'><pre>{html.escape(text)}</pre></body>"
-    )
-    with open(path, "w") as handle:
-        handle.write(page)
 
 
 def main(argv=None) -> int:
@@ -311,7 +309,17 @@ def main(argv=None) -> int:
         help="check each run against the shipped baselines in this folder ('none': skip)",
     )
     parser.add_argument(
-        "--out", default=None, help="path prefix of the PNG and HTML (default: results/compare/<first run id>)"
+        "--out",
+        default=None,
+        help="path prefix of the PNG and HTML (default: results/compare/<first run id>-<key of every run compared>); "
+        "a file of another comparison is never replaced",
+    )
+    parser.add_argument(
+        "--heatmap",
+        default=None,
+        metavar="PNG",
+        help="the per-layer localisation heatmap to show on the page (default: results/localise/<first run id>.png "
+        "when there is one)",
     )
     args = parser.parse_args(argv)
     try:
@@ -325,12 +333,17 @@ def main(argv=None) -> int:
         return EXIT_INPUT_ERROR
     if len(report["runs"]) < 2:
         parser.error("give at least two runs (two CSVs, or one CSV twice with @RUN_ID)")
-    text = format_report(report)
-    print(text)
-    prefix = args.out or os.path.join(
-        os.path.dirname(os.path.abspath(args.inputs[0].partition("@")[0])), "compare", report["runs"][0].run_id
-    )
-    png, page = write_outputs(report, prefix)
+    results_dir = os.path.dirname(os.path.abspath(args.inputs[0].partition("@")[0]))
+    prefix = args.out or default_prefix(os.path.join(results_dir, "compare"), report["runs"])
+    heatmap = args.heatmap or localisation_png(results_dir, report["runs"][0].run_id)
+    try:
+        if heatmap and not os.path.isfile(heatmap):
+            raise InputError(f"--heatmap {heatmap}: file not found; give the PNG the localisation wrote")
+        png, page = write_outputs(report, prefix, heatmap)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    print(format_report(report))
     print(f"\nplot: {png}\nreport: {page}")
     return 0
 

@@ -17,6 +17,7 @@ import sys
 from algorithms.analysis.agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
 from algorithms.analysis.baseline import format_checks
 from algorithms.analysis.compare import agreement_notes, build_report, format_against_first, write_outputs
+from algorithms.analysis.report_files import default_prefix, localisation_png
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
@@ -122,13 +123,14 @@ def main(argv=None) -> int:
     if len(csv_paths) >= 2:
         specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
         report = build_report(specs, [0.5, 0.8, 0.9], BASELINE_DIR)
-        png, page = write_outputs(report, os.path.join(config.results_dir, "compare", run_id))
+        prefix = default_prefix(os.path.join(config.results_dir, "compare"), report["runs"])
+        png, page = write_outputs(report, prefix, localisation_png(config.results_dir, run_id))
         print("\n" + format_against_first(report))
         print("\n" + format_checks(report["baseline"]))
         for note in agreement_notes(report):
             print(note)
         print(
-            f"\ncurves: {png}\nfull comparison (every pair and the evidence of its verdict): {page}\n"
+            f"\ncurves: {png}\nthe report (every pair's verdict and its evidence, for a browser): {page}\n"
             f"any two CSVs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
         )
     for _, this_run in runs:
