@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from algorithms.bench import precision
+from algorithms.bench.benchmark import COLUMNS
 from algorithms.bench.probe import step_schedule
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import get
@@ -36,6 +37,32 @@ def test_the_cpu_units_are_read_from_the_first_processors_flags():
     assert precision.cpu_units(SAPPHIRE_RAPIDS) == ["amx_bf16", "amx_tile", "avx512_bf16", "avx512_fp16"]
     assert precision.cpu_units("processor\t: 0\n") == []
     assert precision.machine_units("/nonexistent/cpuinfo") == "unknown"
+
+
+def test_the_machine_units_are_read_from_the_cpuinfo_file_given(tmp_path):
+    (tmp_path / "epyc").write_text("processor\t: 0\n" + AVX2_EPYC)
+    (tmp_path / "spr").write_text(SAPPHIRE_RAPIDS)
+    assert precision.machine_units(str(tmp_path / "epyc")) == "none"
+    assert precision.machine_units(str(tmp_path / "spr")) == "amx_bf16 amx_tile avx512_bf16 avx512_fp16"
+
+
+@pytest.mark.parametrize(
+    "asked, message",
+    [
+        ("fp32,fp8", "error: --precision: fp8; choose from fp32, bf16, fp16 (see benchmark.py --help)"),
+        (",", "error: --precision: none given; choose from fp32, bf16, fp16 (see benchmark.py --help)"),
+    ],
+)
+def test_an_unknown_precision_is_one_line_and_status_2(asked, message):
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--precision", asked],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == message
 
 
 def test_a_framework_that_trains_in_fp32_only_is_refused_with_its_own_reason():
@@ -93,7 +120,11 @@ def test_benchmark_rows_at_each_precision_and_a_row_for_a_precision_a_framework_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
     with open(path, newline="") as handle:
-        rows = {(row["framework"], row["precision"]): row for row in csv.DictReader(handle)}
+        reader = csv.DictReader(handle)
+        rows = {(row["framework"], row["precision"]): row for row in reader}
+    assert reader.fieldnames == COLUMNS
+    for column in ("precision", "speedup_over_fp32", "gemm_speedup_over_fp32", "cpu_units"):
+        assert column in reader.fieldnames, column
     assert list(rows) == [("torch", "fp32"), ("caffe", "fp32"), ("torch", "bf16"), ("caffe", "bf16")]
     assert rows["caffe", "bf16"]["status"] == "not run: Caffe trains in float32 only here; drop --precision"
     assert rows["caffe", "bf16"]["ms_per_step"] == "" and rows["caffe", "fp32"]["status"] == "ok"
