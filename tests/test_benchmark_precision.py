@@ -6,7 +6,6 @@ rows, and the native loops train at the precision the wrapper's own step does.""
 from __future__ import annotations
 
 import csv
-import glob
 import importlib
 import os
 import subprocess
@@ -22,7 +21,7 @@ from algorithms.registry.frameworks import get
 from algorithms.run.entry import prepare
 from algorithms.run.recorder import read_rows
 from algorithms.run.session import RunSession
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_small_benchmark
 
 # the first flags line of /proc/cpuinfo on two real machines (abridged around the units)
 AVX2_EPYC = "flags\t\t: fpu vme sse sse2 avx f16c fma avx2 bmi2 sha_ni vaes vpclmulqdq rdpid fsrm\n"
@@ -107,18 +106,10 @@ def test_speedups_divide_by_the_fp32_row_of_the_same_framework_and_setting():
 
 @pytest.mark.slow  # four probe processes
 def test_benchmark_rows_at_each_precision_and_a_row_for_a_precision_a_framework_lacks(small_data, tmp_path):
-    out = tmp_path / "bench"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--only", "torch,caffe", "--precision", "fp32,bf16"]
-        + ["--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2", "--thread_steps", "0"]
-        + ["--gemm", "256", "--data_rows", "300", "--skip_compiled", "--profile", "none", "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    flags = ["--only", "torch,caffe", "--precision", "fp32,bf16"]
+    proc, tables = run_small_benchmark(small_data, tmp_path / "bench", flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (path,) = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
+    (path,) = tables
     with open(path, newline="") as handle:
         reader = csv.DictReader(handle)
         rows = {(row["framework"], row["precision"]): row for row in reader}

@@ -6,10 +6,7 @@ status 2, and the benchmark puts a setting's row beside the defaults."""
 from __future__ import annotations
 
 import csv
-import glob
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +14,7 @@ from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run import tuning
 from backends.tuning import YNN_OFF
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
 
 
 def flags(small_data, tmp_path) -> list:
@@ -99,18 +96,11 @@ def test_an_unknown_setting_is_one_line_and_status_2(small_data, tmp_path):
 
 @pytest.mark.slow  # two probe processes
 def test_benchmark_puts_a_setting_beside_the_defaults(small_data, tmp_path):
-    out = tmp_path / "bench"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "benchmark.py"), "--only", "torch", "--candidates", "omp_active"]
-        + ["--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2", "--thread_steps", "0"]
-        + ["--gemm", "256", "--data_rows", "300", "--skip_compiled", "--profile", "none", "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc, tables = run_small_benchmark(
+        small_data, tmp_path / "bench", ["--only", "torch", "--candidates", "omp_active"]
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (csv_path,) = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
+    (csv_path,) = tables
     with open(csv_path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     best = table("torch").best
