@@ -51,8 +51,11 @@ layer {{ name: "product" type: "InnerProduct" bottom: "a" top: "product"
 """
 
 
-def gemm(n: int):
-    """One n x n fp32 matmul through Caffe's BLAS (an InnerProduct net, built once), as a call."""
+def gemm(n: int, precision: str = "fp32"):
+    """One n x n fp32 matmul through Caffe's BLAS (an InnerProduct net, built once), as a call;
+    Caffe trains in fp32 only."""
+    if precision != "fp32":
+        raise ValueError(f"Caffe trains in fp32 only, not {precision}")
     caffe.set_mode_cpu()
     with tempfile.NamedTemporaryFile("w", suffix=".prototxt", delete=False) as handle:
         handle.write(GEMM_NET.format(n=n))

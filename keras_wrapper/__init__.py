@@ -93,7 +93,19 @@ TUNING = {
                 {"XLA_FLAGS": YNN_OFF + " --xla_cpu_experimental_xnn_fusion_type="},
                 why="both XNNPACK and YNNPACK fusions off",
             ),
+            Setting(
+                "ynn_off_concurrent",
+                {"XLA_FLAGS": YNN_OFF + " --xla_cpu_enable_concurrency_optimized_scheduler=true"},
+                why="YNNPACK fusions off, and XLA CPU's scheduler orders independent ops to run side by side",
+            ),
+            Setting(
+                "ynn_off_no_thunks",
+                {"XLA_FLAGS": YNN_OFF + " --xla_cpu_use_thunk_runtime=false"},
+                why="YNNPACK fusions off, and XLA CPU's older whole-program runtime instead of its thunk executor",
+            ),
         ),
+        # ms/step over torch's in one benchmark run (load 14.6-16.5): ynn_off 1.02x, ynn_off_no_thunks 1.17x,
+        # ynn_off_concurrent 2.6x, the defaults 4.3x (results/benchmark/2026-12-02-keras-jax-tuned.md)
         "ynn_off",
     ),
     "theano": ((THEANO_OPENMP,), "default"),

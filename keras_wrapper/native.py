@@ -28,7 +28,7 @@ class _FitBlocks:
 
     def __init__(self, config, dataset, callbacks_for):
         self.config, self.dataset = config, dataset
-        self.model = make_model(config.network, config.optimizer, config.seed)
+        self.model = make_model(config.network, config.optimizer, config.seed, precision=config.precision)
         self.callbacks_for = callbacks_for
 
     def run(self, steps: list) -> list:
@@ -63,21 +63,24 @@ class Harness(_FitBlocks):
         return [self.recorder]
 
 
-def gemm(n: int):
-    """One n x n fp32 matmul through the backend's own BLAS, as a call that returns
-    once it is done."""
+GEMM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def gemm(n: int, precision: str = "fp32"):
+    """One n x n matmul through keras.ops.matmul (the backend's own), its operands in
+    `precision`, as a call that returns once it is done; Keras 2 on Theano: fp32 only."""
     import keras
 
     a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
     if compat.KERAS_2:
+        if precision != "fp32":
+            raise ValueError(f"Keras 2 on Theano trains in fp32 only, not {precision}")
         backend = keras.backend
         x, y = backend.placeholder((None, None)), backend.placeholder((None, None))
         function = backend.function([x, y], [backend.dot(x, y)])
         return lambda: function([a, b])
-    a, b = (
-        keras.ops.convert_to_tensor(a),
-        keras.ops.convert_to_tensor(b),
-    )  # device-resident: time the product, not the copy
+    # device-resident: time the product, not the copy
+    a, b = (keras.ops.convert_to_tensor(operand, dtype=GEMM_DTYPES[precision]) for operand in (a, b))
 
     def matmul():
         product = keras.ops.matmul(a, b)

@@ -44,8 +44,10 @@ class Native(NativeLoop):
 Harness = hand_step_harness(build_trainer)
 
 
-def gemm(n: int):
-    """One n x n fp32 matmul through Theano's BLAS (compiled once), as a call."""
+def gemm(n: int, precision: str = "fp32"):
+    """One n x n fp32 matmul through Theano's BLAS (compiled once), as a call; Lasagne trains in fp32 only."""
+    if precision != "fp32":
+        raise ValueError(f"Lasagne trains in fp32 only, not {precision}")
     a, b = T.matrix("a"), T.matrix("b")
     matmul = theano.function([a, b], T.dot(a, b))
     x, y = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)

@@ -1,8 +1,11 @@
 """The spec translated to TensorFlow ops. Weights come from algorithms/spec/weights.py in
 their canonical layout, which is TensorFlow's own (HWIO kernels, NHWC flatten).
 Two exact rewrites the spec allows (spec.py) save copies: a ZeroPad2D before a valid
-convolution is the convolution's explicit padding, and a ReLU before a max-pool
-runs after it, on a quarter of the elements.
+convolution that amounts to 'same' padding is a 'SAME' convolution, and a ReLU before a
+max-pool runs after it, on a quarter of the elements. A pad is folded only where it is
+'SAME': TensorFlow's oneDNN has no gradient kernels for an explicitly padded
+convolution, so Eigen's run instead (in bfloat16, generic and many times slower), while
+'SAME' and Pad + 'VALID' take oneDNN's forward and both gradients.
 
 Two things here serve the parallel strategies:
 - `layer_devices` pins each layer's variables and ops to a device (model
@@ -43,7 +46,7 @@ class SpecModel(tf.Module):
                 self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
         self.seed = seed
         # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool
-        self.folded_pads = network.pads_folded_into_convs()
+        self.folded_pads = network.pads_folded_as_same()
         self.late_relus = network.relus_after_pools()
 
     @property
@@ -93,8 +96,7 @@ class SpecModel(tf.Module):
 
     def _conv(self, index, layer, x, kernel, bias):
         """The convolution with these weights: the layer's, or (tensor parallel) a slice of its output channels."""
-        p = self.folded_pads.get(index)
-        padding = [[0, 0], [p, p], [p, p], [0, 0]] if p else layer.padding.upper()
+        padding = "SAME" if index in self.folded_pads else layer.padding.upper()
         x = tf.nn.bias_add(tf.nn.conv2d(x, kernel, strides=1, padding=padding), bias)
         return x if index in self.late_relus else ACTIVATIONS[self.network.activation(index)](x)
 

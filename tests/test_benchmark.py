@@ -17,8 +17,8 @@ import pytest
 from algorithms.bench.probe import paired_ratio, step_schedule
 from algorithms.run.recorder import read_rows
 from algorithms.run.entry import prepare
-from tests.conftest import REPO_ROOT, run_script
-from tests.flags import flags, run_flags
+from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
+from tests.flags import run_flags
 
 
 def small_flags(small_data, tmp_path) -> list:
@@ -46,25 +46,9 @@ def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp
 
 def test_benchmark_table_reads_back(small_data, tmp_path):
     out = tmp_path / "bench"
-    argv = flags(
-        only="torch",
-        train=small_data / "train.csv",
-        batch_size=32,
-        steps=2,
-        block=1,
-        thread_steps=1,
-        gemm=256,
-        data_rows=300,
-        skip_compiled=True,
-        profile="all",
-        profile_steps=2,
-        out=out,
-    )
-    proc = run_script("benchmark.py", argv, timeout=300)
+    flags = ["--only", "torch", "--block", "1", "--thread_steps", "1", "--profile", "all", "--profile_steps", "2"]
+    proc, tables = run_small_benchmark(small_data, out, flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    tables = [
-        path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith(("_data.csv", "_profile.csv"))
-    ]
     with open(tables[0], newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(row["framework"], row["backend"], row["status"]) for row in rows] == [("torch", "torch", "ok")]

@@ -128,7 +128,7 @@ SOUND = {
     "def apply_threads(config):\n    return ''\n"
     "class Native:\n    def __init__(self, config, dataset, schedule):\n        pass\n"
     "def Harness(config, session):\n    return None\n"
-    "def gemm(n):\n    return None\n"
+    "def gemm(n, precision='fp32'):\n    return None\n"
     "def compiled_ms(config, dataset, schedule, block):\n    return {}\n"
     "def profile_ops(config, dataset, schedule, warmup):\n    return '', []\n"
     "def device_memory_mb():\n    return None\n",

@@ -1,10 +1,21 @@
 """The spec's shapes, parameter and FLOP counts, and the shared numpy init."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from algorithms.spec.weights import initial_weights, to_channels_first
-from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER, NETWORKS, Conv2D, Dense, Flatten, get_network
+from algorithms.spec.networks import (
+    CNN2D_2LAYER,
+    CNN2D_3LAYER,
+    NETWORKS,
+    Conv2D,
+    Dense,
+    Flatten,
+    ZeroPad2D,
+    get_network,
+)
 
 
 def test_three_layer_shapes_follow_the_original_keras_net():
@@ -80,7 +91,12 @@ def test_channels_first_conversion_matches_a_channels_last_computation():
 def test_the_exact_rewrites_a_wrapper_may_make_are_found_in_the_layer_list():
     # 3-layer net: each ZeroPad2D(1) feeds a valid 3x3 conv; conv2 and conv3 are followed by a max-pool
     assert CNN2D_3LAYER.pads_folded_into_convs() == {1: 1, 3: 1, 6: 1}
+    assert CNN2D_3LAYER.pads_folded_as_same() == {1, 3, 6}  # a pad of 1 around a 3x3 kernel: 'same'
     assert CNN2D_3LAYER.relus_after_pools() == {3, 6}
     # 2-layer net: SAME convs (nothing to fold), each followed by a max-pool; the dense ReLU is not
     assert CNN2D_2LAYER.pads_folded_into_convs() == {}
+    assert CNN2D_2LAYER.pads_folded_as_same() == set()
+    # a pad of 2 is 'same' around a 5x5 kernel only
+    wide = replace(CNN2D_3LAYER, layers=(ZeroPad2D(2), Conv2D(8, 3), ZeroPad2D(2), Conv2D(8, 5)))
+    assert wide.pads_folded_into_convs() == {1: 2, 3: 2} and wide.pads_folded_as_same() == {3}
     assert CNN2D_2LAYER.relus_after_pools() == {0, 2}

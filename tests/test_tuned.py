@@ -6,7 +6,6 @@ status 2, and the benchmark puts a setting's row beside the defaults."""
 from __future__ import annotations
 
 import csv
-import glob
 import os
 
 import pytest
@@ -15,8 +14,8 @@ from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run import tuning
 from backends.tuning import YNN_OFF
-from tests.conftest import REPO_ROOT, run_script
-from tests.flags import flags, run_flags
+from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
+from tests.flags import run_flags
 
 
 def two_step_flags(small_data, tmp_path) -> list:
@@ -86,12 +85,11 @@ def test_an_unknown_setting_is_one_line_and_status_2(small_data, tmp_path):
 
 @pytest.mark.slow  # two probe processes
 def test_benchmark_puts_a_setting_beside_the_defaults(small_data, tmp_path):
-    out = tmp_path / "bench"
-    argv = flags(only="torch", candidates="omp_active", train=small_data / "train.csv", batch_size=32, steps=2)
-    argv += flags(thread_steps=0, gemm=256, data_rows=300, skip_compiled=True, profile="none", out=out)
-    proc = run_script("benchmark.py", argv, timeout=300)
+    proc, tables = run_small_benchmark(
+        small_data, tmp_path / "bench", ["--only", "torch", "--candidates", "omp_active"]
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (csv_path,) = [path for path in glob.glob(str(out / "benchmark_*.csv")) if not path.endswith("_data.csv")]
+    (csv_path,) = tables
     with open(csv_path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     best = table("torch").best

@@ -4,6 +4,7 @@ wrapper's own step as the harness, torch.mm for the GEMM peak and torch.compile.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -18,7 +19,7 @@ from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.Nat
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer
 from torch_wrapper.train import describe_runtime
-from torch_wrapper.trainer import build_trainer
+from torch_wrapper.trainer import COMPUTE_DTYPES, build_trainer
 
 STEPS_PER_CALL = 1
 
@@ -28,11 +29,16 @@ def apply_threads(config) -> str:
 
 
 class Native(NativeLoop):
-    """zero_grad, forward, mean cross-entropy, backward, step: nothing else per step."""
+    """zero_grad, forward, mean cross-entropy, backward, step: nothing else per step. With
+    --precision bf16 / fp16 the forward runs under torch.autocast, the loss in float32, and
+    fp16 scales it (GradScaler), as the trainer does."""
 
     def __init__(self, config, dataset, schedule, compile_model: bool = False):
         self.model = build_model(config.network, initial_weights(config.network, config.seed)).train()
         self.optimizer = make_optimizer(config.optimizer, self.model.parameters())
+        dtype = COMPUTE_DTYPES.get(config.precision)
+        self.autocast = torch.autocast("cpu", dtype=dtype) if dtype else nullcontext()
+        self.scaler = torch.amp.GradScaler("cpu") if config.precision == "fp16" else None
         torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
         mode = tuned_options(config).get("torch.compile")  # as the trainer compiles under --tuned
         self.forward = (
@@ -52,18 +58,26 @@ class Native(NativeLoop):
     def native_step(self, batch):
         images, labels = batch
         self.optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(self.forward(images), labels)
-        loss.backward()
-        self.optimizer.step()
+        with self.autocast:
+            logits = self.forward(images)
+        loss = F.cross_entropy(logits.float(), labels)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return loss.detach()
 
 
 Harness = hand_step_harness(build_trainer)
 
 
-def gemm(n: int):
-    """One n x n fp32 matmul through torch's BLAS, as a call."""
-    a, b = torch.rand(n, n), torch.rand(n, n)
+def gemm(n: int, precision: str = "fp32"):
+    """One n x n matmul through torch.mm, its operands in `precision`, as a call."""
+    dtype = COMPUTE_DTYPES.get(precision, torch.float32)
+    a, b = torch.rand(n, n, dtype=dtype), torch.rand(n, n, dtype=dtype)
     return lambda: torch.mm(a, b)
 
 

@@ -1,10 +1,11 @@
 """The benchmark (`python benchmark.py`): for every framework of algorithms/registry/frameworks.py,
-one probe process (algorithms/bench/probe.py) measures the harness against a native loop
-(interleaved), the GEMM peak through the framework's BLAS, compiled paths and peak
-RSS; a second one the native loop on 1 thread; a third profiles, with the framework's
-own profiler, each framework under half the best one's FLOP/s. This process (no
-framework) adds the data-path timing, prints the tables and writes them as CSV
-under results/benchmark/."""
+at every precision of --precision it trains in, one probe process (algorithms/bench/probe.py)
+measures the harness against a native loop (interleaved), the GEMM peak through the
+framework's own matmul at that precision, compiled paths and peak RSS; a second one the
+native loop on 1 thread; a third profiles, with the framework's own profiler, each
+framework under half the best one's FLOP/s at that precision. This process (no framework)
+adds the data-path timing, prints the tables and writes them as CSV under
+results/benchmark/."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from algorithms.bench import precision as precisions
 from algorithms.bench.data_benchmark import csv_vs_cache
 from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
 from algorithms.run import probe_process
-from algorithms.run.flags import OneLineErrorParser, count, positive
+from algorithms.run.flags import PRECISIONS, OneLineErrorParser, count, positive
 from algorithms.run.threads import MALLOC_POLICIES
 from algorithms.registry.capabilities import support
 from algorithms.run.tuning import DEFAULT
@@ -30,7 +32,9 @@ COLUMNS = [
     "framework",
     "backend",
     "setting",
+    "precision",
     "ms_per_step",
+    "speedup_over_fp32",
     "samples_per_sec",
     "gflops",
     "pct_of_peak",
@@ -47,7 +51,9 @@ COLUMNS = [
     "all_core_speedup",
     "threads",
     "gemm_gflops",
+    "gemm_speedup_over_fp32",
     "machine_peak_gflops",
+    "cpu_units",
     "compiled",
     "status",
 ]
@@ -107,6 +113,13 @@ def parse_args(argv):
         help="with --tuned or --candidates: probe the defaults and each setting this many times, in turn; "
         "each row is the round with the median step",
     )
+    parser.add_argument(
+        "--precision",
+        default=PRECISIONS[0],
+        help=f"comma-separated, of {', '.join(PRECISIONS)}: each framework at each of these it trains in "
+        "(the entry scripts' --precision), its GEMM at the same precision; a precision a framework lacks is a row "
+        "saying why",
+    )
     parser.add_argument("--train", default=None, help="training CSV (default: data/train.csv)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"))
     parser.add_argument("--timeout", type=positive, default=300, help="seconds per probe process")
@@ -115,6 +128,10 @@ def parse_args(argv):
     unknown = [name for name in names if name not in NAMES]
     if unknown:
         parser.error(f"--only: unknown {', '.join(unknown)}")
+    args.precisions = [value.strip() for value in args.precision.split(",") if value.strip()]
+    unknown = [value for value in args.precisions if value not in PRECISIONS]
+    if unknown or not args.precisions:
+        parser.error(f"--precision: {', '.join(unknown) or 'none given'}; choose from {', '.join(PRECISIONS)}")
     return args, names
 
 
@@ -158,15 +175,27 @@ def setting_label(name: str, setting: str) -> str:
     return f"{setting} (tuned)" if setting == best else setting
 
 
-def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: float, setting: str = DEFAULT) -> dict:
+def table_row(
+    name: str,
+    full: dict,
+    single: dict,
+    batch: int,
+    peak_gflops: float,
+    setting: str = DEFAULT,
+    precision: str = precisions.FP32,
+    cpu_units: str = "",
+) -> dict:
+    """One table row; `peak_gflops` is the best framework's GEMM at the row's precision."""
     framework = get(name)
     row = {column: "" for column in COLUMNS}
     row.update(
         framework=framework.framework,
         backend=framework.backend,
         setting=setting_label(name, setting),
+        precision=precision,
         status=full["status"],
         machine_peak_gflops=f"{peak_gflops:.0f}",
+        cpu_units=cpu_units,
     )
     if full["status"] != "ok":
         return row
@@ -186,7 +215,7 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
         data_share_pct=f"{100.0 * full['data_share']:.2f}",
         peak_rss_mb=f"{full['peak_rss_mb']:.0f}",
         threads=full["threads"],
-        gemm_gflops=f"{full.get('gemm_gflops', 0):.0f}",
+        gemm_gflops=f"{full.get('gemm_gflops', 0):.1f}",
         pct_of_own_gemm=f"{100.0 * gflops / full['gemm_gflops']:.1f}" if full.get("gemm_gflops") else "",
         compiled="; ".join(f"{key} {value:.1f} ms" for key, value in full.get("compiled", {}).items()),
     )
@@ -198,7 +227,15 @@ def table_row(name: str, full: dict, single: dict, batch: int, peak_gflops: floa
     return row
 
 
-UNSHOWN_COLUMNS = ("steps_timed", "block", "threads", "machine_peak_gflops", "compiled", "status")  # in the CSV only
+UNSHOWN_COLUMNS = (  # in the CSV only
+    "steps_timed",
+    "block",
+    "threads",
+    "machine_peak_gflops",
+    "cpu_units",
+    "compiled",
+    "status",
+)
 
 
 def print_table(rows: list) -> None:
@@ -207,26 +244,34 @@ def print_table(rows: list) -> None:
         print(line)
     for row in rows:
         if row["compiled"] or row["status"] != "ok":
-            print(f"  {row['framework']}/{row['backend']} {row['setting']}: {row['compiled'] or row['status']}")
+            print(
+                f"  {row['framework']}/{row['backend']} {row['setting']} {row['precision']}: "
+                f"{row['compiled'] or row['status']}"
+            )
 
 
-def profiled(which: str, rows: list, names: list) -> list:
-    """The frameworks to profile: under half the best achieved GFLOP/s, all, or none."""
+def profiled(which: str, rows: dict) -> list:
+    """The (framework, precision) keys of `rows` to profile: under half the best achieved
+    GFLOP/s at the same precision, all, or none."""
     if which == "none":
         return []
-    speeds = {name: float(row["gflops"]) for name, row in zip(names, rows) if row["status"] == "ok"}
-    best = max(speeds.values(), default=0.0)
-    return [name for name, gflops in speeds.items() if which == "all" or gflops < best / 2]
+    speeds = {key: float(row["gflops"]) for key, row in rows.items() if row["status"] == "ok"}
+    best = {}
+    for (_, precision), gflops in speeds.items():
+        best[precision] = max(best.get(precision, 0.0), gflops)
+    return [key for key, gflops in speeds.items() if which == "all" or gflops < best[key[1]] / 2]
 
 
-def print_profiles(profiles: dict, rows: list, names: list) -> None:
-    speeds = {name: row["gflops"] for name, row in zip(names, rows)}
+def print_profiles(profiles: dict, rows: dict) -> None:
     print("\nwhere the time goes (each framework's own profiler, native loop, self time per step):")
-    for name, result in profiles.items():
+    for (name, precision), result in profiles.items():
         if result["status"] != "ok":
-            print(f"  {name}: {result['status']}")
+            print(f"  {name} {precision}: {result['status']}")
             continue
-        print(f"  {name} ({speeds[name]} GFLOP/s; {result['profiler']}; {result['profiled_ms']:.1f} ms/step profiled):")
+        print(
+            f"  {name} {precision} ({rows[name, precision]['gflops']} GFLOP/s; {result['profiler']}; "
+            f"{result['profiled_ms']:.1f} ms/step profiled):"
+        )
         for op, ms in result["profile"][:6]:
             print(f"    {ms:7.1f} ms  {100.0 * ms / result['profiled_ms']:4.1f}%  {op[:110]}")
 
@@ -234,14 +279,15 @@ def print_profiles(profiles: dict, rows: list, names: list) -> None:
 def write_profiles(path: str, profiles: dict) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["framework", "backend", "profiler", "op", "ms_per_step", "share_pct"])
-        for name, result in profiles.items():
+        writer.writerow(["framework", "backend", "precision", "profiler", "op", "ms_per_step", "share_pct"])
+        for (name, precision), result in profiles.items():
             framework = get(name)
             for op, ms in result.get("profile", []):
                 writer.writerow(
                     [
                         framework.framework,
                         framework.backend,
+                        precision,
                         result["profiler"],
                         op,
                         f"{ms:.2f}",
@@ -252,8 +298,8 @@ def write_profiles(path: str, profiles: dict) -> None:
 
 def larger_blocks(results: dict, block: int) -> str:
     """ " (keras_jax: 4, ...)" for the probes whose native.py asked for larger blocks."""
-    larger = [f"{name}: {full['block']}" for name, (full, _) in results.items() if full.get("block", block) > block]
-    return f" ({', '.join(larger)})" if larger else ""
+    larger = {name: full["block"] for (name, _), (full, _) in results.items() if full.get("block", block) > block}
+    return f" ({', '.join(f'{name}: {size}' for name, size in larger.items())})" if larger else ""
 
 
 def load_average() -> str:
@@ -261,85 +307,76 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def measure(name: str, precision: str, args, data_flags: list, started: float) -> tuple:
+    """One framework at one precision: (the full probe, the 1-thread probe, {setting: probe}
+    for the --tuned / --candidates settings), each probe the median of its --rounds."""
+    refused = precisions.refusal(support(get(name)), precision)
+    if refused:
+        print(f"{name} {precision}: not run ({refused})", flush=True)
+        return {"status": f"not run: {refused}"}, {"status": "skipped"}, {}
+    data_flags = data_flags + ["--precision", precision]
+    batch = ["--batch_size", str(args.batch_size)]
+    common = [*batch, "--steps", str(args.steps), "--block", str(args.block), *data_flags]
+    common += ["--skip_compiled"] if args.skip_compiled else []
+    full = run_probe(name, common + ["--gemm", str(args.gemm)], args.timeout)
+    single = {"status": "skipped"}
+    if args.thread_steps:
+        threads = ["--mode", "threads", "--threads", "1", "--steps", str(args.thread_steps)]
+        single = run_probe(name, [*data_flags, *batch, *threads, "--block", str(args.thread_steps)], args.timeout)
+    print(f"{name} {precision}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
+    cheap = ["--gemm", "0"] + ([] if args.skip_compiled else ["--skip_compiled"])  # no GEMM, compile, 1 thread
+    again = {DEFAULT: [full]}
+    extras = extra_settings(name, args)
+    for round_index in range(args.rounds if extras else 0):  # defaults and settings in turn: the load drifts
+        for setting in ([DEFAULT] if round_index else []) + extras:
+            flags = cheap + ([] if setting == DEFAULT else ["--tuned", setting])
+            probe = run_probe(name, common + flags, args.timeout)
+            again.setdefault(setting, []).append(probe)
+            step = f", {probe['harness_ms']:.1f} ms/step" if probe["status"] == "ok" else ""
+            elapsed = time.perf_counter() - started
+            print(f"{name} {precision} {setting}: {probe['status']}{step} ({elapsed:.0f} s)", flush=True)
+    full = median_probe(again.pop(DEFAULT), full)
+    return full, single, {setting: median_probe(probes) for setting, probes in again.items()}
+
+
 def main(argv=None) -> int:
     args, names = parse_args(sys.argv[1:] if argv is None else argv)
     ensure_default_data(DEFAULT_DATA_DIR)
     started, load_before = time.perf_counter(), load_average()
     data_flags = (["--train", os.path.abspath(args.train)] if args.train else []) + ["--malloc", args.malloc]
-    common = [
-        "--batch_size",
-        str(args.batch_size),
-        "--steps",
-        str(args.steps),
-        "--block",
-        str(args.block),
-        *data_flags,
-        *(["--skip_compiled"] if args.skip_compiled else []),
-    ]
-    results, tuned = {}, {}
-    for name in names:
-        full = run_probe(name, common + ["--gemm", str(args.gemm)], args.timeout)
-        single = (
-            run_probe(
-                name,
-                [
-                    *data_flags,
-                    "--batch_size",
-                    str(args.batch_size),
-                    "--mode",
-                    "threads",
-                    "--threads",
-                    "1",
-                    "--steps",
-                    str(args.thread_steps),
-                    "--block",
-                    str(max(1, args.thread_steps)),
-                ],
-                args.timeout,
-            )
-            if args.thread_steps
-            else {"status": "skipped"}
-        )
-        print(f"{name}: {full['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
-        cheap = ["--gemm", "0"] + ([] if args.skip_compiled else ["--skip_compiled"])  # no GEMM, compile, 1 thread
-        again = {DEFAULT: [full]}
-        extras = extra_settings(name, args)
-        for round_index in range(args.rounds if extras else 0):  # defaults and settings in turn: the load drifts
-            for setting in ([DEFAULT] if round_index else []) + extras:
-                flags = cheap + ([] if setting == DEFAULT else ["--tuned", setting])
-                probe = run_probe(name, common + flags, args.timeout)
-                again.setdefault(setting, []).append(probe)
-                step = f", {probe['harness_ms']:.1f} ms/step" if probe["status"] == "ok" else ""
-                print(f"{name} {setting}: {probe['status']}{step} ({time.perf_counter() - started:.0f} s)", flush=True)
-        results[name] = (median_probe(again.pop(DEFAULT), full), single)
-        tuned.update({(name, setting): median_probe(probes) for setting, probes in again.items()})
-    peak = max((full.get("gemm_gflops", 0.0) for full, _ in results.values()), default=0.0)
-    rows = []
-    for name, (full, single) in results.items():
-        rows.append(table_row(name, full, single, args.batch_size, peak))
-        for (tuned_name, setting), probe in tuned.items():
-            if tuned_name == name:  # against the default row's GEMM, measured in the same minutes
+    units = precisions.machine_units()
+    results, tuned = {}, {}  # keyed by (name, precision)
+    for precision in args.precisions:
+        for name in names:
+            full, single, settings = measure(name, precision, args, data_flags, started)
+            results[name, precision] = (full, single)
+            tuned.update({(name, precision, setting): probe for setting, probe in settings.items()})
+    peak = precisions.peaks(
+        {
+            precision: [full.get("gemm_gflops", 0.0) for (_, at), (full, _) in results.items() if at == precision]
+            for precision in args.precisions
+        }
+    )
+    rows, default_rows = [], {}
+    for (name, precision), (full, single) in results.items():
+        row = table_row(name, full, single, args.batch_size, peak[precision], DEFAULT, precision, units)
+        rows.append(row)
+        default_rows[name, precision] = row
+        for (tuned_name, at, setting), probe in tuned.items():
+            if (tuned_name, at) == (name, precision):  # against the default row's GEMM, measured in the same minutes
                 probe = {**probe, "gemm_gflops": full.get("gemm_gflops", 0.0)} if probe["status"] == "ok" else probe
-                rows.append(table_row(name, probe, {}, args.batch_size, peak, setting))
-    default_rows = [row for row in rows if row["setting"].startswith(DEFAULT)]  # one per name, in order
+                rows.append(table_row(name, probe, {}, args.batch_size, peak[precision], setting, precision, units))
+    precisions.add_speedups(rows)
     profiles = {}
-    for name in profiled(args.profile, default_rows, names):
-        profiles[name] = run_probe(
+    for name, precision in profiled(args.profile, default_rows):
+        profile = ["--mode", "profile", "--steps", str(args.profile_steps), "--block", "1"]
+        profiles[name, precision] = run_probe(
             name,
-            [
-                *data_flags,
-                "--batch_size",
-                str(args.batch_size),
-                "--mode",
-                "profile",
-                "--steps",
-                str(args.profile_steps),
-                "--block",
-                "1",
-            ],
+            [*data_flags, "--precision", precision, "--batch_size", str(args.batch_size), *profile],
             args.timeout,
         )
-        print(f"{name}: profiled, {profiles[name]['status']} ({time.perf_counter() - started:.0f} s)", flush=True)
+        elapsed = time.perf_counter() - started
+        print(f"{name} {precision}: profiled, {profiles[name, precision]['status']} ({elapsed:.0f} s)", flush=True)
     data = csv_vs_cache(args.data_rows)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     os.makedirs(args.out, exist_ok=True)
@@ -354,13 +391,16 @@ def main(argv=None) -> int:
         f"load average {load_before} at start, {load_average()} at end · "
         f"{os.cpu_count()} CPUs"
     )
-    print(
-        f"GEMM peak (fp32 {args.gemm}x{args.gemm}, best framework BLAS, median of the matmuls between its "
-        f"blocks): {peak:.0f} GFLOP/s\n"
-    )
+    print(f"CPU units for bf16 / fp16 matmuls ({', '.join(precisions.LOW_PRECISION_UNITS)}): {units}")
+    for precision in args.precisions:
+        print(
+            f"GEMM peak ({precision} {args.gemm}x{args.gemm}, best framework's own matmul, median of the matmuls "
+            f"between its blocks): {peak[precision]:.0f} GFLOP/s"
+        )
+    print()
     print_table(rows)
     if profiles:
-        print_profiles(profiles, default_rows, names)
+        print_profiles(profiles, default_rows)
         write_profiles(path.replace(".csv", "_profile.csv"), profiles)
     print(
         f"\ndata path ({args.data_rows} x 785 CSV): parse {data['csv_s']:.2f} s, binary cache {data['cache_s']:.3f} s: "
@@ -371,4 +411,5 @@ def main(argv=None) -> int:
         writer.writeheader()
         writer.writerow(data)
     print(f"table: {path} · wall {time.perf_counter() - started:.0f} s")
-    return 0 if all(row["status"] == "ok" for row in rows) else 1
+    ran = [row for row in rows if not row["status"].startswith("not run")]
+    return 0 if all(row["status"] == "ok" for row in ran) else 1

@@ -7,14 +7,16 @@ legacy env, never share one). algorithms/bench/benchmark.py starts it as
 and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NativeModule):
     apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
     Native(config, dataset, schedule) .run(steps) -> per-step ms   a minimal loop of the
-                                     framework itself on pre-loaded tensors of `schedule`
+                                     framework itself on pre-loaded tensors of `schedule`,
+                                     at the config's --precision as the wrapper trains in it
                                      (`NativeLoop` below times a hand-stepped one)
     Harness(config, session)  .plan(schedule), .run(steps) -> per-step ms, .outside_step_ms
                                      the wrapper's step as the entry script runs it
                                      (recorder on); `hand_step_harness(build_trainer)` below
                                      for wrappers driven by algorithms/run/loop.py's train_by_hand
-    gemm(n) -> call                  one n x n fp32 matmul through the framework's BLAS
-                                     (operands and any compiled function made once)
+    gemm(n, precision) -> call       one n x n matmul through the framework's own matmul, its
+                                     operands in `precision` (fp32, bf16, fp16); operands
+                                     and any compiled function made once
     device_memory_mb() -> dict | None  on a GPU, the framework's peak-allocated memory since
                                      the process started and the GPU's free memory
                                      ({"peak_mb", "free_mb"}); None when the steps ran on the CPU
@@ -229,7 +231,7 @@ def measure(
         harness = native_module.Harness(config, session)
         harness.plan(schedule)
         gemm = []  # GFLOP/s of single matmuls between the blocks: the machine's speed at the same moments
-        matmul = native_module.gemm(gemm_n) if gemm_n else None
+        matmul = native_module.gemm(gemm_n, config.precision) if gemm_n else None
 
         def sample_gemm():
             gemm.append(2.0 * gemm_n**3 / seconds_per_call(matmul, 1) / 1e9)

@@ -141,6 +141,16 @@ class Network:
             and self.layers[index + 1].padding == "valid"
         }
 
+    def pads_folded_as_same(self) -> set:
+        """Of pads_folded_into_convs, the convolutions whose folded pad is exactly 'same'
+        padding: stride 1 with (kernel_size - 1) / 2 zeros on every side. A framework
+        can name such a pair 'same', where its explicitly padded convolution is slower."""
+        return {
+            index
+            for index, padding in self.pads_folded_into_convs().items()
+            if 2 * padding == self.layers[index].kernel_size - 1
+        }
+
     def relus_after_pools(self) -> set:
         """Indexes of layers whose ReLU a wrapper may apply after the MaxPool2D that
         follows them instead: the max of ReLUs is the ReLU of the max, and the
