@@ -29,6 +29,9 @@ from algorithms.spec.weights import LayerWeights
 # of the layer's largest magnitude: ten times the largest forward error a healthy framework
 # shows (docs/comparing.md), so a value float32 could put on either side of a kink is here
 KINK_WIDTH = 1e-5
+# kinks carried back together: each needs its own copy of every parameter gradient below
+# it (a dense kernel of 1,568 x 128 is 1.6 MB in float64), so 32 at once stays near 50 MB
+KINKS_AT_ONCE = 32
 
 
 @dataclass
@@ -71,10 +74,17 @@ def forward_backward(
         if kernel_grad is not None:
             gradients[(index, "kernel")], gradients[(index, "bias")] = kernel_grad, bias_grad
     allowances = {key: np.zeros_like(gradient) for key, gradient in gradients.items()}
+    groups = {}
     for start, at_pre_activation, sample, delta in other_sides:
-        changes = _carried_back(network, params, inputs, pre_activations, start, at_pre_activation, sample, delta)
-        for key, change in changes.items():
-            allowances[key] += np.abs(change)
+        groups.setdefault((start, at_pre_activation), []).append((sample, delta))
+    for (start, at_pre_activation), kinks in groups.items():
+        for first in range(0, len(kinks), KINKS_AT_ONCE):
+            chunk = kinks[first : first + KINKS_AT_ONCE]
+            samples = np.array([sample for sample, _ in chunk])
+            deltas = np.concatenate([delta for _, delta in chunk])
+            changes = _carried_back(network, params, inputs, pre_activations, start, at_pre_activation, samples, deltas)
+            for key, change in changes.items():
+                allowances[key] += np.abs(change).sum(axis=0)
     return Pass(loss, outputs, gradients, allowances)
 
 
@@ -131,15 +141,17 @@ def _pool_kinks(index: int, layer: MaxPool2D, x: np.ndarray, grad: np.ndarray) -
     return kinks
 
 
-def _carried_back(network, params, inputs, pre_activations, start, at_pre_activation, sample, delta) -> dict:
-    """The change a gradient change `delta` of one sample at layer `start` (its output, or
-    with `at_pre_activation` past its ReLU) makes to every parameter gradient below it."""
-    changes, grad = {}, delta
-    for index in range(start, -1, -1):
+def _carried_back(network, params, inputs, pre_activations, start, at_pre_activation, samples, deltas) -> dict:
+    """The change each gradient change `deltas[k]` (of sample `samples[k]`, at layer `start`'s
+    output, or with `at_pre_activation` past its ReLU) makes to every parameter gradient
+    below it, one row per k: the kinks of one layer carried back together, each alone."""
+    changes, grad = {}, deltas
+    lowest = min(index for index, _, _ in network.parametric_layers())
+    for index in range(start, lowest - 1, -1):
         if network.activation(index) == "relu" and not (index == start and at_pre_activation):
-            grad = grad * (pre_activations[index][sample : sample + 1] > 0)
+            grad = grad * (pre_activations[index][samples] > 0)
         grad, kernel_grad, bias_grad = _backward(
-            network.layers[index], inputs[index][sample : sample + 1], grad, params.get(index)
+            network.layers[index], inputs[index][samples], grad, params.get(index), per_sample=True
         )
         if kernel_grad is not None:
             changes[(index, "kernel")], changes[(index, "bias")] = kernel_grad, bias_grad
@@ -191,8 +203,9 @@ def _forward(layer, x: np.ndarray, params) -> np.ndarray:
     raise TypeError(f"the reference cannot run {layer!r}")
 
 
-def _backward(layer, x: np.ndarray, grad: np.ndarray, params) -> tuple:
-    """(gradient of the layer's input, of its kernel, of its bias); None for weights it has not."""
+def _backward(layer, x: np.ndarray, grad: np.ndarray, params, per_sample: bool = False) -> tuple:
+    """(gradient of the layer's input, of its kernel, of its bias); None for weights it has not.
+    `per_sample`: the kernel's and bias's gradients one row per sample, not summed over the batch."""
     if isinstance(layer, ZeroPad2D):
         p = layer.padding
         return grad[:, p : grad.shape[1] - p, p : grad.shape[2] - p, :], None, None
@@ -201,14 +214,20 @@ def _backward(layer, x: np.ndarray, grad: np.ndarray, params) -> tuple:
         p, k = _conv_padding(layer), layer.kernel_size
         padded = np.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
         out_h, out_w = grad.shape[1], grad.shape[2]
-        kernel_grad, input_grad = np.zeros_like(kernel), np.zeros_like(padded)
+        n, channels_in, channels_out = len(x), kernel.shape[2], kernel.shape[3]
+        kernel_grad = np.zeros((n, *kernel.shape)) if per_sample else np.zeros_like(kernel)
+        input_grad = np.zeros_like(padded)
+        rows_out = grad.reshape(n, -1, channels_out)
         for i in range(k):
             for j in range(k):
                 window = padded[:, i : i + out_h, j : j + out_w, :]
-                kernel_grad[i, j] = np.tensordot(window, grad, axes=([0, 1, 2], [0, 1, 2]))
+                if per_sample:  # one (in, out) product per sample: the batched matmul
+                    kernel_grad[:, i, j] = window.reshape(n, -1, channels_in).transpose(0, 2, 1) @ rows_out
+                else:
+                    kernel_grad[i, j] = np.tensordot(window, grad, axes=([0, 1, 2], [0, 1, 2]))
                 input_grad[:, i : i + out_h, j : j + out_w, :] += grad @ kernel[i, j].T
         input_grad = input_grad[:, p : input_grad.shape[1] - p, p : input_grad.shape[2] - p, :]
-        return input_grad, kernel_grad, grad.sum(axis=(0, 1, 2))
+        return input_grad, kernel_grad, grad.sum(axis=(1, 2) if per_sample else (0, 1, 2))
     if isinstance(layer, MaxPool2D):
         size = layer.pool_size
         windows = _windows(x, size)
@@ -218,6 +237,8 @@ def _backward(layer, x: np.ndarray, grad: np.ndarray, params) -> tuple:
         return grad.reshape(x.shape), None, None
     if isinstance(layer, Dense):
         kernel, _ = params
+        if per_sample:
+            return grad @ kernel.T, x[:, :, None] * grad[:, None, :], grad
         return grad @ kernel.T, x.T @ grad, grad.sum(axis=0)
     if isinstance(layer, Dropout):
         return grad, None, None
