@@ -74,6 +74,7 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
             pool.pooling_param.pool = caffe_pb2.PoolingParameter.MAX
             pool.pooling_param.kernel_size = layer.pool_size
             pool.pooling_param.stride = layer.pool_size
+            pool.pooling_param.ceil_mode = False  # Caffe's default pools a partial last window; the spec drops it
             bottom = name
         elif isinstance(layer, Flatten):
             continue  # InnerProduct flattens its input (C, H, W order, as to_channels_first expects)
