@@ -28,6 +28,16 @@ def layer_names(network: Network) -> dict:
     return names
 
 
+def layer_tops(network: Network) -> dict:
+    """Spec layer index -> the blob that holds its output (after its in-place ReLU), for
+    the layers that have one: convolutions, pools and inner products. A ZeroPad2D lives in
+    the next convolution's `pad` and a Flatten in the next InnerProduct: neither has a blob."""
+    tops = dict(layer_names(network))
+    pools = [index for index, layer in enumerate(network.layers) if isinstance(layer, MaxPool2D)]
+    tops.update({index: f"pool{number}" for number, index in enumerate(pools, start=1)})
+    return tops
+
+
 def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.NetParameter:
     height, width, channels = network.input_shape
     net = caffe_pb2.NetParameter(name=network.name)
@@ -36,7 +46,7 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
     if not deploy:
         label = net.layer.add(name="label", type="Input", top=["label"])
         label.input_param.shape.add(dim=[batch_size])
-    names = layer_names(network)
+    names = layer_tops(network)
     bottom, pending_pad, counts = "data", 0, {}
 
     def fresh(kind):
@@ -59,11 +69,12 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
                 conv.convolution_param.pad.append(pending_pad + same)
             pending_pad, bottom = 0, name
         elif isinstance(layer, MaxPool2D):
-            name = fresh("pool")
+            name = names[index]
             pool = net.layer.add(name=name, type="Pooling", bottom=[bottom], top=[name])
             pool.pooling_param.pool = caffe_pb2.PoolingParameter.MAX
             pool.pooling_param.kernel_size = layer.pool_size
             pool.pooling_param.stride = layer.pool_size
+            pool.pooling_param.ceil_mode = False  # Caffe's default pools a partial last window; the spec drops it
             bottom = name
         elif isinstance(layer, Flatten):
             continue  # InnerProduct flattens its input (C, H, W order, as to_channels_first expects)

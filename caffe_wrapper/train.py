@@ -14,9 +14,16 @@ import tempfile
 import caffe
 import numpy as np
 
-from algorithms.run.contract import Runtime
+from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_hand
-from caffe_wrapper.model import LOGITS
+from algorithms.spec.weights import (
+    LayerWeights,
+    by_role,
+    from_channels_first,
+    initial_weights,
+    output_from_channels_first,
+)
+from caffe_wrapper.model import LOGITS, layer_names, layer_tops
 from caffe_wrapper.trainer import build_trainer, feed, load_weights, write_definitions
 
 
@@ -48,7 +55,49 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     with tempfile.TemporaryDirectory() as directory:
         paths = write_definitions(network, network.training.optimizer, len(images), seed, directory)
         net = caffe.Net(paths["train"], caffe.TEST)
-    load_weights(net, network, seed)
+    load_weights(net, network, initial_weights(network, seed))
     feed(net, images, labels)
     outputs = net.forward()
     return float(outputs["loss"]), net.blobs[LOGITS].data.copy()
+
+
+def spec_net(network, batch_size: int, phase):
+    """The train prototxt of `network` as a pycaffe Net in `phase`, read from a scratch folder."""
+    caffe.set_mode_cpu()
+    with tempfile.TemporaryDirectory() as directory:
+        paths = write_definitions(network, network.training.optimizer, batch_size, 0, directory)
+        return caffe.Net(paths["train"], phase)
+
+
+def model_parameters(network) -> list:
+    """The Net's own parameter blobs: each layer's blob 0 (the kernel, OIHW or (out, in)) and blob 1 (the bias)."""
+    owners = {name: index for index, name in layer_names(network).items()}
+    found = []
+    for name, blobs in spec_net(network, 1, caffe.TEST).params.items():
+        for position, blob in enumerate(blobs):
+            shape = tuple(blob.data.shape)
+            role, layout = ("kernel", "OIHW" if len(shape) == 4 else "OI") if position == 0 else ("bias", "O")
+            found.append(ModelParameter(f"{name}[{position}]", owners.get(name, -1), role, shape, layout))
+    return found
+
+
+def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+    """Net.forward then Net.backward in the TRAIN phase (the network has no dropout):
+    the blobs after the forward pass and the parameter diffs after the backward one."""
+    net = spec_net(network, len(images), caffe.TRAIN)
+    load_weights(net, network, weights)
+    for blobs in net.params.values():
+        for blob in blobs:
+            blob.diff[...] = 0  # Caffe adds each backward pass's gradients to the diffs
+    feed(net, images, labels)
+    loss = float(net.forward()["loss"])
+    net.backward()
+    outputs = {
+        index: output_from_channels_first(network, index, net.blobs[top].data.copy())
+        for index, top in layer_tops(network).items()
+    }
+    gradients = [
+        LayerWeights(index, net.params[name][0].diff.copy(), net.params[name][1].diff.copy())
+        for index, name in layer_names(network).items()
+    ]
+    return LayerProbe(loss, outputs, by_role(from_channels_first(network, gradients)))

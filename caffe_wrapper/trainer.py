@@ -28,10 +28,10 @@ def write_definitions(
     return paths
 
 
-def load_weights(net, network, seed: int) -> None:
-    """The shared numpy init, channels-first (OIHW kernels, (out, in) inner products)."""
+def load_weights(net, network, weights: list) -> None:
+    """Canonical weights (the shared numpy init), channels-first (OIHW kernels, (out, in) inner products)."""
     names = layer_names(network)
-    for weights in to_channels_first(network, initial_weights(network, seed)):
+    for weights in to_channels_first(network, weights):
         params = net.params[names[weights.layer_index]]
         params[0].data[...] = weights.kernel
         params[1].data[...] = weights.bias
@@ -58,7 +58,7 @@ class CaffeTrainer:
         self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
         paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
         self.solver = caffe.get_solver(paths["solver"])
-        load_weights(self.solver.net, network, seed)
+        load_weights(self.solver.net, network, initial_weights(network, seed))
         self.deploy = caffe.Net(paths["deploy"], caffe.TEST)
         self.deploy.share_with(self.solver.net)  # same weight blobs, no copy
         self.base_lr = optimizer.learning_rate

@@ -33,6 +33,11 @@ def conv_kernel(kernel: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(kernel[::-1, ::-1]) if BACKEND == "theano" else kernel
 
 
+def shape_of(variable) -> tuple:
+    """A weight variable's shape (Keras 2 on Theano: a shared variable's value's)."""
+    return tuple(keras.backend.int_shape(variable)) if KERAS_2 else tuple(variable.shape)
+
+
 def set_random_seed(seed: int) -> None:
     """Seeds dropout (Keras 2 on Theano draws its dropout seeds from numpy)."""
     if KERAS_2:

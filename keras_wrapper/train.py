@@ -8,8 +8,12 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.run.contract import Runtime
+from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_epochs
+from algorithms.spec.networks import Conv2D
+from algorithms.spec.weights import initial_weights
+from keras_wrapper.gradients import loss_and_gradients
+from keras_wrapper.model import build_model
 from keras_wrapper.trainer import build_trainer, make_model
 
 
@@ -62,3 +66,51 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     loss = compat.evaluate_loss(model, images[..., None], labels, batch_size=len(images))
     logits = np.asarray(model.predict(images[..., None], batch_size=len(images), verbose=0))
     return loss, logits
+
+
+def model_parameters(network) -> list:
+    """The weights of the model build_model makes, each with the spec layer its Keras layer is named after."""
+    model = build_model(network, initial_weights(network, 0))
+    return [
+        ModelParameter(
+            getattr(variable, "path", variable.name), layer_index(layer), role, compat.shape_of(variable), layout
+        )
+        for layer in model.layers
+        for variable, role, layout in layer_variables(layer)
+    ]
+
+
+def layer_variables(layer) -> list:
+    """(variable, role, layout) for each weight of a Keras layer (a conv or dense layer's kernel and bias)."""
+    kernel_layout = "HWIO" if isinstance(layer, keras.layers.Conv2D) else "IO"
+    roles = {
+        id(getattr(layer, "kernel", None)): ("kernel", kernel_layout),
+        id(getattr(layer, "bias", None)): ("bias", "O"),
+    }
+    return [(variable, *roles.get(id(variable), ("", "?"))) for variable in layer.trainable_weights]
+
+
+def layer_index(layer) -> int:
+    """The spec index in a layer's name (model.layer_name); -1 for a layer not named so."""
+    prefix, _, number = layer.name.rpartition("_")
+    return int(number) if prefix == "layer" and number.isdigit() else -1
+
+
+def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+    """Every layer's output from one model whose outputs are all the layers' (Keras builds
+    no fused layers: each spec layer is held), the gradients from the backend's own call."""
+    model = build_model(network, weights)
+    inputs = np.ascontiguousarray(images[..., None], np.float32)
+    taps = keras.Model(model.inputs, [layer.output for layer in model.layers])
+    values = taps.predict(inputs, batch_size=len(inputs), verbose=0)
+    loss, gradients = loss_and_gradients(model, inputs, labels)
+    by_variable = {id(variable): gradient for variable, gradient in zip(model.trainable_weights, gradients)}
+    found = {}
+    for layer in model.layers:
+        for variable, role, _ in layer_variables(layer):
+            gradient = by_variable[id(variable)]
+            if role == "kernel" and isinstance(network.layers[layer_index(layer)], Conv2D):
+                gradient = compat.conv_kernel(gradient)  # Theano's flipped kernel back to everyone else's
+            found[(layer_index(layer), role)] = gradient
+    outputs = {layer_index(layer): np.asarray(value) for layer, value in zip(model.layers, values)}
+    return LayerProbe(loss, outputs, found)

@@ -32,9 +32,9 @@ def build_model(network: Network, weights: list, input_var=None):
     net = layers.InputLayer((None, channels, height, width), input_var=input_var)
     loaded = {w.layer_index: w for w in to_channels_first(network, weights)}
     for index, layer in enumerate(network.layers):
-        activation = ACTIVATIONS[network.activation(index)]
+        activation, name = ACTIVATIONS[network.activation(index)], layer_name(index)
         if isinstance(layer, ZeroPad2D):
-            net = layers.PadLayer(net, width=layer.padding)
+            net = layers.PadLayer(net, width=layer.padding, name=name)
         elif isinstance(layer, Conv2D):
             w = loaded[index]
             net = layers.Conv2DLayer(
@@ -46,19 +46,27 @@ def build_model(network: Network, weights: list, input_var=None):
                 b=_shared(w.bias),
                 nonlinearity=activation,
                 convolution=cross_correlation,
+                name=name,
             )
         elif isinstance(layer, MaxPool2D):
-            net = layers.MaxPool2DLayer(net, layer.pool_size)
+            net = layers.MaxPool2DLayer(net, layer.pool_size, name=name)
         elif isinstance(layer, Flatten):
-            net = layers.FlattenLayer(net)
+            net = layers.FlattenLayer(net, name=name)
         elif isinstance(layer, Dense):
             w = loaded[index]
-            net = layers.DenseLayer(net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias), nonlinearity=activation)
+            net = layers.DenseLayer(
+                net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias), nonlinearity=activation, name=name
+            )
         elif isinstance(layer, Dropout):
-            net = layers.DropoutLayer(net, p=layer.rate)
+            net = layers.DropoutLayer(net, p=layer.rate, name=name)
         else:
             raise TypeError(f"lasagne_wrapper cannot translate {layer!r}")
     return net
+
+
+def layer_name(index: int) -> str:
+    """Each Lasagne layer is named after its spec index, so the model says which spec layer it is."""
+    return f"layer_{index}"
 
 
 def _shared(array: np.ndarray):

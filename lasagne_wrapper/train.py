@@ -10,8 +10,14 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.run.contract import Runtime
-from algorithms.spec.weights import initial_weights
+from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.spec.weights import (
+    LayerWeights,
+    by_role,
+    from_channels_first,
+    initial_weights,
+    output_from_channels_first,
+)
 from algorithms.run.loop import train_by_hand
 from lasagne_wrapper.model import build_model
 from lasagne_wrapper.trainer import build_trainer, cross_entropy
@@ -40,3 +46,48 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     evaluate = theano.function([images_var, labels_var], [cross_entropy(logits, labels_var), logits])
     loss, logits_value = evaluate(np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32))
     return float(loss), np.asarray(logits_value)
+
+
+def spec_layers(output) -> list:
+    """(spec index, Lasagne layer) for every layer of the stack build_model named after its spec index."""
+    stack = lasagne.layers.get_all_layers(output)
+    return [(int(layer.name.rpartition("_")[2]), layer) for layer in stack if (layer.name or "").startswith("layer_")]
+
+
+def model_parameters(network) -> list:
+    """The shared variables of the model build_model makes: each layer's W (OIHW, or (in, out)) and b."""
+    found = []
+    for index, layer in spec_layers(build_model(network, initial_weights(network, 0))):
+        roles = {id(getattr(layer, "W", None)): "kernel", id(getattr(layer, "b", None)): "bias"}
+        for variable in layer.get_params(trainable=True):
+            role = roles.get(id(variable), "")
+            shape = variable.get_value().shape
+            layout = "O" if role == "bias" else "OIHW" if len(shape) == 4 else "IO"
+            attribute = {"kernel": "W", "bias": "b"}.get(role, str(variable.name))
+            found.append(ModelParameter(f"{layer.name}.{attribute}", index, role, shape, layout))
+    return found
+
+
+def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+    """One compiled Theano function: every layer's output, the loss and its gradients."""
+    images_var, labels_var = T.tensor4("images"), T.ivector("labels")
+    layers = spec_layers(build_model(network, weights, input_var=images_var))
+    values = lasagne.layers.get_output([layer for _, layer in layers], deterministic=True)
+    loss = cross_entropy(values[-1], labels_var)
+    owners = [(index, layer) for index, layer in layers if hasattr(layer, "W")]
+    parameters = [variable for _, layer in owners for variable in (layer.W, layer.b)]
+    run = theano.function([images_var, labels_var], [loss] + values + T.grad(loss, parameters))
+    results = run(np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32))
+    loss_value, outputs, gradients = results[0], results[1 : 1 + len(layers)], results[1 + len(layers) :]
+    channels_first = [  # Lasagne's dense kernels are (in, out): transposed to the channels-first (out, in)
+        LayerWeights(index, kernel if kernel.ndim == 4 else kernel.T, bias)
+        for (index, _), kernel, bias in zip(owners, gradients[0::2], gradients[1::2])
+    ]
+    return LayerProbe(
+        float(loss_value),
+        {
+            index: output_from_channels_first(network, index, np.asarray(output))
+            for (index, _), output in zip(layers, outputs)
+        },
+        by_role(from_channels_first(network, channels_first)),
+    )

@@ -57,17 +57,20 @@ class SpecModel(tf.Module):
         return tf.device(self.layer_devices[index]) if self.layer_devices else contextlib.nullcontext()
 
     def __call__(
-        self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None, values=None
+        self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None, values=None, taps=None
     ) -> tf.Tensor:
         """`step_seed` ([2] int64), `row_offset` and `step_rows` place this call's rows
         inside the optimizer step's batch; needed only with training=True. `values`:
         tensors in weights_in_order's order, computed with in place of the variables (a
-        parameter-server worker's copy, pulled before its forward pass)."""
+        parameter-server worker's copy, pulled before its forward pass). `taps`: a dict
+        that gets each layer's output by index (the localisation's view)."""
         x = tf.cast(x, self.compute_dtype)
         pulled = None if values is None else dict(zip(sorted(self.kernels), zip(values[0::2], values[1::2])))
         for index, layer in enumerate(self.network.layers):
             with self._on_device(index):
                 x = self._layer(index, layer, x, training, step_seed, row_offset, step_rows, pulled)
+            if taps is not None:
+                taps[index] = x
         return tf.cast(x, tf.float32)
 
     def _weights(self, index, pulled=None) -> tuple:

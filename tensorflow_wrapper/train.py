@@ -12,7 +12,7 @@ os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras optimizers must run on Te
 import numpy as np
 import tensorflow as tf
 
-from algorithms.run.contract import Runtime
+from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
 from algorithms.run.faults import install_signal_handlers
 from algorithms.spec.weights import initial_weights
 from algorithms.run.loop import train_by_hand
@@ -54,3 +54,41 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.convert_to_tensor(labels), logits=logits)
     )
     return float(loss), logits.numpy()
+
+
+def model_parameters(network) -> list:
+    """The variables of the model build_model makes, each with the layer whose kernel or bias it is."""
+    model = build_model(network, initial_weights(network, 0), 0)
+    owners = {variable.ref(): (index, "kernel") for index, variable in model.kernels.items()}
+    owners.update({variable.ref(): (index, "bias") for index, variable in model.biases.items()})
+    layouts = {4: "HWIO", 2: "IO", 1: "O"}
+    return [
+        ModelParameter(
+            variable.name,
+            *owners.get(variable.ref(), (-1, "")),
+            tuple(variable.shape),
+            layouts.get(variable.shape.rank, "?"),
+        )
+        for variable in model.trainable_variables
+    ]
+
+
+def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+    """The model training builds (pads in the convolutions, ReLUs after the pools), so its
+    outputs are those at the boundaries where it holds the spec's values."""
+    model = build_model(network, weights, 0)
+    taps = {}
+    with tf.GradientTape() as tape:
+        logits = model(tf.convert_to_tensor(images[..., None]), training=False, taps=taps)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.convert_to_tensor(labels), logits=logits)
+        )
+    variables = {(index, "kernel"): model.kernels[index] for index in model.kernels}
+    variables.update({(index, "bias"): model.biases[index] for index in model.biases})
+    gradients = tape.gradient(loss, variables)
+    held = set(range(len(network.layers))) - network.outputs_fused_away()
+    return LayerProbe(
+        float(loss),
+        {index: taps[index].numpy() for index in held},
+        {key: gradient.numpy() for key, gradient in gradients.items()},
+    )

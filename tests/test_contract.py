@@ -74,6 +74,8 @@ def test_the_checker_names_each_way_a_wrapper_breaks_the_contract(tmp_path, monk
     expected = [
         "broken_wrapper: no launch",
         "broken_wrapper.train: no initial_loss_and_logits",
+        "broken_wrapper.train: no model_parameters",
+        "broken_wrapper.train: no layer_outputs_and_gradients",
         "broken_wrapper.native: no apply_threads",
         "broken_wrapper.native: no profile_ops",
         "broken_wrapper.supported(): unknown strategy 'warp'",
@@ -123,7 +125,9 @@ SOUND = {
     "def train(session):\n"
     "    session.execution_note = 'graph'\n"
     "    return {'steps': session.config.max_steps}\n"
-    "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n",
+    "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
+    "def model_parameters(network):\n    return []\n"
+    "def layer_outputs_and_gradients(network, weights, images, labels):\n    return None\n",
     "native.py": "STEPS_PER_CALL = 1\n"
     "def apply_threads(config):\n    return ''\n"
     "class Native:\n    def __init__(self, config, dataset, schedule):\n        pass\n"

@@ -8,13 +8,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 
-from algorithms.run.contract import Runtime
-from algorithms.spec.weights import initial_weights
+from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.spec.weights import (
+    LayerWeights,
+    by_role,
+    from_channels_first,
+    initial_weights,
+    output_from_channels_first,
+)
 from algorithms.run.loop import train_by_hand
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import describe_devices, global_rank, leave_process_group, signal_of_any_rank
-from torch_wrapper.model import build_model
+from torch_wrapper.model import build_model, layer_modules
 from torch_wrapper.trainer import build_trainer, describe_modes
 
 
@@ -64,3 +71,47 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     model = build_model(network, initial_weights(network, seed)).eval()
     logits = model(torch.from_numpy(images[:, None]))
     return float(F.cross_entropy(logits, torch.from_numpy(labels.astype(np.int64)))), logits.numpy()
+
+
+LAYOUTS = {
+    (nn.Conv2d, "weight"): "OIHW",
+    (nn.Linear, "weight"): "OI",
+    (nn.Conv2d, "bias"): "O",
+    (nn.Linear, "bias"): "O",
+}
+ROLES = {"weight": "kernel", "bias": "bias"}
+
+
+def model_parameters(network) -> list:
+    """The parameters of the model build_model makes, each with the spec layer whose modules hold it."""
+    layers = layer_modules(network, initial_weights(network, 0))
+    model = nn.Sequential(*[module for modules in layers for module in modules])
+    owners = {id(module): index for index, modules in enumerate(layers) for module in modules}
+    return [
+        ModelParameter(
+            f"{position}.{name}", owners[id(module)], ROLES[name], tuple(parameter.shape), LAYOUTS[type(module), name]
+        )
+        for position, module in enumerate(model)
+        for name, parameter in module.named_parameters(recurse=False)
+    ]
+
+
+def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+    """The fused model training builds (pads in the convolutions, ReLUs after the pools),
+    so its outputs are those at the boundaries where it holds the spec's values."""
+    layers = layer_modules(network, weights)
+    held = set(range(len(network.layers))) - network.outputs_fused_away()
+    x, outputs = torch.from_numpy(np.ascontiguousarray(images[:, None], np.float32)), {}
+    for index, modules in enumerate(layers):
+        for module in modules:
+            x = module(x)
+        if index in held:
+            outputs[index] = output_from_channels_first(network, index, x.detach().numpy().copy())
+    loss = F.cross_entropy(x, torch.from_numpy(labels.astype(np.int64)))
+    loss.backward()
+    gradients = [
+        LayerWeights(index, modules[0].weight.grad.numpy(), modules[0].bias.grad.numpy())
+        for index, modules in enumerate(layers)
+        if modules and isinstance(modules[0], (nn.Conv2d, nn.Linear))
+    ]
+    return LayerProbe(loss.item(), outputs, by_role(from_channels_first(network, gradients)))

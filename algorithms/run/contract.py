@@ -11,7 +11,9 @@ functions stand for the protocol's methods, without `self`):
     trainer.py      TrainerModule: build_trainer(config) -> a Trainer (Keras: a FitTrainer).
     train.py        TrainModule: describe_runtime() -> Runtime; records(config) -> bool;
                     train(session) -> summary; initial_loss_and_logits(network, images,
-                    labels, seed) -> (the framework's own loss, logits).
+                    labels, seed) -> (the framework's own loss, logits); model_parameters(
+                    network) and layer_outputs_and_gradients(network, weights, images, labels):
+                    the structural check's and the localisation's view of the model.
     native.py       NativeModule: the benchmark's side.
     determinism.py  DeterminismModule: enable() -> (what was set, what is still not deterministic).
 
@@ -86,6 +88,33 @@ class StepResult:
     loss_scale: Optional[float] = None
     skipped: bool = False
     gradient_norms: Optional[GradientNorms] = None
+
+
+@dataclass(frozen=True)
+class ModelParameter:
+    """One parameter tensor of a wrapper's model, read from the framework's own parameter
+    objects, for the structural check (algorithms/analysis/structure.py): its name in the
+    framework, the spec layer that owns it (-1: none), its role ("kernel" or "bias"), its
+    shape as the framework holds it and that shape's layout (weights.LAYOUT_AXES)."""
+
+    name: str
+    layer_index: int
+    role: str
+    shape: tuple
+    layout: str
+
+
+@dataclass(frozen=True)
+class LayerProbe:
+    """One forward and backward pass of a wrapper's model on one batch, dropout off, for
+    the localisation (algorithms/studies/localise.py), in the spec's layout (numpy):
+    `outputs` {layer index: the layer's output} for the layers whose output the model
+    holds, `gradients` {(layer index, role): d loss / d parameter} and the framework's own
+    mean cross-entropy."""
+
+    loss: float
+    outputs: Mapping[int, np.ndarray]
+    gradients: Mapping[tuple, np.ndarray]
 
 
 @runtime_checkable
@@ -264,6 +293,13 @@ class TrainModule(Protocol):
 
     def initial_loss_and_logits(self, network, images, labels, seed: int = 0) -> tuple:
         """The framework's own loss and logits of the shared initial weights, dropout off."""
+
+    def model_parameters(self, network) -> list:
+        """Every parameter tensor (ModelParameter) of the model the wrapper builds of `network`."""
+
+    def layer_outputs_and_gradients(self, network, weights, images, labels) -> LayerProbe:
+        """The model built of `network` (dropout-free) with `weights` (canonical
+        LayerWeights), run forward and backward on one batch with the framework's own loss."""
 
 
 class NativeModule(Protocol):

@@ -161,6 +161,13 @@ class Network:
             if getattr(layer, "activation", None) == "relu" and isinstance(self.layers[index + 1], MaxPool2D)
         }
 
+    def outputs_fused_away(self) -> set:
+        """Indexes of layers whose output a model built with both rewrites never holds: each
+        ZeroPad2D folded into its convolution, and each layer whose ReLU runs after the pool
+        (its output there is before the ReLU). At every other layer boundary the fused
+        model's values are the spec's by construction."""
+        return {index - 1 for index in self.pads_folded_into_convs()} | self.relus_after_pools()
+
     def activation(self, index: int) -> Optional[str]:
         """The activation a model applies after layer `index`: the layer's own, except the
         last layer's softmax, which every wrapper fuses into the cross-entropy loss
@@ -188,6 +195,16 @@ def _output_shape(layer: Layer, shape: tuple) -> tuple:
     if isinstance(layer, Dropout):
         return shape
     raise TypeError(f"unknown layer {layer!r}")
+
+
+def layer_label(layer: Layer) -> str:
+    """A layer as a person names it: Conv2D 48 3x3, Dense 128, MaxPool2D 2, Flatten."""
+    if isinstance(layer, Conv2D):
+        return f"Conv2D {layer.filters} {layer.kernel_size}x{layer.kernel_size}" + (
+            " same" if layer.padding == "same" else ""
+        )
+    value = {ZeroPad2D: "padding", MaxPool2D: "pool_size", Dense: "units", Dropout: "rate"}.get(type(layer))
+    return type(layer).__name__ + (f" {getattr(layer, value):g}" if value else "")
 
 
 def weight_shapes(layer: Layer, in_shape: tuple) -> tuple:

@@ -69,6 +69,51 @@ def to_channels_first(network: Network, weights: list) -> list:
     return converted
 
 
+def from_channels_first(network: Network, weights: list) -> list:
+    """The inverse of to_channels_first: an NCHW framework's weights, or their gradients,
+    in the canonical layout (HWIO kernels, (in, out) dense kernels with (H, W, C) rows)."""
+    shapes = network.input_shapes()
+    converted = []
+    for w in weights:
+        if isinstance(network.layers[w.layer_index], Conv2D):
+            kernel = w.kernel.transpose(2, 3, 1, 0)
+        else:
+            kernel = w.kernel.T
+            flattened_from = _flattened_map_shape(network, w.layer_index, shapes)
+            if flattened_from is not None:
+                h, wd, c = flattened_from
+                kernel = kernel.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(h * wd * c, -1)
+        converted.append(LayerWeights(w.layer_index, np.ascontiguousarray(kernel), w.bias.copy()))
+    return converted
+
+
+def output_from_channels_first(network: Network, layer_index: int, output: np.ndarray) -> np.ndarray:
+    """Layer `layer_index`'s output (N, ...) from an NCHW framework in the spec's layout:
+    NHWC maps, and a map flattened in (C, H, W) order re-ordered to (H, W, C)."""
+    if output.ndim == 4:
+        return np.ascontiguousarray(output.transpose(0, 2, 3, 1))
+    flattened_from = _flattened_map_shape(network, layer_index + 1, network.input_shapes())
+    if flattened_from is None:
+        return output
+    h, wd, c = flattened_from
+    return np.ascontiguousarray(output.reshape(-1, c, h, wd).transpose(0, 2, 3, 1).reshape(len(output), -1))
+
+
+def by_role(weights: list) -> dict:
+    """LayerWeights (weights or gradients) as {(layer index, "kernel" | "bias"): array}."""
+    return {(w.layer_index, role): value for w in weights for role, value in (("kernel", w.kernel), ("bias", w.bias))}
+
+
+# A framework's parameter layouts, as the structural check reads them (each from the
+# canonical shape: HWIO conv kernels, IO dense kernels, O biases)
+LAYOUT_AXES = {"HWIO": (0, 1, 2, 3), "OIHW": (3, 2, 0, 1), "IO": (0, 1), "OI": (1, 0), "O": (0,)}
+
+
+def shape_in_layout(canonical: tuple, layout: str) -> tuple:
+    """A canonical weight shape as a framework that keeps `layout` (LAYOUT_AXES) holds it."""
+    return tuple(canonical[axis] for axis in LAYOUT_AXES[layout])
+
+
 def _flattened_map_shape(network: Network, dense_index: int, shapes: list):
     """The (H, W, C) map a dense layer's input was flattened from, if any."""
     for index in range(dense_index - 1, -1, -1):

@@ -1,0 +1,63 @@
+"""The structural check, which costs nothing: every parameter tensor of a framework's
+model (its wrapper's `model_parameters`, read from the framework's own parameter
+objects) against the spec's (`parametric_layers`, `weight_shapes`), each shape converted
+to the layout the framework keeps (weights.LAYOUT_AXES). A missing bias, a transposed
+or mis-sized kernel, a parameter no spec layer owns: each named, one line, before any
+step runs. A square kernel transposed keeps its shape: the localisation finds that one."""
+
+from __future__ import annotations
+
+from math import prod
+
+from algorithms.run.contract import ModelParameter
+from algorithms.spec.networks import Network, layer_label, weight_shapes
+from algorithms.spec.weights import LAYOUT_AXES, shape_in_layout
+
+ROLES = ("kernel", "bias")
+
+
+def structural_problems(framework: str, network: Network, parameters: list) -> list:
+    """One line per way `parameters` (ModelParameter, or their dicts) differ from the spec's."""
+    parameters = [p if isinstance(p, ModelParameter) else ModelParameter(**p) for p in parameters]
+    problems = []
+    owned = {index: layer for index, layer, _ in network.parametric_layers()}
+    for index, layer, in_shape in network.parametric_layers():
+        where = f"{framework}: layer {index} ({layer_label(layer)})"
+        for role, canonical in zip(ROLES, weight_shapes(layer, in_shape)):
+            found = [p for p in parameters if p.layer_index == index and p.role == role]
+            if not found:
+                problems.append(f"{where}: no {role} (the spec's: {canonical}, canonical layout)")
+                continue
+            problems += [f"{where}: a second {role}, {p.name} {tuple(p.shape)}" for p in found[1:]]
+            problems += _shape_problem(where, role, found[0], canonical)
+    problems += [
+        f"{framework}: {p.name} {tuple(p.shape)}: no spec layer has this parameter (layer {p.layer_index}, "
+        f"role {p.role or 'none'})"
+        for p in parameters
+        if p.layer_index not in owned or p.role not in ROLES
+    ]
+    values, tensors = sum(prod(p.shape) for p in parameters), len(parameters)
+    expected_tensors = len(ROLES) * len(owned)
+    if problems and (values, tensors) != (network.param_count(), expected_tensors):
+        problems.append(
+            f"{framework}: {tensors} parameter tensors holding {values:,} values; "
+            f"the spec has {expected_tensors} holding {network.param_count():,}"
+        )
+    return problems
+
+
+def _shape_problem(where: str, role: str, parameter: ModelParameter, canonical: tuple) -> list:
+    axes = LAYOUT_AXES.get(parameter.layout)
+    if axes is None or len(axes) != len(canonical):
+        return [
+            f"{where}: {role} {parameter.name} {tuple(parameter.shape)} in layout {parameter.layout!r}, "
+            f"not a {len(canonical)}-d one of {', '.join(LAYOUT_AXES)}"
+        ]
+    expected = shape_in_layout(canonical, parameter.layout)
+    if tuple(parameter.shape) == expected:
+        return []
+    transposed = sorted(parameter.shape) == sorted(expected)
+    return [
+        f"{where}: {role} {tuple(parameter.shape)} expected {expected} ({parameter.layout})"
+        + (": transposed" if transposed else "")
+    ]
