@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from algorithms.run.recorder import CSV_COLUMNS
+from algorithms.run.settings_record import sidecar_path
 from tests.conftest import run_script, start_script
 from tests.flags import run_flags
 from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
@@ -197,7 +198,10 @@ def test_two_workers_on_localhost_train_like_two_local_devices(small_data, tmp_p
     workers = start_workers(small_data, results, ["--max_steps", "12"])
     outputs = [worker.communicate(timeout=240) for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0], [err[-2000:] for _, err in outputs]
-    assert os.listdir(results) == [f"{NETWORK}_tensorflow.csv"]  # only the chief wrote
+    csv_path = results / f"{NETWORK}_tensorflow.csv"
+    # only the chief wrote: its rows, and its run's settings record once
+    assert sorted(os.listdir(results)) == sorted([csv_path.name, os.path.basename(sidecar_path(str(csv_path)))])
+    assert len(open(sidecar_path(str(csv_path))).read().splitlines()) == 1
     rows = train_rows(results / f"{NETWORK}_tensorflow.csv")
     assert {(r["run_id"], r["strategy"], r["devices"]) for r in rows} == {("multi-worker", "data", 2)}
     # same global batches, same split into 2 replicas: the same losses as MirroredStrategy on 2 logical CPUs
