@@ -99,9 +99,11 @@ def test_the_reason_is_the_line_that_says_what_failed():
 
 
 def planned(target: str) -> str:
-    """What `make target` would run, every prerequisite rebuilt."""
+    """What `make target` would run, every prerequisite rebuilt (an outer `make test ARGS=...`
+    would pass its ARGS down through MAKEFLAGS: left out)."""
     return subprocess.run(
         ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11"],
+        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
         capture_output=True,
         text=True,
         check=True,
