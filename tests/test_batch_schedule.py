@@ -187,8 +187,10 @@ def test_every_epoch_of_a_schedule_is_one_permutation_cut_at_its_batch(tmp_path)
         assert all(len(part) == batch for part in parts[:-1]) and len(steps) == -(-rows // (2 * batch))
 
 
-def test_target_accuracy_stops_at_the_first_validation_at_or_above_it(tmp_path):
-    config = parse_config(["--target_accuracy", "0.6", "--results_dir", str(tmp_path / "r")], "torch_script.py", "")
+def test_target_accuracy_stops_at_the_first_validation_at_or_above_it(small_data, tmp_path):
+    # a --train that exists: the run's settings record holds its fingerprint (a fresh clone has no data/ yet)
+    flags = ["--train", str(small_data / "train.csv"), "--target_accuracy", "0.6", "--results_dir", str(tmp_path / "r")]
+    config = parse_config(flags, "torch_script.py", "")
     val = np.zeros((10, 28, 28), np.float32)
     dataset = Dataset(np.zeros((50, 28, 28), np.float32), np.zeros(50, np.int32), val, np.zeros(10, np.int32))
     session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"))
