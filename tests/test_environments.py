@@ -120,4 +120,4 @@ def test_make_test_fast_builds_neither_caffe_nor_the_legacy_env_and_make_test_ru
     fast, test = planned("test-fast"), planned("test")
     assert "build_caffe.sh" not in fast and "venv-legacy" not in fast
     assert '-m pytest -q -m "not slow and not caffe" tests' in fast
-    assert "-m pytest -q tests \n" in test and "-m pytest -q tests/legacy" in test  # every marker, no filter
+    assert "-m pytest -q tests ;" in test and "-m pytest -q tests/legacy " in test  # every marker, no filter

@@ -339,7 +339,7 @@ def ensure_default_data(data_dir: str) -> None:
 
 
 def _write_table(path: str, header: list, rows: np.ndarray) -> None:
-    temporary = path + ".tmp"
+    temporary = f"{path}.{os.getpid()}.tmp"  # two processes making the default data never share one
     with open(temporary, "w", newline="") as handle:
         handle.write(",".join(header) + "\n")
         np.savetxt(handle, rows, fmt="%d", delimiter=",")
