@@ -75,8 +75,8 @@ def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, 
         for line in out.splitlines()
         if line.strip().startswith("tensorflow/tensorflow seeds-seed0") and "distance" in line
     ]
-    assert re.search(r"(within spread|beyond spread) +distance [0-9.]+ \(band [0-9.]+\)", line), line
-    assert "run-to-run" in out and "bands from: 2 runs given here" in out
+    assert re.search(r"(within|beyond) spread \(p=[0-9.e+-]+\) +distance [0-9.]+", line), line
+    assert "run-to-run" in out and re.search(r"yardsticks: .*2 seeds of \S+ from the 2 runs given \(", out), out
     assert "verdicts: same = every aligned loss bit-identical" in out
     agreement = re.search(r"test predictions \(200 images\) agree pairwise: median ([0-9.]+)%", out)
     assert agreement and 0 <= float(agreement.group(1)) <= 100, out
