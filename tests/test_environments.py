@@ -33,9 +33,14 @@ def checkout_copy(tmp_path):
     return copy
 
 
+def outside_make() -> dict:
+    """This environment without an outer `make test`'s MAKEFLAGS: a make started here takes
+    its variables (LEGACY_PYTHON, ARGS) from its own command line, not from the outer one."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
+
 def run_all_in(copy, small_data, results, only: str):
-    # the make that run_all starts must take LEGACY_PYTHON from here, not from an outer `make test`
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = outside_make()
     env.update(LEGACY_PYTHON="/nonexistent/python3.11", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
     flags = ["--only", only, "--max_steps", "2", "--batch_size", "32", "--run_id", "env-test"]
     flags += ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
@@ -103,7 +108,7 @@ def planned(target: str) -> str:
     would pass its ARGS down through MAKEFLAGS: left out)."""
     return subprocess.run(
         ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11"],
-        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
+        env=outside_make(),
         capture_output=True,
         text=True,
         check=True,

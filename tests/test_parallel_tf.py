@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -201,7 +203,7 @@ def test_two_workers_on_localhost_train_like_two_local_devices(small_data, tmp_p
     csv_path = results / f"{NETWORK}_tensorflow.csv"
     # only the chief wrote: its rows, and its run's settings record once
     assert sorted(os.listdir(results)) == sorted([csv_path.name, os.path.basename(sidecar_path(str(csv_path)))])
-    assert len(open(sidecar_path(str(csv_path))).read().splitlines()) == 1
+    assert len(Path(sidecar_path(str(csv_path))).read_text().splitlines()) == 1
     rows = train_rows(results / f"{NETWORK}_tensorflow.csv")
     assert {(r["run_id"], r["strategy"], r["devices"]) for r in rows} == {("multi-worker", "data", 2)}
     # same global batches, same split into 2 replicas: the same losses as MirroredStrategy on 2 logical CPUs
