@@ -6,6 +6,7 @@ time spent communicating, and the collectives the strategies are built from."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from contextlib import contextmanager
@@ -20,6 +21,35 @@ import torch.distributed as dist
 # this, so a killed worker ends the run with an error instead of a hang (torchrun
 # usually notices the dead process sooner and stops the rest itself).
 COLLECTIVE_TIMEOUT_S = 30
+
+
+# gloo's transport names the peer whose socket failed: "Read error [10.77.0.2]:3234: Connection
+# reset by peer", "Connection closed by peer [10.77.0.2]:3234"; a peer whose link went down
+# leaves "Timed out waiting 30000ms for recv operation to complete" instead.
+_GLOO_PEER = re.compile(r"(?:(Read error|Write error) )?\[([^\]]+)\]:(\d+)(?:: ([^.]+))?")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (\w+) operation")
+
+
+def lost_peer(error: BaseException) -> Optional[str]:
+    """One line naming the host this rank lost, when a collective failed because a
+    peer died or went silent (gloo's error), else None."""
+    text = str(error)
+    if "gloo" not in text.lower():
+        return None
+    rank = global_rank()
+    timeout = _GLOO_TIMEOUT.search(text)
+    if timeout:
+        waited_s = int(timeout.group(1)) / 1000
+        return (
+            f"rank {rank} lost a peer: no {timeout.group(2)} from it for {waited_s:.0f} s (its host or link is down; "
+            f"gloo: {timeout.group(0)})"
+        )
+    peer = _GLOO_PEER.search(text)
+    if peer is None:
+        return None
+    closed = "Connection closed by peer" if "Connection closed by peer" in text else None
+    how = "; ".join(part for part in (peer.group(1), peer.group(4), closed) if part)
+    return f"rank {rank} lost its peer at host {peer.group(2)} (port {peer.group(3)}; gloo: {how})"
 
 
 def is_worker_process() -> bool:

@@ -20,7 +20,14 @@ from algorithms.spec.weights import (
 )
 from algorithms.run.loop import train_by_hand
 from backends.torch_backend import set_threads
-from torch_wrapper.distributed import describe_devices, global_rank, leave_process_group, signal_of_any_rank
+from algorithms.errors import PeerLost
+from torch_wrapper.distributed import (
+    describe_devices,
+    global_rank,
+    leave_process_group,
+    lost_peer,
+    signal_of_any_rank,
+)
 from torch_wrapper.model import build_model, layer_modules
 from torch_wrapper.trainer import build_trainer, describe_modes
 
@@ -41,7 +48,13 @@ def train(session):
     session.execution_note, session.precision_note = describe_modes(session.config)
     if dist.is_initialized():  # one process per device: a signal to any stops all after the same step
         session.signal_of_any_process = signal_of_any_rank(trainer.device)
-    summary = train_by_hand(trainer, session)
+    try:
+        summary = train_by_hand(trainer, session)
+    except RuntimeError as error:  # a collective failed: name the host that was lost, in one line
+        lost = lost_peer(error) if dist.is_initialized() else None
+        if lost is None:
+            raise
+        raise PeerLost(lost) from error
     leave_process_group()
     return summary
 
