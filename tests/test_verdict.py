@@ -293,6 +293,52 @@ def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
     assert read_settings(csv_path) == {"run1": settings}
 
 
+def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad_ones_are_refused(tmp_path):
+    from algorithms.errors import InputError
+    from algorithms.run.config import parse_config
+    from algorithms.spec.networks import get_network
+    from algorithms.spec.weights import initial_weights
+
+    train = tmp_path / "train.csv"
+    train.write_text("label,pixel0\n1,0\n")
+    flags = ["--train", str(train), "--parity", "--momentum", "0.85", "--nesterov", "off"]
+    config = parse_config(flags + ["--fault", "weights:3:1.1"], "t", "")
+    assert (config.optimizer.momentum, config.optimizer.nesterov) == (0.85, False)
+    assert "optimizer=sgd(lr=0.05, momentum=0.85) " in config.describe()
+    assert config.describe().endswith(" fault=weights:3:1.1 (a known error, on purpose)")
+    honest = initial_weights(get_network(NETWORK).without_dropout(), 0)
+    faulty = initial_weights(config.network, 0)  # what every wrapper loads: conv 3 (the 2nd weighted layer) x1.1
+    ratios = [float(np.max(np.abs(f.kernel - 1.1 * h.kernel))) for f, h in zip(faulty, honest)]
+    assert ratios[1] < 1e-6 and all(
+        np.array_equal(f.kernel, h.kernel) for f, h in zip(faulty, honest) if f is not faulty[1]
+    )
+    settings = settings_of(config)
+    assert settings["fault"] == "weights:3:1.1" and settings["momentum"] == 0.85 and settings["nesterov"] is False
+    assert "fault" not in settings_of(parse_config(["--train", str(train)], "t", ""))
+
+    padded = parse_config(["--train", str(train), "--fault", "padding:1:2"], "t", "").network
+    assert padded.layers[0].padding == 2 and padded.output_shapes()[1] == (30, 30, 32)
+    ordered = parse_config(["--train", str(train), "--fault", "order:2:7", "--seed", "3"], "t", "")
+    assert [ordered.order_seed(epoch) for epoch in range(3)] == [3, 7, 3]
+
+    refusals = [
+        (["--fault", "weights:4:1.1"], "--fault 'weights:4:1.1': layer 4 (MaxPool2D) has no weights"),
+        (["--fault", "bias:9:0"], "expected KIND:LAYER:VALUE with KIND one of weights, padding, order"),
+        (["--fault", "order:0:1"], "expected order:EPOCH:SEED, EPOCH from 1"),
+        (
+            ["--network", "cnn2d_2layer_full_connected_2layer", "--momentum", "0.5"],
+            "--momentum: cnn2d_2layer_full_connected_2layer trains with adam, which has no momentum; drop the flag",
+        ),
+    ]
+    for extra, message in refusals:
+        with pytest.raises(InputError) as refused:
+            parse_config(["--train", str(train), *extra], "t", "")
+        assert message in str(refused.value)
+    assert "0 ZeroPad2D, 1 Conv2D, 2 ZeroPad2D, 3 Conv2D, 4 MaxPool2D" in str(
+        pytest.raises(InputError, parse_config, ["--train", str(train), "--fault", "padding:4:1"], "t", "").value
+    )
+
+
 def test_student_t_tail_matches_scipy():
     for t in (-3.0, -0.5, 0.0, 0.7, 2.776, 6.0):
         for df in (1, 2, 4, 8, 30):

@@ -95,7 +95,9 @@ def setting_differences(a: Run, b: Run, ignore: tuple = ()) -> list:
 
 def _settings(path: str, run_id: str, rows: list) -> Settings:
     recorded = read_settings(path).get(run_id)
-    return Settings(recorded) if recorded is not None else settings_from_rows(rows)
+    if recorded is None:
+        return settings_from_rows(rows)
+    return Settings({"fault": None, **recorded})  # only a run with --fault records one
 
 
 def val_progress(rows: list) -> list:

@@ -56,6 +56,7 @@ def from_rows(rows: list) -> Settings:
         "devices": first["devices"],
         "batch": (train or rows)[0]["global_batch"],
         "epochs": sum(1 for row in rows if row["phase"] == "val"),
+        "fault": None,  # a file from before the settings record is from before --fault
     }
     batches = sorted({(row["epoch"], row["global_batch"]) for row in train})
     if len({batch for _, batch in batches}) == 1:

@@ -11,6 +11,7 @@ import sys
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Optional
 
+from algorithms.errors import InputError
 from algorithms.run.flag_checks import check_flags
 from algorithms.run.flags import DEFAULT_SYNC_EVERY, build_parser, schedule_text
 from algorithms.run.schedule import LearningRateSchedule, linear_scale
@@ -18,6 +19,7 @@ from algorithms.run.tuning import Tuning
 from algorithms.spec.data import batch_size_at
 from algorithms.spec.networks import Network, Optimizer, get_network
 from algorithms.spec.parallel import ParallelPlan, make_plan
+from algorithms.spec.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
 
 # The optional flags a wrapper declares in Support.flags (contract.py) and RunConfig.uses()
 # reports, in the column order of the README's capability table
@@ -92,6 +94,7 @@ class RunConfig:
     batch_size_auto: bool = False  # --batch_size auto: batch_size is the preset's until the finder chooses
     memory_budget_mb: Optional[float] = None
     batch_search: Optional[str] = None  # the finder's trials and choice, for results.log
+    fault: Optional[Fault] = None  # --fault: a known error put in on purpose (spec/variants.py)
 
     @property
     def effective_batch(self) -> int:
@@ -101,6 +104,12 @@ class RunConfig:
     def batch_at(self, epoch: int) -> int:
         """--batch_size of the 0-based `epoch` (the --batch_schedule phase it is in)."""
         return batch_size_at(self.batch_schedule, epoch) if self.batch_schedule else self.batch_size
+
+    def order_seed(self, epoch: int) -> int:
+        """The seed the 0-based `epoch`'s batch order is drawn with: --seed, unless
+        --fault order:EPOCH:SEED names this epoch."""
+        fault = self.fault
+        return int(fault.value) if fault and fault.kind == "order" and fault.layer == epoch + 1 else self.seed
 
     def effective_batch_at(self, epoch: int) -> int:
         return self.batch_at(epoch) * self.accumulate
@@ -160,6 +169,7 @@ class RunConfig:
             + (f" sync_every={self.sync_every}" if self.strategy == "localsgd" else "")
             + (" ps_sync" if self.ps_sync else "")
             + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else "")
+            + (f" fault={self.fault.describe()} (a known error, on purpose)" if self.fault else "")
         )
 
 
@@ -177,6 +187,14 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
     flags that cannot run together (or a plan the devices cannot hold) are an InputError."""
     args = build_parser(prog, description).parse_args(argv)
     network = get_network(args.network)
+    fault = None
+    if args.fault is not None:
+        try:
+            fault = parse_fault(args.fault, network, TRAINING_KINDS)
+        except ValueError as error:
+            layers = ", ".join(f"{index} {type(layer).__name__}" for index, layer in enumerate(network.layers))
+            raise InputError(f"--fault {error} ({network.name}'s layers: {layers})") from None
+        network = faulted_network(fault, network)
     if args.parity:
         network = network.without_dropout()
     defaults = network.training
@@ -195,6 +213,14 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         optimizer = replace(optimizer, learning_rate=args.learning_rate)
     if lr_schedule:
         optimizer = replace(optimizer, learning_rate=lr_schedule[0][1])
+    for flag, value in (("momentum", args.momentum), ("nesterov", args.nesterov)):
+        if value is None:
+            continue
+        if optimizer.name != "sgd":
+            raise InputError(
+                f"--{flag}: {network.name} trains with {optimizer.name}, which has no {flag}; drop the flag"
+            )
+        optimizer = replace(optimizer, **{flag: value == "on" if flag == "nesterov" else value})
     test = None if args.test.lower() in ("", "none") else args.test
     results_dir = os.path.abspath(args.results_dir)
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
@@ -244,4 +270,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         noise_scale=args.noise_scale,
         batch_size_auto=batch_size_auto,
         memory_budget_mb=args.memory_budget_mb,
+        fault=fault,
     )

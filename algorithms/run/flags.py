@@ -162,6 +162,28 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "--learning_rate", type=positive_number, default=None, help="learning rate (default: the preset's)"
     )
     training.add_argument(
+        "--momentum",
+        type=fraction,
+        default=None,
+        help="SGD's momentum (default: the preset's, 0.9); the Adam preset refuses it",
+    )
+    training.add_argument(
+        "--nesterov",
+        choices=("on", "off"),
+        default=None,
+        help="SGD's Nesterov momentum on or off (default: the preset's, on); the Adam preset refuses it",
+    )
+    training.add_argument(
+        "--fault",
+        default=None,
+        metavar="KIND:WHERE:VALUE",
+        help="a known error put into this run on purpose, for the confusion table that proves the verdict "
+        "catches it (algorithms.studies.power; docs/comparing.md): weights:LAYER:FACTOR (that layer's initial "
+        "kernel times FACTOR), padding:LAYER:PIXELS (the padding before that convolution), order:EPOCH:SEED "
+        "(that epoch's batches in another order); LAYER indexes the spec's layers (a bad one lists "
+        "them). Recorded in results.log and the settings record, so no verdict mistakes it for an honest run",
+    )
+    training.add_argument(
         "--seed", type=int, default=0, help="seeds the weights, the validation split, the batch order and dropout"
     )
     training.add_argument(

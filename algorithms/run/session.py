@@ -173,7 +173,7 @@ class RunSession:
         batch is the epoch's (--batch_schedule)."""
         config = self.config
         batch = config.batch_at(epoch)
-        steps = batch_order(len(self.dataset.train_x), batch * config.accumulate, epoch, config.seed)
+        steps = batch_order(len(self.dataset.train_x), batch * config.accumulate, epoch, config.order_seed(epoch))
         return [[indices[start : start + batch] for start in range(0, len(indices), batch)] for indices in steps]
 
     def begin_epoch(self, epoch: int) -> Optional[int]:

@@ -82,6 +82,7 @@ def settings_of(config) -> dict:
         "data": file_fingerprint(config.train),
         "validation_split": config.validation_split,
         "seed": config.seed,
+        **({"fault": config.fault.describe()} if config.fault else {}),  # a record without it: no fault
     }
 
 

@@ -80,6 +80,10 @@ class Network:
     # updates to converge on the default data (3,200 training rows): the preset's samples
     # in smaller batches. None: the preset's batch. `run_all.py --preset original` runs the preset.
     main_command_batch: Optional[int] = None
+    # ((k, factor), ...): the kernel of the k-th weighted layer (conv or dense, in layer order)
+    # times factor after the Glorot draw. Always () but for a known error put in on purpose
+    # (--fault weights:..., algorithms/spec/variants.py); k survives without_dropout.
+    init_scales: Tuple[Tuple[int, float], ...] = ()
 
     def output_shapes(self) -> list:
         """Shape (H, W, C) or (units,) after each layer."""

@@ -41,10 +41,15 @@ def glorot_uniform(rng: np.random.Generator, shape: tuple) -> np.ndarray:
 
 def initial_weights(network: Network, seed: int) -> list:
     rng = np.random.default_rng(seed)
+    scales = dict(network.init_scales)
     weights = []
-    for index, layer, in_shape in network.parametric_layers():
+    for k, (index, layer, in_shape) in enumerate(network.parametric_layers()):
         kernel_shape, bias_shape = weight_shapes(layer, in_shape)
-        weights.append(LayerWeights(index, glorot_uniform(rng, kernel_shape), np.zeros(bias_shape, np.float32)))
+        kernel = glorot_uniform(rng, kernel_shape)
+        if k in scales:  # a known error, on purpose (--fault weights:...)
+            with np.errstate(over="ignore"):  # a factor past float32's range is meant: inf weights
+                kernel = np.float32(kernel * scales[k])
+        weights.append(LayerWeights(index, kernel, np.zeros(bias_shape, np.float32)))
     return weights
 
 
