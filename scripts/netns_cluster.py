@@ -4,19 +4,24 @@ loopback; the hosts are joined by a bridge in a further namespace (the switch), 
 is added to this machine's own network. Every framework sees N machines: own addresses,
 own routing, no shared loopback (the file system and the hostname stay shared).
 
-    sudo .venv/bin/python scripts/netns_cluster.py --hosts 2 -- CMD_FOR_HOST_0 -- CMD_FOR_HOST_1
+    sudo .venv/bin/python scripts/netns_cluster.py --hosts 2 [--rate 100mbit] -- CMD_FOR_HOST_0 -- CMD_FOR_HOST_1
 
 runs one command in each host (`{host}` in a command is replaced by its address, `{first}`
 by host 0's), waits for all of them, and exits with the first non-zero status. Everything
 is torn down at the end, however the run ends: Ctrl-C, SIGTERM or SIGHUP included. A run
 killed outright (SIGKILL) leaves its namespaces; the next cluster started here removes
 them (their names carry the owner's pid, and a cluster whose owner is gone is a leftover).
-Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2's `ip`."""
+`--rate` makes every cable that slow, both ways: the kernel's token-bucket shaper (`tc qdisc
+... tbf`) on each end, as a 1 Gbit/s or 100 Mbit/s network would be (scripts/network_cost.py
+measures what that costs each strategy). A delay (`tc ... netem`) is not offered: the kernel
+this was written on has no netem (`Specified qdisc kind is unknown`), nor fq.
+Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2's `ip` and `tc`."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +32,16 @@ SUBNET = "10.77.0"
 INTERFACE = "eth0"  # each host's cluster interface (GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME)
 STOP_GRACE_S = 5
 _clusters_made = 0  # in this process: makes each cluster's names unique
+RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")  # tc's units, bits per second
+SHAPER_QUEUE = "100ms"  # tbf's latency: how long a packet may wait for tokens before it is dropped
+
+
+def rate_bits(rate: str) -> float:
+    """`100mbit` -> 1e8; ValueError naming the form for anything else."""
+    match = RATE.match(rate)
+    if not match:
+        raise ValueError(f"--rate {rate}: expected a number and kbit, mbit or gbit, as tc writes it (100mbit)")
+    return float(match.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[match.group(2)]
 
 
 def ip(*args: str) -> None:
@@ -94,10 +109,13 @@ class Cluster:
     host i; leaving the block (or `close()`) stops every process in every host and deletes
     the namespaces, whatever raised."""
 
-    def __init__(self, hosts: int):
+    def __init__(self, hosts: int, rate: str = None):
         global _clusters_made
         if not 1 <= hosts <= 250:
             raise ValueError(f"--hosts {hosts}: 1 to 250 hosts fit the /24 subnet")
+        self.rate = rate
+        if rate is not None:
+            rate_bits(rate)
         _clusters_made += 1
         base = f"{PREFIX}{os.getpid()}-{_clusters_made}"
         self.switch = f"{base}-sw"
@@ -135,6 +153,16 @@ class Cluster:
             ip("-n", host, "addr", "add", f"{address}/24", "dev", INTERFACE)
             ip("-n", host, "link", "set", INTERFACE, "up")
             ip("-n", host, "link", "set", "lo", "up")
+            if self.rate:
+                self._shape(host, INTERFACE)  # what the host sends
+                self._shape(self.switch, port)  # what it receives
+
+    def _shape(self, namespace: str, interface: str) -> None:
+        """`--rate` on one end of a cable: a token bucket whose burst holds at least 4 ms of
+        traffic (tbf needs one timer tick's worth) and 64 KiB."""
+        burst = max(64 * 1024, int(rate_bits(self.rate) / 8 * 0.004))
+        command = ["tc", "-n", namespace, "qdisc", "add", "dev", interface, "root", "tbf", "rate", self.rate]
+        subprocess.run([*command, "burst", str(burst), "latency", SHAPER_QUEUE], check=True, capture_output=True)
 
     def switch_port(self, index: int) -> str:
         """The bridge's end of host `index`'s cable (what `link_down` and `delay` act on)."""
@@ -192,8 +220,18 @@ def main(argv: list) -> int:
         own, rest = argv, []
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=2, help="how many hosts (default 2)")
+    parser.add_argument(
+        "--rate",
+        default=None,
+        help="every cable this slow, both ways (tc tbf): e.g. 1gbit, 100mbit (default: as fast as the CPU)",
+    )
     parser.add_argument("--cleanup", action="store_true", help="only remove the leftovers of killed earlier runs")
     args = parser.parse_args(own)
+    if args.rate is not None:
+        try:
+            rate_bits(args.rate)
+        except ValueError as error:
+            parser.error(str(error))
     if args.cleanup:
         for namespace in remove_leftovers():
             print(f"removed {namespace}")
@@ -203,7 +241,7 @@ def main(argv: list) -> int:
         parser.error(f"--hosts {args.hosts} needs {args.hosts} commands, each after its own `--`; got {len(commands)}")
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _raise_on)
-    with Cluster(args.hosts) as cluster:
+    with Cluster(args.hosts, args.rate) as cluster:
         first = cluster.addresses[0]
         running = [
             cluster.start(index, [word.replace("{host}", address).replace("{first}", first) for word in command])

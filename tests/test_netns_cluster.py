@@ -133,3 +133,50 @@ def test_a_command_count_other_than_hosts_is_one_line():
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("--hosts 2 needs 2 commands, each after its own `--`; got 1")
+
+
+SEND = (
+    "import socket,sys; s=socket.socket(); s.bind((sys.argv[1], 5001)); s.listen(); "
+    "s.accept()[0].sendall(bytes(2 << 20))"
+)
+RECEIVE = (
+    "import socket,sys,time; c=socket.create_connection((sys.argv[1], 5001), timeout=30); t=time.monotonic(); n=0\n"
+    "while (chunk := c.recv(1 << 16)): n += len(chunk)\n"
+    "print(n, time.monotonic() - t)"
+)
+
+
+def test_a_rate_shapes_every_cable_both_ways_with_the_kernels_token_bucket():
+    """--rate 10mbit: tbf at 10 Mbit/s on each host's eth0 and on its switch port, and 2 MiB
+    cannot cross in less than the 1.7 s that rate allows (a bound a slow machine only widens)."""
+    before = interfaces_here()
+    with Cluster(2, "10mbit") as cluster:
+        for index in range(2):
+            host_end = cluster.exec(index, ["tc", "qdisc", "show", "dev", "eth0"]).stdout.decode()
+            port = cluster.switch_port(index)
+            switch_end = subprocess.run(
+                ["tc", "-n", cluster.switch, "qdisc", "show", "dev", port], capture_output=True, text=True, check=True
+            ).stdout
+            assert "tbf" in host_end and "rate 10Mbit" in host_end, host_end
+            assert "tbf" in switch_end and "rate 10Mbit" in switch_end, switch_end
+        server = cluster.start(1, [sys.executable, "-c", SEND, "10.77.0.2"])
+        wait_for_listener(cluster, 1, 5001)
+        received, seconds = cluster.exec(0, [sys.executable, "-c", RECEIVE, "10.77.0.2"]).stdout.decode().split()
+        assert server.wait(30) == 0
+    assert int(received) == 2 << 20 and float(seconds) >= (2 << 20) * 8 / 10e6 * 0.95, seconds
+    assert left_behind(cluster, before) == {}
+
+
+def test_a_rate_tc_cannot_read_is_one_line():
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--rate", "fast", "--", "true", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--rate fast: expected a number and kbit, mbit or gbit, as tc writes it (100mbit)")
+    )
