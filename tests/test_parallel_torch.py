@@ -318,6 +318,40 @@ def test_another_framework_refuses_dataparallel_in_one_line(small_data, tmp_path
     assert proc.stderr.startswith("error: ")
 
 
+@pytest.mark.parametrize(
+    "script, extra, message",
+    [
+        (
+            "torch_script.py",
+            ["--strategy", "ps", "--devices", "2", "--ps_endpoint", "10.99.0.1:29500", "--remote_workers", "1"],
+            "error: --ps_endpoint 10.99.0.1:29500: 10.99.0.1 is not an address of this host; start the coordinator",
+        ),
+        (
+            "torch_script.py",
+            ["--strategy", "data", "--devices", "2", "--ps_endpoint", "127.0.0.1:29500"],
+            "error: --ps_endpoint with --strategy data: only --strategy ps meets there; drop it",
+        ),
+        (
+            "torch_script.py",
+            ["--strategy", "ps", "--devices", "2", "--remote_workers", "1"],
+            "error: --remote_workers without --ps_endpoint: the other hosts' workers need HOST:PORT to join at",
+        ),
+        (
+            "tensorflow_script.py",
+            ["--strategy", "ps", "--ps_endpoint", "127.0.0.1:29500"],
+            "error: --ps_endpoint: not available in tensorflow_script.py; drop the flag",
+        ),
+    ],
+    ids=["endpoint-elsewhere", "not-ps", "no-endpoint", "tensorflow"],
+)
+def test_a_parameter_server_across_hosts_refuses_what_cannot_work_in_one_line(
+    script, extra, message, small_data, tmp_path
+):
+    proc = run_script(script, common_flags(small_data, tmp_path / "results", *extra))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith(message), proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_early_stopping_and_reduce_on_plateau_follow_the_validation_loss(small_data, tmp_path):
     """A learning rate too small to move float32 weights: the validation loss never
     improves after epoch 1, so the lr halves after each epoch without gain and the run

@@ -18,7 +18,7 @@ import pytest
 
 from algorithms.run.recorder import read_rows
 from scripts.netns_cluster import Cluster, pids_in
-from tests.conftest import REPO_ROOT, run_script
+from tests.conftest import REPO_ROOT, run_python, run_script
 from tests.netns import (
     LOOPBACK_HEX,
     WILDCARD_HEX,
@@ -102,6 +102,54 @@ def test_a_torchrun_strategy_on_two_hosts_equals_one_host(strategy, ranks_per_ho
     for address, listened in zip(cluster.addresses, seen):
         assert listened, f"nothing seen listening on {address}"  # the sampling saw the run
         assert {where for where, _ in listened} <= {hex_address(address), *LOOPBACK_HEX}, (address, listened)
+
+
+def test_a_parameter_server_run_with_a_worker_on_the_other_host_equals_one_host(small_data, tmp_path):
+    """--strategy ps --ps_sync, 2 workers: the coordinator, the server and worker 0 on host 0
+    (--ps_endpoint on its address, --remote_workers 1), worker 1 on host 1 by
+    `python -m torch_wrapper.ps_worker --worker 1` with the same flags: the losses of the
+    one-host run, host 0 alone writes, and every socket listens on a host's own address or
+    its loopback."""
+    before = interfaces_here()
+    nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
+    extra = ["--ps_sync", "--ps_endpoint", "10.77.0.1:29500", "--remote_workers", "1"]
+    commands = [
+        [sys.executable, "torch_script.py", *flags(small_data, nodes[0], 2, "ps"), *extra],
+        [
+            sys.executable,
+            "-m",
+            "torch_wrapper.ps_worker",
+            "--worker",
+            "1",
+            *flags(small_data, nodes[1], 2, "ps"),
+            *extra,
+        ],
+    ]
+    with Cluster(2) as cluster:
+        ended, seen = run_on_hosts(cluster, commands, env=ONE_THREAD)
+    assert left_behind(cluster, before) == {}
+    assert [status for status, _ in ended] == [0, 0], [output[-3000:] for _, output in ended]
+    assert not (nodes[1] / CSV_NAME).exists()  # the remote worker records nothing
+    two_hosts = train_losses(nodes[0] / CSV_NAME)
+    assert len(two_hosts) == STEPS
+    one_host = tmp_path / "one_host" / "results"
+    proc = run_script("torch_script.py", [*flags(small_data, one_host, 2, "ps"), "--ps_sync"], {"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_allclose(two_hosts, train_losses(one_host / CSV_NAME), rtol=0, atol=FLOAT32_ABSOLUTE)
+    for address, listened in zip(cluster.addresses, seen):
+        assert listened, f"nothing seen listening on {address}"
+        assert {where for where, _ in listened} <= {hex_address(address), *LOOPBACK_HEX}, (address, listened)
+    assert "ps_endpoint=10.77.0.1:29500 remote_workers=1" in (nodes[0].parent / "results.log").read_text()
+
+
+def test_a_remote_worker_the_coordinator_starts_itself_is_refused_in_one_line(small_data, tmp_path):
+    extra = ["--ps_endpoint", "10.77.0.1:29500", "--remote_workers", "1", "--worker", "0"]
+    proc = run_python(["-m", "torch_wrapper.ps_worker", *flags(small_data, tmp_path, 2, "ps"), *extra])
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "error: --worker 0: the coordinator starts workers 0-0 itself; the remote ones are 1-1 "
+        "(--devices 2, --remote_workers 1)"
+    )
 
 
 def test_plain_torchrun_across_hosts_needs_the_three_flags_and_binds_every_interface(small_data, tmp_path):

@@ -47,7 +47,8 @@ def started(config) -> Started:
     if config.strategy == "async":
         return Started(processes=devices + 1, what=f"{devices} Hogwild workers and the process that records")
     if config.strategy == "ps":
-        return Started(processes=devices + 2, what=f"{devices} workers, a parameter server and their coordinator")
+        here = devices - config.remote_workers  # --remote_workers start on other hosts
+        return Started(processes=here + 2, what=f"{here} workers, a parameter server and their coordinator")
     return Started(processes=devices + 1, data_copies=devices, what=f"{devices} torchrun ranks and their agent")
 
 
@@ -65,6 +66,7 @@ def supported() -> Support:
             "--accumulate",
             "--checkpointing",
             "--dp_impl dataparallel",
+            "--ps_endpoint",
             "--checkpoint_every",
             "--compile",
             "--execution eager",
@@ -87,6 +89,10 @@ def prepare_process(config, dataset) -> None:
         for flag, why in _NOT_WITH_WORKER_STRATEGIES.items():
             if used.get(flag):
                 raise InputError(f"{flag} with --strategy {config.strategy}: not available ({why}); drop {flag}")
+    if config.ps_endpoint:  # the coordinator hosts the meeting's store: the endpoint must be here
+        from torch_wrapper.nodes import check_endpoint_is_here
+
+        check_endpoint_is_here(config.ps_endpoint)
     if config.compile and config.plan.strategy != "single":
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "

@@ -23,8 +23,12 @@ import os
 import socket
 import struct
 from datetime import timedelta
+from urllib.parse import urlparse
+
+from algorithms.errors import InputError
 
 BOUND_C10D = "c10d-bound"  # the rendezvous backend registered here: c10d, its store bound to one address
+BOUND_RPC = "rpc-bound"  # the init method of --strategy ps across hosts: tcp://, its store bound to one address
 DEFAULT_PORT = 29400  # torchrun's, for an endpoint without one
 SIOCGIFADDR = 0x8915
 RANKS_STORE_TIMEOUT = timedelta(minutes=5)  # TCPStore's default, which torch's own server gets
@@ -135,3 +139,45 @@ def prepare(args) -> None:
     if "is_host" not in (args.rdzv_conf or ""):
         handler_registry.register(BOUND_C10D, _bound_c10d_handler)
         args.rdzv_backend = BOUND_C10D
+
+
+def check_endpoint_is_here(endpoint: str) -> None:
+    host = split_endpoint(endpoint)[0]
+    try:
+        address = ipv4_of(host)
+    except OSError:
+        raise InputError(f"--ps_endpoint {endpoint}: {host} does not resolve to an IPv4 address") from None
+    if not is_local(address):
+        raise InputError(
+            f"--ps_endpoint {endpoint}: {address} is not an address of this host; start the coordinator "
+            "(torch_script.py) on the host that holds it, and the workers elsewhere with "
+            "python -m torch_wrapper.ps_worker"
+        )
+
+
+def _bound_rpc_handler(url: str, **kwargs):
+    """torch.distributed's tcp:// rendezvous with rank 0's store bound to the endpoint's
+    address alone (tcp:// binds every interface); the other ranks connect to it."""
+    import torch.distributed as dist
+
+    parsed = urlparse(url)
+    query = dict(pair.split("=", 1) for pair in parsed.query.split("&") if pair)
+    rank, world = int(query["rank"]), int(query["world_size"])
+    if rank == 0:
+        store = bound_store(parsed.hostname, parsed.port, RANKS_STORE_TIMEOUT)
+    else:
+        store = dist.TCPStore(parsed.hostname, parsed.port, is_master=False, timeout=RANKS_STORE_TIMEOUT)
+    yield store, rank, world
+
+
+def rpc_meeting(endpoint: str) -> tuple:
+    """(init method, interface) of a process of a ps run across hosts: the endpoint's
+    store bound to its address, and the interface this host reaches it through, which
+    TensorPipe and gloo bind."""
+    from torch.distributed.rendezvous import _rendezvous_handlers, register_rendezvous_handler
+
+    if BOUND_RPC not in _rendezvous_handlers:
+        register_rendezvous_handler(BOUND_RPC, _bound_rpc_handler)
+    host, port = split_endpoint(endpoint)
+    address = ipv4_of(host)
+    return f"{BOUND_RPC}://{address}:{port}", interface_of(address_towards(address))

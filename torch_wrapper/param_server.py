@@ -9,8 +9,13 @@ PyTorch's "parameter server using RPC" tutorial builds it. Processes (rpc names)
                   every worker of the step has pushed (one update per step)
     worker0..N-1  pull the parameters, compute the gradient of their share, push it
 
-Every process meets through a FileStore (rpc's file:// init method: no rendezvous
-port) and TensorPipe listens on the loopback interface only (TP_SOCKET_IFNAME=lo).
+On one host every process meets through a FileStore (rpc's file:// init method: no
+rendezvous port) and TensorPipe listens on the loopback interface only
+(TP_SOCKET_IFNAME=lo). Across hosts (--ps_endpoint HOST:PORT, an address of the
+coordinator's host) they meet at a TCP store the coordinator hosts on that address alone,
+TensorPipe binds the interface each host reaches it through, and the last
+--remote_workers workers are started on the other hosts by `python -m
+torch_wrapper.ps_worker` (ps_worker.py) instead of here.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from algorithms.spec.weights import initial_weights
 from algorithms.run.contract import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, make_optimizer
+from torch_wrapper.nodes import rpc_meeting
 from torch_wrapper.workers import Processes, ignore_interrupts
 
 # a call to a dead server fails when TensorPipe sees the connection close; this bounds
@@ -44,15 +50,22 @@ def _whole_model(config):
     return build_blocks(network, initial_weights(network, config.seed), ((0, len(network.layers)),), False)
 
 
-def _options(rendezvous_file: str) -> rpc.TensorPipeRpcBackendOptions:
-    return rpc.TensorPipeRpcBackendOptions(init_method=f"file://{rendezvous_file}", rpc_timeout=RPC_TIMEOUT_S)
+def meeting(config, rendezvous_file: str = None) -> tuple:
+    """(rpc's init method, the interface TensorPipe binds) of a process of this run: a
+    FileStore on loopback on one host, the --ps_endpoint's bound store across hosts (its
+    scheme registered in the calling process: each process calls this itself)."""
+    if config.ps_endpoint:
+        return rpc_meeting(config.ps_endpoint)
+    return f"file://{rendezvous_file}", "lo"
 
 
-def _join(name: str, rank: int, world: int, rendezvous_file: str) -> None:
-    os.environ["TP_SOCKET_IFNAME"] = "lo"  # TensorPipe's TCP transport binds this interface's address
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # init_rpc's own gloo group: the same
+def _join(name: str, rank: int, world: int, place: tuple) -> None:
+    init_method, interface = place
+    os.environ["TP_SOCKET_IFNAME"] = interface  # TensorPipe's TCP transport binds this interface's address
+    os.environ["GLOO_SOCKET_IFNAME"] = interface  # init_rpc's own gloo group: the same
     warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own init_rpc trips it
-    rpc.init_rpc(name, rank=rank, world_size=world, rpc_backend_options=_options(rendezvous_file))
+    options = rpc.TensorPipeRpcBackendOptions(init_method=init_method, rpc_timeout=RPC_TIMEOUT_S)
+    rpc.init_rpc(name, rank=rank, world_size=world, rpc_backend_options=options)
 
 
 # --------------------------------------------------------------------------- the server
@@ -124,7 +137,7 @@ def serve(config, rendezvous_file: str) -> None:
     ignore_interrupts()
     set_threads(1)  # the optimizer's element-wise updates; the workers need the cores
     _SERVER = ParameterServer(config)
-    _join("ps", 1, config.plan.replicas + 2, rendezvous_file)
+    _join("ps", 1, config.plan.replicas + 2, meeting(config, rendezvous_file))
     rpc.shutdown()  # waits until every process is done
 
 
@@ -167,13 +180,16 @@ def _pull_compute_push(images, labels, learning_rate, total, synchronous):
     return loss_sum.item(), correct, len(labels), (done - start) * 1000.0, comm_ms, staleness
 
 
-def work(config, worker: int, threads: int, rendezvous_file: str) -> None:
+def work(config, worker: int, threads: int, rendezvous_file: str, interruptible: bool = False) -> None:
+    """A worker: a child of the coordinator, or (`interruptible`, Ctrl-C ends it) a
+    process of its own on another host (ps_worker.py)."""
     global _MODEL
-    ignore_interrupts()
+    if not interruptible:
+        ignore_interrupts()
     set_threads(threads)
     _MODEL = _whole_model(config)
     torch.manual_seed(config.seed + worker)  # after building (it draws): worker 0 draws the one-device run's masks
-    _join(f"worker{worker}", 2 + worker, config.plan.replicas + 2, rendezvous_file)
+    _join(f"worker{worker}", 2 + worker, config.plan.replicas + 2, meeting(config, rendezvous_file))
     rpc.shutdown()
 
 
@@ -193,13 +209,14 @@ class ParameterServerPool:
         self.done: queue.Queue = queue.Queue()
         self.rendezvous = tempfile.mkdtemp(prefix="cnn-parallel-rpc-")
         rendezvous_file = os.path.join(self.rendezvous, "store")
-        threads = max(1, config.threads // workers)
         self.processes = Processes()
         self.processes.start("the parameter server", serve, config, rendezvous_file)
-        for worker in range(workers):
+        local = workers - config.remote_workers  # the others are started on their hosts (ps_worker.py)
+        threads = max(1, config.threads // max(1, local))
+        for worker in range(local):
             self.processes.start(f"ps worker {worker}", work, config, worker, threads, rendezvous_file)
         _MODEL = _whole_model(config)
-        _join("coordinator", 0, workers + 2, rendezvous_file)
+        _join("coordinator", 0, workers + 2, meeting(config, rendezvous_file))
 
     def _share(self, indices):
         return (

@@ -40,10 +40,12 @@ OPTIONAL_FLAGS = (
     "--execution graph",
     "--noise_scale",
     "--dp_impl dataparallel",
+    "--ps_endpoint",
 )
-# torch's one process driving N GPUs (nn.DataParallel): a variant of --strategy data that no
-# other framework has, so the capability table gives it no column
-WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel",)
+# variants no other framework has, so the capability table gives them no column: torch's one
+# process driving N GPUs (nn.DataParallel, a variant of --strategy data) and its parameter
+# server across hosts (--ps_endpoint)
+WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class RunConfig:
     tuning: Optional[Tuning] = None  # --tuned: the wrapper's table (Support.tuning), once resolved
     sync_every: int = 0  # localsgd: local steps between parameter averages
     ps_sync: bool = False  # ps: the server applies the sum of all workers' gradients at once
+    ps_endpoint: Optional[str] = None  # ps across hosts: where the processes meet (this host's address)
+    remote_workers: int = 0  # ps across hosts: the last R workers run on other hosts
     precision: str = "fp32"
     execution: Optional[str] = None  # None: the framework's default mode; --compile is "compiled"
     noise_scale: bool = False
@@ -168,6 +172,7 @@ class RunConfig:
             + (f" target_accuracy={self.target_accuracy:g}" if self.target_accuracy is not None else "")
             + (f" sync_every={self.sync_every}" if self.strategy == "localsgd" else "")
             + (" ps_sync" if self.ps_sync else "")
+            + (f" ps_endpoint={self.ps_endpoint} remote_workers={self.remote_workers}" if self.ps_endpoint else "")
             + (f" plan=[{self.plan.describe()}]" if self.plan and self.plan.strategy != "single" else "")
             + (f" fault={self.fault.describe()} (a known error, on purpose)" if self.fault else "")
         )
@@ -265,6 +270,8 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         tuned=args.tuned,
         sync_every=(args.sync_every or DEFAULT_SYNC_EVERY) if args.strategy == "localsgd" else 0,
         ps_sync=args.ps_sync,
+        ps_endpoint=args.ps_endpoint,
+        remote_workers=args.remote_workers,
         precision=args.precision,
         execution=execution,
         noise_scale=args.noise_scale,

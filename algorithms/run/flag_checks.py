@@ -7,6 +7,7 @@ type (flags.py); the plan checks what the batch and the devices allow
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Iterator
 
 from algorithms.errors import InputError
@@ -54,6 +55,14 @@ def broken_rules(flags: argparse.Namespace, preset_epochs: int) -> Iterator[str]
         yield f"--run_id {flags.run_id} --resume {flags.resume}: a resumed run keeps its run id; drop --run_id"
     if flags.sync_every is not None and flags.strategy != "localsgd":
         yield f"--sync_every {flags.sync_every}: only --strategy localsgd averages every K steps; drop it"
+    if flags.ps_endpoint is not None and flags.strategy != "ps":
+        yield f"--ps_endpoint with --strategy {flags.strategy}: only --strategy ps meets there; drop it"
+    if flags.ps_endpoint is not None and not re.fullmatch(r"[^:\s]+:\d{1,5}", flags.ps_endpoint):
+        yield f"--ps_endpoint {flags.ps_endpoint}: expected HOST:PORT, e.g. 10.0.0.1:29500"
+    if flags.remote_workers and flags.ps_endpoint is None:
+        yield "--remote_workers without --ps_endpoint: the other hosts' workers need HOST:PORT to join at"
+    if flags.remote_workers > flags.devices:
+        yield f"--remote_workers {flags.remote_workers}: more than the --devices {flags.devices} workers of the run"
     if flags.ps_sync and flags.strategy != "ps":
         yield f"--ps_sync with --strategy {flags.strategy}: only --strategy ps has a server; drop it"
     if flags.noise_scale and (flags.strategy != "data" or flags.devices < 2):

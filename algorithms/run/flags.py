@@ -251,6 +251,21 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help=f"localsgd: average the replicas' parameters every K local steps (default {DEFAULT_SYNC_EVERY})",
     )
     parallel.add_argument(
+        "--ps_endpoint",
+        default=None,
+        metavar="HOST:PORT",
+        help="ps across hosts (torch_script.py): where its processes meet, an address of this host, which runs "
+        "the coordinator and the server; the last --remote_workers workers join from other hosts with "
+        "`python -m torch_wrapper.ps_worker --worker K` and the same flags (docs/parallel.md)",
+    )
+    parallel.add_argument(
+        "--remote_workers",
+        type=count,
+        default=0,
+        metavar="R",
+        help="ps with --ps_endpoint: how many of the --devices workers run on other hosts (the last R)",
+    )
+    parallel.add_argument(
         "--ps_sync",
         action="store_true",
         help="ps: the server waits for every worker's gradient and applies their sum once "
