@@ -50,7 +50,7 @@ def check(config, worker: int) -> None:
 
 def main(argv: list) -> int:
     if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(f"usage: {PROG} --worker K [the coordinator's flags]\n\n{__doc__}")
         return 0
     try:
         worker, flags = split_worker(argv)
