@@ -17,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 
 import tensorflow as tf
 
+from algorithms.errors import PeerLost
 from backends.tensorflow_backend import local_devices
 
 # a collective that waits longer than this on a dead peer fails the run instead of hanging
@@ -76,8 +78,27 @@ def signal_of_any_worker(strategy):
     return agree
 
 
-class WorkerLost(RuntimeError):
-    """A peer of a multi-worker run died or stopped answering; this worker stops too."""
+class WorkerLost(PeerLost):
+    """A peer of a multi-worker run died or stopped answering; this worker stops too
+    (one line and status 4, as every lost peer)."""
+
+
+_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def lost_tasks(message: str) -> str:
+    """The tasks a gRPC error names, each with its address from TF_CONFIG: "worker 1 at
+    10.77.0.2:2222"; the other workers' addresses when it names none of them."""
+    cluster = (tf_config() or {}).get("cluster", {})
+    me = (tf_config() or {}).get("task", {})
+    named = {(job, int(task)) for job, task in _TASK.findall(message)} - {(me.get("type"), me.get("index"))}
+    if not named:  # the error does not say which: every other task may be the one
+        named = {(job, task) for job, hosts in cluster.items() for task in range(len(hosts))}
+        named -= {(me.get("type"), me.get("index"))}
+    return ", ".join(
+        f"{job} {task}" + (f" at {cluster[job][task]}" if task < len(cluster.get(job, [])) else "")
+        for job, task in sorted(named)
+    )
 
 
 @contextlib.contextmanager
@@ -97,9 +118,10 @@ def peers_checked():
             (i for i, line in enumerate(lines) if any(w in line for w in ("aborted by", "reset", "timed out"))), 0
         )
         cause = " ".join(lines[at : at + 2]) if lines and lines[at].endswith(":") else (lines[at] if lines else "")
+        lost = lost_tasks(str(error.message))
         raise WorkerLost(
-            f"a worker of this multi-worker run stopped or is unreachable ({type(error).__name__}: "
-            f"{cause}); every worker stops, restart them all to retry"
+            f"lost {lost or 'a worker'}: a worker of this multi-worker run stopped or is unreachable "
+            f"({type(error).__name__}: {cause}); every worker stops, restart them all to retry"
         ) from None
 
 

@@ -172,3 +172,52 @@ def test_parameter_servers_go_on_without_a_worker_whose_host_is_lost(small_data,
     assert {int(r["worker"]) for r in rows[30:]} == {0}
     log = (chief_results.parent / "results.log").read_text()
     assert "worker(s) 1 of 2 stopped during the run" in log and "status:      completed" in log, log[-1500:]
+
+
+LOST_HOST_ENDS_WITHIN_S = 90  # TensorFlow's heartbeat and the 30 s collective timeout, on a loaded machine
+
+
+@pytest.mark.parametrize("fault", ["killed", "link_down"])
+def test_a_lost_second_host_ends_the_chiefs_data_parallel_run_in_one_line_naming_it(fault, small_data, tmp_path):
+    """MultiWorkerMirroredStrategy on 2 hosts, the second host's processes killed or its cable
+    unplugged mid-run: the chief ends within the stated time, status 4, one line naming the
+    lost worker and its address, every finished row kept, nothing left on either host."""
+    before = interfaces_here()
+    nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
+    csv_path = nodes[0] / CSV_NAME
+    with Cluster(2) as cluster:
+        workers = {"worker": [f"{address}:{PORT}" for address in cluster.addresses]}
+        processes = [
+            cluster.start(
+                index,
+                task_command(tf_config(workers, "worker", index), flags(small_data, nodes[index], "--strategy", "data"))
+                + ["--devices", "2", "--max_steps", "100000"],
+                cwd=REPO_ROOT,
+                env={**TASK_ENV, "TMPDIR": str(tmp_path)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for index in range(2)
+        ]
+        deadline = time.monotonic() + 300
+        while not (csv_path.exists() and len(read_rows(str(csv_path))) >= 3):
+            assert time.monotonic() < deadline and processes[0].poll() is None
+            time.sleep(0.5)
+        if fault == "killed":
+            for pid in pids_in(cluster.hosts[1]):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            cluster.link_down(1)
+        lost_at = time.monotonic()
+        output = processes[0].communicate(timeout=LOST_HOST_ENDS_WITHIN_S)[0]
+        ended_after_s = time.monotonic() - lost_at
+        assert pids_in(cluster.hosts[0]) == []
+    assert left_behind(cluster, before) == {}
+    print(f"the chief ended {ended_after_s:.1f} s after the second host was lost ({fault})")
+    assert processes[0].returncode == 4, output[-3000:]
+    said = "error: lost worker 1 at 10.77.0.2:2222: a worker of this multi-worker run stopped or is unreachable"
+    assert said in output and "Traceback" not in output, output[-3000:]
+    rows = [r for r in read_rows(str(csv_path)) if r["phase"] == "train"]
+    assert len(rows) >= 3 and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    assert "status:      failed: lost worker 1 at 10.77.0.2:2222" in (nodes[0].parent / "results.log").read_text()
