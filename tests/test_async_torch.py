@@ -72,8 +72,8 @@ def test_each_strategy_trains_and_listens_on_loopback_only(run, name):
     single, _ = run("single")
     updates_per_step = 2 if name in ("async", "ps") else 1  # each worker's half of a batch is one update
     assert len(rows) == updates_per_step * len(single) and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
-    third = len(rows) // 3
-    assert losses(rows)[-third:].mean() < losses(rows)[:third].mean(), losses(rows)
+    third = len(rows) // 3  # medians: a stale Hogwild update can spike one loss (3.19 among 2.0-2.3 in a CI run)
+    assert np.median(losses(rows)[-third:]) < np.median(losses(rows)[:third]), losses(rows)
     assert {r["worker"] for r in rows} == ({0, 1} if updates_per_step == 2 else {0})
     if name != "async":  # Hogwild's processes share memory and pipes: no sockets at all
         assert sockets, "a live run of this launcher should have listened somewhere"
