@@ -127,6 +127,7 @@ def test_a_trial_measures_the_wrappers_steps_and_memory(framework, tiny_train, t
     assert_a_trial_measures_the_wrappers_steps_and_memory(framework, tiny_train, tmp_path)
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_a_budget_nothing_fits_in_and_the_finder_outside_one_device_are_one_line(tiny_train, tmp_path):
     proc, results = finder_run("torch_script.py", tiny_train, tmp_path, "--memory_budget_mb", "1")
     assert proc.returncode == 2 and not results.exists()

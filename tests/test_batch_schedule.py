@@ -127,6 +127,7 @@ def check_a_step_on_zeros_is_undone(framework: str, flags: list, small_data, pre
     assert not same_state(before, trainer_state(framework, trainer))
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("framework", ["tensorflow", "torch"])
 def test_the_step_on_zeros_of_a_new_shape_is_undone_bit_for_bit(framework, small_data):
     """The shared half of prepare_batch (algorithms/run/loop.py) with each trainer's own

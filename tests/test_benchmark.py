@@ -44,6 +44,7 @@ def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp
     assert len(set(native_losses)) > 1  # it trained
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_benchmark_table_reads_back(small_data, tmp_path):
     out = tmp_path / "bench"
     flags = ["--only", "torch", "--block", "1", "--thread_steps", "1", "--profile", "all", "--profile_steps", "2"]

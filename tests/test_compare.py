@@ -40,6 +40,7 @@ def two_seeds(small_data, tmp_path_factory):
     return str(results / f"{NETWORK}_torch.csv")
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_a_run_against_itself_is_the_same(two_seeds, tmp_path, capsys):
     assert main([f"{two_seeds}@seed0", f"{two_seeds}@seed0", "--out", str(tmp_path / "self")]) == 0
     out = capsys.readouterr().out

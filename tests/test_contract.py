@@ -43,6 +43,7 @@ def assert_meets_the_contract(framework, timeout: int = 300) -> None:
     assert "meets the wrapper contract" in proc.stdout
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("framework", [framework_param(f) for f in MAIN_ENV], ids=[f.name for f in MAIN_ENV])
 def test_every_wrapper_meets_the_contract(framework):
     assert_meets_the_contract(framework)

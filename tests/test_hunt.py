@@ -116,6 +116,7 @@ def _unchanged(tmp_path, run):
     assert (csv_path.read_bytes(), log.read_bytes()) == before, "a refused resume wrote results"
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_resume_of_an_unknown_id_or_past_max_steps_is_refused(checkpointed, tmp_path):
     def unknown():
         proc = run_script("torch_script.py", checkpointed + ["--resume", "nope"])

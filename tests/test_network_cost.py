@@ -20,7 +20,18 @@ pytestmark = pytest.mark.slow  # a reference run and a 2-host run
 def test_a_slow_link_makes_data_parallel_mostly_communication_and_the_table_says_so(small_data, tmp_path):
     require_namespaces()
     command = [sys.executable, "scripts/network_cost.py", "--strategies", "torch-data", "--rates", "10mbit"]
-    command += ["--steps", "5", "--batch_size", "32", "--train", str(small_data / "train.csv"), "--out", str(tmp_path)]
+    command += [
+        "--steps",
+        "5",
+        "--repeats",
+        "1",
+        "--batch_size",
+        "32",
+        "--train",
+        str(small_data / "train.csv"),
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (table,) = tmp_path.glob("*-network-cost.csv")

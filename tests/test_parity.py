@@ -54,6 +54,7 @@ def report_rows(results):
         return {row["framework"]: row for row in csv.DictReader(handle)}
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_two_parity_runs_give_bit_identical_loss_columns(drift_run, framework):
     results, _ = drift_run

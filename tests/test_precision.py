@@ -52,6 +52,7 @@ BF16_CASES = [
 ]
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("script, env", BF16_CASES, ids=["torch", "tensorflow", "keras_tensorflow"])
 def test_bf16_trains_and_differs_from_fp32_by_bf16_rounding_only(small_data, tmp_path, script, env):
     bf16, log = train(small_data, tmp_path, script, ["--precision", "bf16"], env, run_id="bf16")
@@ -116,6 +117,7 @@ EXECUTION_CASES = [
 ]
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 @pytest.mark.parametrize(
     "script, env, modes, words", EXECUTION_CASES, ids=["tensorflow", "keras_tensorflow", "keras_jax"]
 )

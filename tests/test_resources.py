@@ -119,6 +119,7 @@ def far_beyond(package: str, env: dict, strategy: str, folder, small_data) -> tu
     return flags, True
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("script, package, env, strategy", STARTERS, ids=IDS)
 def test_a_count_far_beyond_the_machine_is_refused_in_one_line_before_anything_starts(
     script, package, env, strategy, small_data, tmp_path

@@ -24,6 +24,7 @@ def scaling_report(small_data, results, run_id: str, **report_flags):
     return proc
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
     results = tmp_path / "results"
     proc = scaling_report(small_data, results, "scaling-test", frameworks="torch", devices="1,2", max_steps=6)

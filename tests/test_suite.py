@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from algorithms.run.recorder import read_rows
 from tests.conftest import run_script
 from tests.flags import flags, run_flags
@@ -23,6 +25,7 @@ def run_all_on_torch_and_tensorflow(small_data, tmp_path, run_id: str, **more):
     return proc
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     proc = run_all_on_torch_and_tensorflow(small_data, tmp_path, "suite-test")
     lines = proc.stdout.splitlines()
@@ -61,6 +64,7 @@ def test_the_readme_table_of_what_each_framework_runs_is_current():
         assert markdown_table() in handle.read(), "README is stale: paste `python -m algorithms.registry.capabilities`"
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, tmp_path):
     """--seeds 0,1: every framework twice; the seeds' spread is the band, and the test
     predictions' agreement is printed from the submissions."""

@@ -50,6 +50,7 @@ def test_a_flag_list_is_appended_to_and_a_plain_variable_set():
     assert environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_torch_defaults_tuned_and_a_named_setting_are_each_recorded(small_data, tmp_path):
     proc = run_script("torch_script.py", two_step_flags(small_data, tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -65,6 +66,7 @@ def test_torch_defaults_tuned_and_a_named_setting_are_each_recorded(small_data, 
     assert tuned_line(tmp_path).split(None, 1)[1].startswith(best.describe() + " (its best measured setting")
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_keras_jax_tuned_sets_xla_flags_before_jax_loads(small_data, tmp_path):
     proc = run_script("keras_script.py", two_step_flags(small_data, tmp_path) + ["--tuned"], {"KERAS_BACKEND": "jax"})
     assert proc.returncode == 0, proc.stderr
