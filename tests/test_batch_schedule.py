@@ -64,6 +64,7 @@ def check_schedule_rows(rows: list, log: str, lr_follows: bool) -> None:
     assert "batch schedule: epoch 1: batch 20; epoch 2: batch 40, re-trace/compile/reshape " in log
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 @pytest.mark.parametrize(
     "framework",
     [framework_param(f, slow=f.name in SLOW) for f in MAIN],
@@ -211,6 +212,7 @@ def test_target_accuracy_stops_at_the_first_validation_at_or_above_it(small_data
     assert "time to accuracy: 0.6 reached at epoch 3, step 15: " in log and "150 samples" in log
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_real_run_ends_at_the_validation_that_reaches_the_target(small_data, tmp_path):
     args = ["--train", str(small_data / "train.csv"), "--test", "none", "--num_epochs", "3", "--batch_size", "120"]
     args += ["--target_accuracy", "0.01", "--results_dir", str(tmp_path / "results"), "--threads", "2"]

@@ -166,6 +166,7 @@ def test_paired_ratio_of_a_constant_slowdown_is_exactly_that_slowdown():
     assert ratio == pytest.approx(1.1, rel=1e-12) and interval == pytest.approx((1.1, 1.1), rel=1e-12)
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_paired_ratio_interval_covers_the_true_median_and_not_a_value_far_from_it():
     """Ratios drawn from N(1.2, 0.05) over machine speeds that vary 2.5x: the 95%
     interval of the median holds 1.2 in most of 50 draws (a percentile bootstrap of

@@ -149,6 +149,7 @@ def step_losses(package: str, small_data, tmp_path, at: str, steps: int = 3) -> 
     return [float(loss) for loss in native.losses], harness
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("package", ["torch_wrapper", "tensorflow_wrapper"])
 def test_the_native_loop_trains_at_the_wrappers_precision(package, small_data, tmp_path):
     """bf16 native and harness steps give the same losses, and they are not fp32's: the

@@ -293,6 +293,7 @@ def test_a_file_that_is_not_kaggle_csv_text_is_one_line(case, tmp_path, small_da
     assert expected in str(error.value) and "\n" not in str(error.value), str(error.value)
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 @pytest.mark.parametrize("case", BAD_INPUT_NAMES)
 def test_the_entry_script_refuses_it_with_status_2_and_writes_nothing(case, tmp_path, small_data):
     from tests.conftest import run_script

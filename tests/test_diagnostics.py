@@ -97,6 +97,7 @@ def test_a_learning_rate_of_10_is_named(full_data, tmp_path):
     assert err.count("warning:") == 1, err  # named once, at the epoch it diverged
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_learning_rate_of_10_is_named_after_one_epoch_of_the_small_data(small_data, tmp_path):
     err = _train(tmp_path, small_data / "train.csv", "--learning_rate", "10", "--batch_size", "32", "--num_epochs", "1")
     assert "warning: the loss became" in err and "the learning rate (10) is likely too high" in err, err
@@ -126,6 +127,7 @@ def test_pixels_fed_as_0_255_are_named(full_data, tmp_path):
     _train_unnormalised(tmp_path, full_data / "train.csv", num_epochs=1)
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_pixels_fed_as_0_255_are_named_at_the_first_step(small_data, tmp_path):
     _train_unnormalised(tmp_path, small_data / "train.csv", max_steps=1)
 

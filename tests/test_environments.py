@@ -54,6 +54,7 @@ def run_all_in(copy, small_data, results, only: str):
     )
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_legacy_env_that_cannot_be_built_leaves_the_others_running(checkout_copy, small_data, tmp_path):
     proc = run_all_in(checkout_copy, small_data, tmp_path / "results", "torch,lasagne")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -70,6 +70,7 @@ def test_a_flag_combination_that_cannot_run_is_one_line(small_data, tmp_path, fl
     assert not (tmp_path / "results").exists() and not (tmp_path / "results.log").exists()
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_the_presets_batch_above_the_training_rows_still_runs(small_data, tmp_path):
     """Small files at the preset's settings (batch 1000 on 480 rows): every step takes them all."""
     proc = run_script("torch_script.py", _common(small_data, tmp_path) + ["--max_steps", "1", "--quiet"])
@@ -178,6 +179,7 @@ def test_a_read_only_results_folder_is_one_line_status_3(small_data, tmp_path, w
     assert list(folder.iterdir()) == [] and not (tmp_path / "results" / CSV_NAME).exists()
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_results_paths_of_the_wrong_kind(small_data, tmp_path):
     (tmp_path / "a_file").write_text("")
     proc = run_script(
@@ -219,6 +221,7 @@ def _whole_rows(csv_path) -> list:
     return read_rows(str(csv_path))
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_disk_full_midway_keeps_every_finished_row_and_says_why(small_data, tmp_path):
     proc = _run_with_file_size_limit(small_data, tmp_path, 4000, steps=30)
     _one_line(proc, 3, "error: cannot write ")
@@ -231,6 +234,7 @@ def test_a_disk_full_midway_keeps_every_finished_row_and_says_why(small_data, tm
     assert _blocks(tmp_path / "results.log") == 1 and f"status:      failed: cannot write {tmp_path}" in log
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_disk_too_full_for_the_log_block_leaves_no_half_block(small_data, tmp_path):
     proc = _run_with_file_size_limit(small_data, tmp_path, 1500, steps=10)
     _one_line(proc, 3, "(no results.log block: ")

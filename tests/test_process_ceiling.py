@@ -80,6 +80,7 @@ def writable_by_anyone(folder):
 CHIEF = {"CNN_PARALLEL_PS_PARENT_NETNS": os.readlink("/proc/self/ns/net")}
 
 
+@pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 @pytest.mark.parametrize(
     "script, strategy, first_line, role",
     [
