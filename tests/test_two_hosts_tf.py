@@ -56,6 +56,12 @@ def task_command(config: str, arguments: list) -> list:
     return ["env", f"TF_CONFIG={config}", sys.executable, os.path.join(REPO_ROOT, "tensorflow_script.py"), *arguments]
 
 
+def data_worker(workers: dict, index: int, small_data, results, *extra) -> list:
+    """Worker `index` of a MultiWorkerMirroredStrategy run on 2 devices over `workers`."""
+    config = tf_config(workers, "worker", index)
+    return task_command(config, flags(small_data, results, "--strategy", "data", "--devices", "2", *extra))
+
+
 def train_losses(csv_path) -> list:
     return [r["loss"] for r in read_rows(str(csv_path)) if r["phase"] == "train"]
 
@@ -71,11 +77,7 @@ def test_multi_worker_data_parallel_on_two_hosts_equals_two_workers_on_one(small
     nodes = [tmp_path / f"host{index}" / "results" for index in range(2)]
     with Cluster(2) as cluster:
         workers = {"worker": [f"{address}:{PORT}" for address in cluster.addresses]}
-        commands = [
-            task_command(tf_config(workers, "worker", index), flags(small_data, nodes[index], "--strategy", "data"))
-            + ["--devices", "2"]
-            for index in range(2)
-        ]
+        commands = [data_worker(workers, index, small_data, nodes[index]) for index in range(2)]
         ended, seen = run_on_hosts(cluster, commands, env={**TASK_ENV, "TMPDIR": str(tmp_path)})
     assert left_behind(cluster, before) == {}
     assert [status for status, _ in ended] == [0, 0], [output[-3000:] for _, output in ended]
@@ -90,8 +92,7 @@ def test_multi_worker_data_parallel_on_two_hosts_equals_two_workers_on_one(small
     one_host = tmp_path / "one_host" / "results"
     processes = [
         subprocess.Popen(
-            task_command(tf_config(local, "worker", index), flags(small_data, one_host, "--strategy", "data"))
-            + ["--devices", "2"],
+            data_worker(local, index, small_data, one_host),
             cwd=REPO_ROOT,
             env={**TASK_ENV, "TMPDIR": str(tmp_path)},
             stdout=subprocess.PIPE,
@@ -190,8 +191,7 @@ def test_a_lost_second_host_ends_the_chiefs_data_parallel_run_in_one_line_naming
         processes = [
             cluster.start(
                 index,
-                task_command(tf_config(workers, "worker", index), flags(small_data, nodes[index], "--strategy", "data"))
-                + ["--devices", "2", "--max_steps", "100000"],
+                data_worker(workers, index, small_data, nodes[index], "--max_steps", "100000"),
                 cwd=REPO_ROOT,
                 env={**TASK_ENV, "TMPDIR": str(tmp_path)},
                 stdout=subprocess.PIPE,
