@@ -72,13 +72,17 @@ lint: setup
 	$(PY) -m ruff check --no-cache .
 	$(PY) -m ruff format --check --no-cache .
 
-# tests/legacy/ runs in the legacy env beside tests/ (most of the suite waits on one process
-# at a time, so the second core is free), its output kept in results/legacy-tests.log and shown
-# at the end; status 5 there (no test selected by ARGS) is fine
+# tests/ runs on XDIST workers (pytest-xdist; most of its tests wait on one process at a time,
+# so one core is idle without them; tests/conftest.py keeps each file on one worker and the
+# network-namespace files on one together), and tests/legacy/ in the legacy env beside them,
+# its output kept in results/legacy-tests.log and shown at the end; status 5 there (no test
+# selected by ARGS) is fine. XDIST=0: tests/ in this process, one test at a time.
+XDIST ?= 2
+XDIST_FLAGS := $(if $(filter 0,$(XDIST)),-p no:xdist,-n $(XDIST) --dist loadgroup)
 test: lint legacy-setup caffe browser
 	@mkdir -p results
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) > results/legacy-tests.log 2>&1 & legacy=$$!; \
-	$(PY) -m pytest -q tests $(ARGS); main=$$?; \
+	$(PY) -m pytest -q $(XDIST_FLAGS) tests $(ARGS); main=$$?; \
 	wait $$legacy; status=$$?; \
 	echo "[test] tests/legacy/ (in $(LEGACY_VENV), run beside tests/):"; cat results/legacy-tests.log; \
 	{ [ $$status -eq 0 ] || [ $$status -eq 5 ]; } && exit $$main; exit $$status
@@ -88,7 +92,7 @@ test: lint legacy-setup caffe browser
 # every-framework runs), those marked caffe (they need pycaffe) and tests/legacy/. CI runs
 # `make test`, which runs every one of them.
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow and not caffe" tests $(ARGS)
+	$(PY) -m pytest -q $(XDIST_FLAGS) -m "not slow and not caffe" tests $(ARGS)
 
 # The shipped reference runs in results/baseline/, every framework: seeds 0-2 of both
 # networks for 3 epochs at the presets' batch sizes, and in results/baseline/default/ seeds

@@ -79,3 +79,21 @@ def test_every_main_env_framework_is_within_tolerance_everywhere_and_the_heatmap
     assert localise.main(argv[:-2] + ["--results_dir", str(tmp_path), "--only", "torch"]) == 0
     after = sorted(os.listdir(tmp_path))
     assert set(first) < set(after) and len(after) == len(first) + 2  # a new .png and .csv, the old ones kept
+
+
+@pytest.mark.slow  # a torch process
+def test_a_missing_bias_is_named_by_the_structural_check_and_refused_where_it_cannot_be_built(small_data, capsys):
+    """At the shared zero initial biases a layer without its bias computes every value the
+    spec does: the structural check names it, from torch's own parameter objects."""
+    result = localise.localise(
+        ["torch"], batch_size=BATCH, train_path=str(small_data / "train.csv"), faults={"torch": "bias:3"}
+    )
+    assert result.first_beyond("torch") is None and result.structure_layers["torch"] == 3
+    assert (
+        result.structure["torch"][0] == "torch: layer 3 (Conv2D 48 3x3): no bias (the spec's: (48,), canonical layout)"
+    )
+    assert ("torch", 1, 3, "Conv2D 48 3x3", "backward") not in [row[:5] for row in result.rows() if row[5] != "within"]
+    assert localise.main(["--only", "tensorflow", "--fault", "tensorflow:bias:3"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "error: --fault tensorflow:bias:3: tensorflow does not build it; torch does"
+    )

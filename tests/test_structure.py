@@ -1,14 +1,17 @@
 """The structural check (algorithms/analysis/structure.py), with known answers: torch's real
 model passes it, and the same model with one layer's bias removed or one kernel transposed
-is named, layer and all. The test-only path: torch's own builder (layer_modules), patched
-here to build conv 3 as nn.Conv2d(..., bias=False) would, or dense 9's kernel with its
-axes swapped as nn.Linear(out, in) would; model_parameters then reads torch's own
-parameter objects, as the command does before anything trains."""
+is named, layer and all. The missing bias goes in through the real path, the spec variant
+--fault bias:3 that torch's builder translates into nn.Conv2d(..., bias=False); the
+transposed kernel through a test-only path, torch's own builder (layer_modules) patched
+here to hold dense 9's kernel with its axes swapped as nn.Linear(out, in) would;
+model_parameters then reads torch's own parameter objects, as the command does before
+anything trains."""
 
 from __future__ import annotations
 
-from algorithms.analysis.structure import structural_problems
+from algorithms.analysis.structure import first_structural_layer, structural_problems
 from algorithms.spec.networks import CNN2D_3LAYER, Conv2D, weight_shapes
+from algorithms.spec.variants import apply_fault, parse_fault
 
 
 def test_the_structural_check_passes_torchs_model_and_names_a_missing_bias_and_a_transposed_kernel(monkeypatch):
@@ -17,19 +20,16 @@ def test_the_structural_check_passes_torchs_model_and_names_a_missing_bias_and_a
 
     import torch_wrapper.train as torch_train
 
-    assert structural_problems("torch", CNN2D_3LAYER, torch_train.model_parameters(CNN2D_3LAYER)) == []
-    builder = torch_train.layer_modules
-
-    def without_bias(network, weights, *rest, **options):
-        layers = builder(network, weights, *rest, **options)
-        layers[3][0].bias = None  # what nn.Conv2d(..., bias=False) holds
-        return layers
-
-    monkeypatch.setattr(torch_train, "layer_modules", without_bias)
-    assert structural_problems("torch", CNN2D_3LAYER, torch_train.model_parameters(CNN2D_3LAYER)) == [
+    healthy = torch_train.model_parameters(CNN2D_3LAYER)
+    assert structural_problems("torch", CNN2D_3LAYER, healthy) == []
+    assert first_structural_layer("torch", CNN2D_3LAYER, healthy) is None
+    without_bias = torch_train.model_parameters(apply_fault(parse_fault("bias:3", CNN2D_3LAYER), CNN2D_3LAYER, [])[0])
+    assert structural_problems("torch", CNN2D_3LAYER, without_bias) == [
         "torch: layer 3 (Conv2D 48 3x3): no bias (the spec's: (48,), canonical layout)",
         "torch: 11 parameter tensors holding 246,634 values; the spec has 12 holding 246,682",
     ]
+    assert first_structural_layer("torch", CNN2D_3LAYER, without_bias) == 3
+    builder = torch_train.layer_modules
 
     def transposed(network, weights, *rest, **options):
         layers = builder(network, weights, *rest, **options)

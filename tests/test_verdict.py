@@ -320,10 +320,25 @@ def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad
     assert padded.layers[0].padding == 2 and padded.output_shapes()[1] == (30, 30, 32)
     ordered = parse_config(["--train", str(train), "--fault", "order:2:7", "--seed", "3"], "t", "")
     assert [ordered.order_seed(epoch) for epoch in range(3)] == [3, 7, 3]
+    no_bias = parse_config(["--train", str(train), "--parity", "--fault", "bias:3"], "t", "")
+    assert [getattr(layer, "bias", None) for layer in no_bias.network.layers[:4]] == [None, True, None, False]
+    assert no_bias.uses()["--fault bias"] and not no_bias.uses()["--fault loss"]
+    assert no_bias.network.param_count() == get_network(NETWORK).param_count() - 48
+    summed = parse_config(["--train", str(train), "--parity", "--fault", "loss:sum"], "t", "")
+    assert summed.network.loss_reduction == "sum" and summed.uses()["--fault loss"]
+    assert summed.describe().endswith(" fault=loss:sum (a known error, on purpose)")
+    # the parity spec has no dropout; the fault keeps layer 10's, at its rate (the run's only one)
+    dropped = parse_config(["--train", str(train), "--parity", "--fault", "dropout:10:0.5"], "t", "").network
+    assert [layer.rate for layer in dropped.layers if type(layer).__name__ == "Dropout"] == [0.5]
+    assert len(dropped.layers) == len(get_network(NETWORK).layers) - 1
 
     refusals = [
         (["--fault", "weights:4:1.1"], "--fault 'weights:4:1.1': layer 4 (MaxPool2D) has no weights"),
-        (["--fault", "bias:9:0"], "expected KIND:LAYER:VALUE with KIND one of weights, padding, order"),
+        (["--fault", "bias:9:0"], "expected KIND:LAYER:VALUE (bias:LAYER, loss:sum) with KIND one of weights, padding"),
+        (["--fault", "bias:8"], "layer 8 (Flatten) has no weights"),
+        (["--fault", "dropout:9:0.5"], "layer 9 (Dense) is not a Dropout"),
+        (["--fault", "dropout:10:1"], "a dropout rate is from 0 up to (not including) 1"),
+        (["--fault", "loss:mean"], "the loss fault is loss:sum"),
         (["--fault", "order:0:1"], "expected order:EPOCH:SEED, EPOCH from 1"),
         (
             ["--network", "cnn2d_2layer_full_connected_2layer", "--momentum", "0.5"],

@@ -14,6 +14,7 @@ _NOT_WITH_WORKER_STRATEGIES = {
     "--checkpointing": "it is not wired into the workers' models",
     "--checkpoint_every": "the workers' optimizer states are not saved",
     "--dp_impl dataparallel": "it is a data-parallel implementation",
+    "--fault loss": "each worker's update takes its mean loss",
 }
 
 import os
@@ -71,6 +72,8 @@ def supported() -> Support:
             "--compile",
             "--execution eager",
             "--noise_scale",
+            "--fault bias",
+            "--fault loss",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={

@@ -41,7 +41,7 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
         elif isinstance(layer, Conv2D):
             start, stop = channels.get(index, (0, layer.filters))
             padding = folded_pads.get(index, layer.padding)
-            conv = nn.Conv2d(in_shape[-1], stop - start, layer.kernel_size, padding=padding)
+            conv = nn.Conv2d(in_shape[-1], stop - start, layer.kernel_size, padding=padding, bias=layer.bias)
             if fused:
                 conv = conv.to(memory_format=torch.channels_last)
             modules = [_load(conv, loaded[index], start, stop)]
@@ -51,7 +51,7 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             modules = [nn.Flatten()]
         elif isinstance(layer, Dense):
             start, stop = channels.get(index, (0, layer.units))
-            modules = [_load(nn.Linear(in_shape[0], stop - start), loaded[index], start, stop)]
+            modules = [_load(nn.Linear(in_shape[0], stop - start, bias=layer.bias), loaded[index], start, stop)]
         elif isinstance(layer, Dropout):
             modules = [nn.Dropout(layer.rate)]
         else:
@@ -99,7 +99,8 @@ class Checkpointed(nn.Module):
 def _load(module: nn.Module, weights, start: int, stop: int) -> nn.Module:
     with torch.no_grad():
         module.weight.copy_(torch.from_numpy(weights.kernel[start:stop]))
-        module.bias.copy_(torch.from_numpy(weights.bias[start:stop]))
+        if module.bias is not None:  # None: a layer built without its bias (--fault bias:...)
+            module.bias.copy_(torch.from_numpy(weights.bias[start:stop]))
     return module
 
 

@@ -123,7 +123,11 @@ def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
     loss = F.cross_entropy(x, torch.from_numpy(labels.astype(np.int64)))
     loss.backward()
     gradients = [
-        LayerWeights(index, modules[0].weight.grad.numpy(), modules[0].bias.grad.numpy())
+        LayerWeights(
+            index,
+            modules[0].weight.grad.numpy(),
+            None if modules[0].bias is None else modules[0].bias.grad.numpy(),  # None: --fault bias:...
+        )
         for index, modules in enumerate(layers)
         if modules and isinstance(modules[0], (nn.Conv2d, nn.Linear))
     ]

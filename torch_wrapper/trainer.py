@@ -70,6 +70,8 @@ class _StrategyTrainer:
         self.compute_dtype = None  # --precision bf16 / fp16: autocast's dtype (set by build_trainer)
         self.scaler = None  # --precision fp16: torch.amp.GradScaler, the dynamic loss scale
         self.input_shape = None  # the spec's (H, W, C), for prepare_batch's step (set by build_trainer)
+        # the spec's loss: "sum" only for --fault loss:sum (strategy single), a known error on purpose
+        self.loss_reduction = "mean"
 
     def autocast(self):
         """Mixed precision: the float32 weights cast to the compute dtype op by op (torch.autocast)."""
@@ -97,10 +99,11 @@ class _StrategyTrainer:
         """One optimizer step over K batches (K > 1: --accumulate K): the gradient of
         the mean loss over all their samples, exactly one K x batch step."""
         total = sum(size for _, _, size in batches)
+        divisor = 1 if self.loss_reduction == "sum" else total  # the gradient's: its loss summed, or the mean
         self.optimizer.zero_grad(set_to_none=True)
         sums = torch.zeros(2, device=self.device)
         for index, (images, labels, _) in enumerate(batches):
-            sums += self._forward_backward(images, labels, total, index == len(batches) - 1)
+            sums += self._forward_backward(images, labels, divisor, index == len(batches) - 1)
         self._exchange_gradients()
         if self.scaler is None:
             self.optimizer.step()
@@ -274,6 +277,7 @@ def build_trainer(config):
     set_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
     trainer.input_shape = config.network.input_shape
+    trainer.loss_reduction = config.network.loss_reduction
     if config.precision != "fp32":
         trainer.compute_dtype = COMPUTE_DTYPES[config.precision]
         if config.precision == "fp16":

@@ -144,6 +144,7 @@ class Localisation:
     cells: dict = field(default_factory=dict)  # framework -> [one dict per step: (layer, direction) -> Cell]
     failures: dict = field(default_factory=dict)  # framework -> why it gave no cells
     structure: dict = field(default_factory=dict)  # framework -> the structural check's problems
+    structure_layers: dict = field(default_factory=dict)  # framework -> the first layer they name, or None
     faults: dict = field(default_factory=dict)  # framework -> the fault put into it (text)
 
     def first_beyond(self, framework: str) -> Optional[Finding]:

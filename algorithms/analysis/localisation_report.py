@@ -70,7 +70,17 @@ def summary_lines(localisation: Localisation) -> list:
             continue
         finding = localisation.first_beyond(name)
         if finding is None:
-            lines.append(f"{name}{fault}: within float32 tolerance at every layer, forward and backward")
+            structural = localisation.structure_layers.get(name)
+            lines.append(
+                f"{name}{fault}: "
+                + (
+                    f"its parameters differ from the spec's first at layer {structural} "
+                    f"({layer_label(localisation.network.layers[structural])}: structure above); every value it holds "
+                    "is within float32 tolerance"
+                    if structural is not None
+                    else "within float32 tolerance at every layer, forward and backward"
+                )
+            )
             continue
         layers = localisation.network.layers
         where = f"step {finding.step}, layer {finding.layer} ({layer_label(layers[finding.layer])}) {finding.direction}"

@@ -18,6 +18,17 @@ ROLES = ("kernel", "bias")
 
 def structural_problems(framework: str, network: Network, parameters: list) -> list:
     """One line per way `parameters` (ModelParameter, or their dicts) differ from the spec's."""
+    return [text for _, text in structural_findings(framework, network, parameters)]
+
+
+def first_structural_layer(framework: str, network: Network, parameters: list):
+    """The first spec layer whose parameters differ from the spec's; None: none does."""
+    layers = [layer for layer, _ in structural_findings(framework, network, parameters) if layer is not None]
+    return min(layers) if layers else None
+
+
+def structural_findings(framework: str, network: Network, parameters: list) -> list:
+    """(spec layer index or None, one line) per way `parameters` differ from the spec's."""
     parameters = [p if isinstance(p, ModelParameter) else ModelParameter(**p) for p in parameters]
     problems = []
     owned = {index: layer for index, layer, _ in network.parametric_layers()}
@@ -26,13 +37,16 @@ def structural_problems(framework: str, network: Network, parameters: list) -> l
         for role, canonical in zip(ROLES, weight_shapes(layer, in_shape)):
             found = [p for p in parameters if p.layer_index == index and p.role == role]
             if not found:
-                problems.append(f"{where}: no {role} (the spec's: {canonical}, canonical layout)")
+                problems.append((index, f"{where}: no {role} (the spec's: {canonical}, canonical layout)"))
                 continue
-            problems += [f"{where}: a second {role}, {p.name} {tuple(p.shape)}" for p in found[1:]]
-            problems += _shape_problem(where, role, found[0], canonical)
+            problems += [(index, f"{where}: a second {role}, {p.name} {tuple(p.shape)}") for p in found[1:]]
+            problems += [(index, text) for text in _shape_problem(where, role, found[0], canonical)]
     problems += [
-        f"{framework}: {p.name} {tuple(p.shape)}: no spec layer has this parameter (layer {p.layer_index}, "
-        f"role {p.role or 'none'})"
+        (
+            p.layer_index if p.layer_index in owned else None,
+            f"{framework}: {p.name} {tuple(p.shape)}: no spec layer has this parameter (layer {p.layer_index}, "
+            f"role {p.role or 'none'})",
+        )
         for p in parameters
         if p.layer_index not in owned or p.role not in ROLES
     ]
@@ -40,8 +54,11 @@ def structural_problems(framework: str, network: Network, parameters: list) -> l
     expected_tensors = len(ROLES) * len(owned)
     if problems and (values, tensors) != (network.param_count(), expected_tensors):
         problems.append(
-            f"{framework}: {tensors} parameter tensors holding {values:,} values; "
-            f"the spec has {expected_tensors} holding {network.param_count():,}"
+            (
+                None,
+                f"{framework}: {tensors} parameter tensors holding {values:,} values; "
+                f"the spec has {expected_tensors} holding {network.param_count():,}",
+            )
         )
     return problems
 

@@ -65,5 +65,15 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def without_column() -> list:
+    """One line per flag the table has no column for: the frameworks that have it."""
+    table = capabilities()
+    return [
+        f"{flag}: {', '.join(name for name, _, flags in table if flag in flags) or 'none'}"
+        for flag in WITHOUT_TABLE_COLUMN
+    ]
+
+
 if __name__ == "__main__":
     print(markdown_table())
+    print("\nFlags one framework has (no column):\n" + "\n".join(without_column()))

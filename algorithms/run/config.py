@@ -41,11 +41,14 @@ OPTIONAL_FLAGS = (
     "--noise_scale",
     "--dp_impl dataparallel",
     "--ps_endpoint",
+    "--fault bias",
+    "--fault loss",
 )
 # variants no other framework has, so the capability table gives them no column: torch's one
-# process driving N GPUs (nn.DataParallel, a variant of --strategy data) and its parameter
-# server across hosts (--ps_endpoint)
-WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint")
+# process driving N GPUs (nn.DataParallel, a variant of --strategy data), its parameter
+# server across hosts (--ps_endpoint), and two known errors only its build path and trainer
+# put in (--fault bias:LAYER, --fault loss:sum; the other --fault kinds run everywhere)
+WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint", "--fault bias", "--fault loss")
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,8 @@ _DEFAULTS = {field.name: field.default for field in fields(RunConfig) if field.d
 def _in_use(config: RunConfig, flag: str) -> bool:
     name, _, value = flag.removeprefix("--").partition(" ")
     held = getattr(config, name)
+    if isinstance(held, Fault):  # --fault KIND: a fault of that kind
+        held = held.kind
     return held == value if value else held != _DEFAULTS[name]
 
 

@@ -23,6 +23,7 @@ class Conv2D:
     kernel_size: int
     padding: str = "valid"  # "valid" or "same" (stride 1, so "same" keeps H and W)
     activation: Optional[str] = "relu"
+    bias: bool = True  # False only for a known error put in on purpose (--fault bias:..., spec/variants.py)
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,15 @@ class Flatten:
 class Dense:
     units: int
     activation: Optional[str] = "relu"  # "softmax" on the last layer: see Network.activation
+    bias: bool = True  # False only for a known error put in on purpose (--fault bias:..., spec/variants.py)
 
 
 @dataclass(frozen=True)
 class Dropout:
     rate: float
+    # kept by without_dropout (parity runs): only for a known error put in on purpose
+    # (--fault dropout:..., spec/variants.py), a run with dropout where its pair has none
+    in_parity: bool = False
 
 
 Layer = Union[ZeroPad2D, Conv2D, MaxPool2D, Flatten, Dense, Dropout]
@@ -84,6 +89,9 @@ class Network:
     # times factor after the Glorot draw. Always () but for a known error put in on purpose
     # (--fault weights:..., algorithms/spec/variants.py); k survives without_dropout.
     init_scales: Tuple[Tuple[int, float], ...] = ()
+    # "mean": the batch's mean cross-entropy, the loss every preset trains on; "sum" only
+    # for a known error put in on purpose (--fault loss:sum, spec/variants.py)
+    loss_reduction: str = "mean"
 
     def output_shapes(self) -> list:
         """Shape (H, W, C) or (units,) after each layer."""
@@ -97,9 +105,13 @@ class Network:
         return [self.input_shape] + self.output_shapes()[:-1]
 
     def without_dropout(self) -> "Network":
-        """The same network for parity runs: no random masks. The weights are
-        unchanged (init draws them in parametric-layer order, and dropout has none)."""
-        return replace(self, layers=tuple(layer for layer in self.layers if not isinstance(layer, Dropout)))
+        """The same network for parity runs: no random masks (but for a Dropout a --fault
+        dropout:... keeps). The weights are unchanged (init draws them in parametric-layer
+        order, and dropout has none)."""
+        return replace(
+            self,
+            layers=tuple(layer for layer in self.layers if not isinstance(layer, Dropout) or layer.in_parity),
+        )
 
     def parametric_layers(self) -> list:
         """(layer index, layer, input shape) for every layer that owns weights."""
@@ -113,7 +125,7 @@ class Network:
         total = 0
         for _, layer, in_shape in self.parametric_layers():
             kernel, bias = weight_shapes(layer, in_shape)
-            total += prod(kernel) + prod(bias)
+            total += prod(kernel) + (prod(bias) if layer.bias else 0)
         return total
 
     def forward_flops_per_sample(self) -> int:

@@ -2,13 +2,21 @@
 (algorithms/studies/localise.py --fault FRAMEWORK:..., into one framework's model) and by
 the parity verdict (an entry script's --fault, into one training run; the confusion table
 of algorithms/studies/power.py). Each reaches the framework through its real build path:
-a spec variant its build_model translates (`padding`), initial weights its model loads
-(`weights`, the spec's Network.init_scales), or the shared batch order its loop draws
-(`order`); the reference and every other framework or run keep the spec.
+a spec variant its build_model translates (`padding`, `dropout`, `bias`), initial weights
+its model loads (`weights`, the spec's Network.init_scales), the shared batch order its
+loop draws (`order`) or the spec's loss its trainer takes (`loss`); the reference and every
+other framework or run keep the spec.
 
     weights:LAYER:FACTOR    the kernel of conv/dense layer LAYER times FACTOR (1.1: 10% off;
                             1e39: overflows float32 to inf, a non-finite layer)
     padding:LAYER:PIXELS    the ZeroPad2D before convolution LAYER pads PIXELS instead
+    bias:LAYER              conv/dense layer LAYER built without its bias (torch builds
+                            it; the other wrappers refuse it in one line)
+    dropout:LAYER:RATE      training runs only: the Dropout layer LAYER at RATE, and kept
+                            in a --parity run (whose spec has no dropout: a rate of 0)
+    loss:sum                training runs only: the gradient of the batch's summed loss, not
+                            its mean (torch's trainer, strategy single; the step's logged
+                            loss stays the mean, as a framework with this bug would log it)
     order:EPOCH:SEED        training runs only: the batches of epoch EPOCH (1-based) in
                             the order seed SEED draws instead of the run's --seed
 
@@ -21,11 +29,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from algorithms.spec.networks import Conv2D, Dense, Network, ZeroPad2D
+from algorithms.spec.networks import Conv2D, Dense, Dropout, Network, ZeroPad2D
 from algorithms.spec.weights import LayerWeights
 
-KINDS = ("weights", "padding")  # the layer faults: the localisation takes these
-TRAINING_KINDS = KINDS + ("order",)  # an entry script's --fault takes these
+KINDS = ("weights", "padding", "bias")  # the layer faults: the localisation takes these
+TRAINING_KINDS = KINDS + ("dropout", "loss", "order")  # an entry script's --fault takes these
+WITHOUT_VALUE = {"bias": 0.0, "loss": 0.0}  # KIND:LAYER (bias) and loss:sum carry no value
 
 
 @dataclass(frozen=True)
@@ -35,16 +44,26 @@ class Fault:
     value: float
 
     def describe(self) -> str:
+        if self.kind == "loss":
+            return "loss:sum"
+        if self.kind == "bias":
+            return f"bias:{self.layer}"
         return f"{self.kind}:{self.layer}:{self.value:g}"
 
 
 def parse_fault(text: str, network: Network, kinds: tuple = KINDS) -> Fault:
-    """KIND:LAYER:VALUE, checked against `network`; ValueError with the reason otherwise."""
+    """KIND:LAYER:VALUE (bias:LAYER, loss:sum), checked against `network`; ValueError with
+    the reason otherwise."""
     parts = text.split(":")
-    if len(parts) != 3 or parts[0] not in kinds:
-        raise ValueError(f"{text!r}: expected KIND:LAYER:VALUE with KIND one of {', '.join(kinds)}")
+    expected = "KIND:LAYER:VALUE (bias:LAYER, loss:sum)" if "loss" in kinds else "KIND:LAYER:VALUE (bias:LAYER)"
+    if parts[0] not in kinds or len(parts) != (2 if parts[0] in WITHOUT_VALUE else 3):
+        raise ValueError(f"{text!r}: expected {expected} with KIND one of {', '.join(kinds)}")
+    if parts[0] == "loss":
+        if parts[1] != "sum":
+            raise ValueError(f"{text!r}: the loss fault is loss:sum (the summed loss, not the mean)")
+        return Fault("loss", 0, WITHOUT_VALUE["loss"])
     try:
-        fault = Fault(parts[0], int(parts[1]), float(parts[2]))
+        fault = Fault(parts[0], int(parts[1]), float(parts[2]) if len(parts) == 3 else WITHOUT_VALUE[parts[0]])
     except ValueError:
         raise ValueError(f"{text!r}: LAYER is an integer and VALUE a number") from None
     if fault.kind == "order":
@@ -55,8 +74,12 @@ def parse_fault(text: str, network: Network, kinds: tuple = KINDS) -> Fault:
     if not 0 <= fault.layer < len(layers):
         raise ValueError(f"{text!r}: layer {fault.layer} is not one of {network.name}'s 0-{len(layers) - 1}")
     layer = layers[fault.layer]
-    if fault.kind == "weights" and not isinstance(layer, (Conv2D, Dense)):
+    if fault.kind in ("weights", "bias") and not isinstance(layer, (Conv2D, Dense)):
         raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) has no weights")
+    if fault.kind == "dropout" and not isinstance(layer, Dropout):
+        raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) is not a Dropout")
+    if fault.kind == "dropout" and not 0 <= fault.value < 1:
+        raise ValueError(f"{text!r}: a dropout rate is from 0 up to (not including) 1")
     if fault.kind == "padding" and not (
         isinstance(layer, Conv2D) and fault.layer > 0 and isinstance(layers[fault.layer - 1], ZeroPad2D)
     ):
@@ -77,19 +100,27 @@ def apply_fault(fault: Fault, network: Network, weights: list) -> tuple:
                 for w in weights
             ]
         return network, weights
+    if fault.kind == "loss":
+        return replace(network, loss_reduction="sum"), weights
     layers = list(network.layers)
-    layers[fault.layer - 1] = ZeroPad2D(int(fault.value))
+    if fault.kind == "bias":
+        layers[fault.layer] = replace(layers[fault.layer], bias=False)
+    elif fault.kind == "dropout":
+        layers[fault.layer] = Dropout(fault.value, in_parity=True)
+    else:
+        layers[fault.layer - 1] = ZeroPad2D(int(fault.value))
     return replace(network, layers=tuple(layers)), weights
 
 
 def faulted_network(fault: Fault, network: Network) -> Network:
     """The spec network a training run with this fault builds (its full layer list,
     dropout included, before --parity drops dropout): `weights` scales the layer's initial
-    kernel through Network.init_scales, `padding` replaces the ZeroPad2D, `order` leaves
-    the network as it is (the run's batch order carries it: RunConfig.order_seed)."""
+    kernel through Network.init_scales, `padding`, `bias`, `dropout` and `loss` are the
+    spec variants of apply_fault, `order` leaves the network as it is (the run's batch
+    order carries it: RunConfig.order_seed)."""
     if fault.kind == "weights":
         weighted = [index for index, _, _ in network.parametric_layers()]
         return replace(network, init_scales=((weighted.index(fault.layer), fault.value),))
-    if fault.kind == "padding":
-        return apply_fault(fault, network, [])[0]
-    return network
+    if fault.kind == "order":
+        return network
+    return apply_fault(fault, network, [])[0]

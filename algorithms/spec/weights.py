@@ -70,7 +70,9 @@ def to_channels_first(network: Network, weights: list) -> list:
                 h, wd, c = flattened_from
                 kernel = kernel.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(h * wd * c, -1)
             kernel = kernel.T
-        converted.append(LayerWeights(w.layer_index, np.ascontiguousarray(kernel), w.bias.copy()))
+        converted.append(
+            LayerWeights(w.layer_index, np.ascontiguousarray(kernel), None if w.bias is None else w.bias.copy())
+        )
     return converted
 
 
@@ -88,7 +90,9 @@ def from_channels_first(network: Network, weights: list) -> list:
             if flattened_from is not None:
                 h, wd, c = flattened_from
                 kernel = kernel.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(h * wd * c, -1)
-        converted.append(LayerWeights(w.layer_index, np.ascontiguousarray(kernel), w.bias.copy()))
+        converted.append(
+            LayerWeights(w.layer_index, np.ascontiguousarray(kernel), None if w.bias is None else w.bias.copy())
+        )
     return converted
 
 
@@ -105,8 +109,14 @@ def output_from_channels_first(network: Network, layer_index: int, output: np.nd
 
 
 def by_role(weights: list) -> dict:
-    """LayerWeights (weights or gradients) as {(layer index, "kernel" | "bias"): array}."""
-    return {(w.layer_index, role): value for w in weights for role, value in (("kernel", w.kernel), ("bias", w.bias))}
+    """LayerWeights (weights or gradients) as {(layer index, "kernel" | "bias"): array}; a
+    bias of None (a layer built without one: --fault bias:...) has no entry."""
+    return {
+        (w.layer_index, role): value
+        for w in weights
+        for role, value in (("kernel", w.kernel), ("bias", w.bias))
+        if value is not None
+    }
 
 
 # A framework's parameter layouts, as the structural check reads them (each from the

@@ -40,10 +40,14 @@ ENVELOPE_STEPS = 50
 MAIN_ENV = tuple(framework.name for framework in FRAMEWORKS if framework.venv == "main")
 THREAD_PAIRS = ("torch", "tensorflow")  # frameworks whose kernels split work by --threads
 # the same framework with its arithmetic in another order: (variant, flags, environment).
-# TensorFlow's eager ops skip graph mode's fused kernels (Grappler's conv+bias+relu); XLA
-# is no variant here, since TensorFlow refuses --compile with --parity.
+# TensorFlow's eager ops skip graph mode's fused kernels (Grappler's conv+bias+relu); Keras
+# on jax eager runs op by op, each op its own XLA computation, where its default jit-compiles
+# the whole step into one that XLA fuses: XLA's fusion on against off (TensorFlow's own XLA
+# is no variant: it refuses --compile with --parity, having no deterministic XLA max-pool
+# gradient).
 SUMMATION_ORDERS = {
-    "tensorflow": (("onednn_off", [], {"TF_ENABLE_ONEDNN_OPTS": "0"}), ("eager", ["--execution", "eager"], {}))
+    "tensorflow": (("onednn_off", [], {"TF_ENABLE_ONEDNN_OPTS": "0"}), ("eager", ["--execution", "eager"], {})),
+    "keras_jax": (("eager", ["--execution", "eager"], {}),),
 }
 
 

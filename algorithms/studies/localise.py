@@ -20,7 +20,7 @@ the first layer beyond float32 tolerance marked, and a line per framework saying
 its difference entered (NaN or inf where the reference is finite: a class of its own).
 Written under --results_dir: <id>.png (the heatmap) and <id>.csv (every cell), never over
 an earlier run's. --fault FRAMEWORK:KIND:LAYER:VALUE puts a known error into one
-framework (algorithms/spec/variants.py: weights, padding), to see it found.
+framework (algorithms/spec/variants.py: weights, padding, bias), to see it found.
 Exit status: 0 when every framework is within tolerance everywhere, 1 otherwise, 2 for a bad flag.
 """
 
@@ -38,10 +38,12 @@ import numpy as np
 
 from algorithms.analysis.localisation import Localisation, compare_pass
 from algorithms.analysis.localisation_report import format_localisation, plot_heatmap, write_cells_csv
-from algorithms.analysis.structure import structural_problems
+from algorithms.analysis.structure import first_structural_layer, structural_problems
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
+from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import NAMES, get
+from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.run.flags import OneLineErrorParser
 from algorithms.run.session import new_run_id
 from algorithms.spec.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
@@ -144,12 +146,16 @@ def localise(
     network = spec.without_dropout()  # the reference and every framework run dropout off
     kept = [index for index, layer in enumerate(spec.layers) if not isinstance(layer, Dropout)]
     faults = faults or {}
-    parsed = {}
+    parsed, in_spec = {}, {}
     for name, text in faults.items():
         try:
             fault = parse_fault(text, spec)
         except ValueError as error:
             raise InputError(f"--fault {name}:{error}") from None
+        if f"--fault {fault.kind}" in OPTIONAL_FLAGS and f"--fault {fault.kind}" not in support(get(name)).flags:
+            having = [other for other in NAMES if f"--fault {fault.kind}" in support(get(other)).flags]
+            raise InputError(f"--fault {name}:{text}: {name} does not build it; {', '.join(having)} does")
+        in_spec[name] = fault  # the structural check's model is the whole spec's
         parsed[name] = replace(fault, layer=kept.index(fault.layer))  # the index in the network without dropout
     result = Localisation(spec, steps, list(names), faults=dict(faults))
     job = {"network": network_name, "steps": steps, "structure_only": structure_only}
@@ -159,12 +165,17 @@ def localise(
             starts, passes = reference_trajectory(network, seed, chosen)
             job["inputs"] = write_inputs(os.path.join(scratch, "inputs.npz"), chosen, starts)
         for name in names:
-            fault = parsed.get(name)
-            report, outputs, failure = run_child(name, {**job, "fault": asdict(fault) if fault else None}, scratch)
+            fault, spec_fault = parsed.get(name), in_spec.get(name)
+            report, outputs, failure = run_child(
+                name,
+                {**job, "fault": asdict(fault) if fault else None, "spec_fault": asdict(spec_fault) if fault else None},
+                scratch,
+            )
             if failure:
                 result.failures[name] = failure
                 continue
             result.structure[name] = structural_problems(name, spec, report["parameters"])
+            result.structure_layers[name] = first_structural_layer(name, spec, report["parameters"])
             if outputs:
                 result.cells[name] = read_cells(outputs, network, kept, passes)
     return result

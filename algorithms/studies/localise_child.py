@@ -36,11 +36,14 @@ def main(job_path: str) -> None:
     train = importlib.import_module(f"{job['package']}.train")
     runtime = train.describe_runtime()
     network = get_network(job["network"])
+    spec_fault = job.get("spec_fault")
+    structure_network = apply_fault(Fault(**spec_fault), network, [])[0] if spec_fault else network
     report = {
         "framework": runtime.framework,
         "backend": runtime.backend,
         "versions": dict(runtime.versions),
-        "parameters": [asdict(parameter) for parameter in train.model_parameters(network)],
+        # a fault's model, faulted (a missing bias is the structural check's to name)
+        "parameters": [asdict(parameter) for parameter in train.model_parameters(structure_network)],
     }
     if not job["structure_only"]:
         network = network.without_dropout()
