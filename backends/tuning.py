@@ -40,3 +40,13 @@ THEANO_OPENMP = Setting(
     why="Theano's openmp=True: CorrMM's per-image loop and large elementwise ops on OMP_NUM_THREADS threads "
     "(theano-pymc 1.1's Elemwise C code does not compile with it: a measured failure, kept to show it)",
 )
+
+# OpenBLAS (Debian 12's 0.3.21, which Theano links and Caffe is built with): a CPU newer
+# than its DYNAMIC_ARCH table (AMD Zen 4) is taken for Haswell and gets AVX2 kernels; this
+# names its AVX-512 ones. Only on a CPU with avx512f: elsewhere they stop the process.
+OPENBLAS_AVX512 = Setting(
+    "openblas_avx512",
+    {"OPENBLAS_CORETYPE": "SkylakeX"},
+    why="OpenBLAS's SkylakeX (AVX-512) kernels, where its CPU table takes the CPU for an AVX2 one",
+    cpu_flag="avx512f",
+)

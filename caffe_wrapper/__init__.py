@@ -12,7 +12,7 @@ os.environ.setdefault("GLOG_minloglevel", "1")
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import graph_only_fp32_advice
 from algorithms.run.tuning import Setting, Tuning
-from backends.tuning import MEASURED
+from backends.tuning import MEASURED, OPENBLAS_AVX512
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Caffe 1.0's only parallelism is multi-GPU data parallel (P2PSync), and this build is CPU_ONLY
@@ -35,7 +35,7 @@ def supported() -> Support:
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph"),
-        tuning=Tuning("caffe", (BLAS_ONE_THREAD,), measured=MEASURED),
+        tuning=Tuning("caffe", (BLAS_ONE_THREAD, OPENBLAS_AVX512), measured=MEASURED),
         advice=GRAPH_ONLY_FP32
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(

@@ -16,7 +16,7 @@ from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
 from algorithms.run.resources import Footprint, Started
 from algorithms.run.tuning import Setting, Tuning
-from backends.tuning import MEASURED, OMP_SPIN, TENSORFLOW, THEANO_OPENMP, YNN_OFF
+from backends.tuning import MEASURED, OMP_SPIN, OPENBLAS_AVX512, TENSORFLOW, THEANO_OPENMP, YNN_OFF
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
@@ -108,7 +108,7 @@ TUNING = {
         # ynn_off_concurrent 2.6x, the defaults 4.3x (results/benchmark/2026-12-02-keras-jax-tuned.md)
         "ynn_off",
     ),
-    "theano": ((THEANO_OPENMP,), "default"),
+    "theano": ((THEANO_OPENMP, OPENBLAS_AVX512), "default"),
 }
 
 

@@ -104,11 +104,11 @@ def test_the_reason_is_the_line_that_says_what_failed():
     assert reason_and_fix(pip_on_python_312) == ("ERROR: No matching distribution found for numpy==1.23.5", "")
 
 
-def planned(target: str) -> str:
+def planned(target: str, *variables: str) -> str:
     """What `make target` would run, every prerequisite rebuilt (an outer `make test ARGS=...`
-    would pass its ARGS down through MAKEFLAGS: left out)."""
+    would pass its ARGS down through MAKEFLAGS: left out); `variables`: NAME=VALUE for make."""
     return subprocess.run(
-        ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11"],
+        ["make", "--no-print-directory", "-C", REPO_ROOT, "-n", "-B", target, "LEGACY_PYTHON=python3.11", *variables],
         env=outside_make(),
         capture_output=True,
         text=True,
@@ -125,5 +125,6 @@ def test_make_compare_builds_only_the_main_env_and_make_test_builds_every_one():
 def test_make_test_fast_builds_neither_caffe_nor_the_legacy_env_and_make_test_runs_what_it_leaves_out():
     fast, test = planned("test-fast"), planned("test")
     assert "build_caffe.sh" not in fast and "venv-legacy" not in fast
-    assert '-m pytest -q -m "not slow and not caffe" tests' in fast
-    assert "-m pytest -q tests ;" in test and "-m pytest -q tests/legacy " in test  # every marker, no filter
+    assert '-m pytest -q -n 2 --dist loadgroup -m "not slow and not caffe" tests' in fast
+    assert "-m pytest -q -n 2 --dist loadgroup tests ;" in test and "-m pytest -q tests/legacy " in test  # no filter
+    assert "-m pytest -q -p no:xdist tests ;" in planned("test", "XDIST=0")  # one process, one test at a time

@@ -50,6 +50,26 @@ def test_a_flag_list_is_appended_to_and_a_plain_variable_set():
     assert environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
+def test_a_setting_the_cpu_cannot_take_is_refused_by_name_and_passed_over_by_a_bare_tuned():
+    """OpenBLAS's AVX-512 kernels on a CPU without avx512f would stop the process: named,
+    one line; as the table's best, --tuned falls back to the defaults and says why."""
+    avx2 = tuning.flags_in("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nflags\t: avx512f\n")
+    assert avx2 == {"fpu", "sse2", "avx", "avx2", "fma"}  # the first processor's line only
+    caffe = table("caffe")
+    setting = caffe.settings()["openblas_avx512"]
+    assert setting.env == {"OPENBLAS_CORETYPE": "SkylakeX"} and setting.lacking(avx2 | {"avx512f"}) == ""
+    with pytest.raises(tuning.InputError) as refused:
+        caffe.resolve("openblas_avx512", avx2)
+    assert str(refused.value) == (
+        "--tuned openblas_avx512: openblas_avx512 needs the CPU's avx512f, which this CPU lacks; "
+        "drop it, or --tuned alone for what this CPU takes"
+    )
+    best_is_it = tuning.Tuning("caffe", caffe.candidates, "openblas_avx512")
+    assert best_is_it.resolve(tuning.BEST, avx2).name == tuning.DEFAULT
+    assert best_is_it.resolve(tuning.BEST, avx2 | {"avx512f"}).name == "openblas_avx512"
+    assert "cannot be read here" in setting.lacking(None)
+
+
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_torch_defaults_tuned_and_a_named_setting_are_each_recorded(small_data, tmp_path):
     proc = run_script("torch_script.py", two_step_flags(small_data, tmp_path))

@@ -7,6 +7,7 @@ framework."""
 from __future__ import annotations
 
 from algorithms.run.flags import PRECISIONS
+from algorithms.run.tuning import cpu_flags, flags_in
 
 # the x86 flags of the units that run bf16 / fp16 matmuls natively (Linux's names)
 LOW_PRECISION_UNITS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_fp16")
@@ -15,21 +16,16 @@ FP32 = PRECISIONS[0]
 
 def cpu_units(cpuinfo: str) -> list:
     """The LOW_PRECISION_UNITS among the first processor's flags in /proc/cpuinfo's text."""
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            return [unit for unit in LOW_PRECISION_UNITS if unit in flags]
-    return []
+    flags = flags_in(cpuinfo)
+    return [unit for unit in LOW_PRECISION_UNITS if unit in flags]
 
 
 def machine_units(path: str = "/proc/cpuinfo") -> str:
     """ "amx_bf16 avx512_bf16 ..." as this machine has them, "none", or "unknown" without /proc/cpuinfo."""
-    try:
-        with open(path) as handle:
-            text = handle.read()
-    except OSError:
+    flags = cpu_flags(path)
+    if flags is None:
         return "unknown"
-    return " ".join(cpu_units(text)) or "none"
+    return " ".join(unit for unit in LOW_PRECISION_UNITS if unit in flags) or "none"
 
 
 def refusal(support, precision: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from algorithms.errors import InputError
 from algorithms.run.threads import environment_text
@@ -27,12 +28,42 @@ BEST = "best"  # what a bare --tuned asks for: the table's best
 FLAG_LISTS = {"XLA_FLAGS": " ", "TF_XLA_FLAGS": " ", "THEANORC": os.pathsep}
 
 
+def cpu_flags(path: str = "/proc/cpuinfo") -> Optional[set]:
+    """The first processor's flags in /proc/cpuinfo (Linux's names: avx2, avx512f,
+    avx512_bf16, amx_tile ...); None where the file cannot be read."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    return flags_in(text)
+
+
+def flags_in(cpuinfo: str) -> set:
+    """The first `flags` line of /proc/cpuinfo's text, as a set (empty: none)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
     env: dict = field(default_factory=dict, hash=False)  # set before the framework loads
     options: dict = field(default_factory=dict, hash=False)  # applied by the wrapper, e.g. {"torch.compile": mode}
     why: str = ""  # what the switch does, from the framework's documentation
+    # the CPU flag the setting needs ("": none): one that names an instruction set (a BLAS's
+    # AVX-512 kernels) would stop the process with an illegal instruction on a CPU without it
+    cpu_flag: str = ""
+
+    def lacking(self, flags: Optional[set]) -> str:
+        """Why this CPU cannot take the setting ("" where it can); `flags`: cpu_flags()."""
+        if not self.cpu_flag or (flags is not None and self.cpu_flag in flags):
+            return ""
+        return f"{self.name} needs the CPU's {self.cpu_flag}, which " + (
+            "this CPU lacks" if flags is not None else "cannot be read here (no /proc/cpuinfo)"
+        )
 
     def describe(self) -> str:
         parts = [f"{name}={value}" for name, value in self.env.items()]
@@ -53,8 +84,9 @@ class Tuning:
         """name -> Setting, the defaults first."""
         return {DEFAULT: Setting(DEFAULT), **{setting.name: setting for setting in self.candidates}}
 
-    def resolve(self, requested: str) -> Setting:
-        """The Setting `--tuned [NAME]` names (BEST: the table's best)."""
+    def resolve(self, requested: str, flags: Optional[set] = None) -> Setting:
+        """The Setting `--tuned [NAME]` names (BEST: the table's best, or the defaults where
+        this CPU lacks what the best needs); `flags`: the CPU's, cpu_flags()."""
         name = self.best if requested == BEST else requested
         known = self.settings()
         if name not in known:
@@ -62,6 +94,11 @@ class Tuning:
                 f"--tuned {requested}: {self.framework} has the settings {', '.join(known)}; "
                 f"drop the name for its best measured one ({self.best})"
             )
+        lacking = known[name].lacking(flags)
+        if lacking and requested == BEST:
+            return known[DEFAULT]
+        if lacking:
+            raise InputError(f"--tuned {requested}: {lacking}; drop it, or --tuned alone for what this CPU takes")
         return known[name]
 
 
@@ -82,7 +119,7 @@ def resolve_tuned(config, tuning: Tuning):
     without --tuned."""
     if not config.tuned:
         return config
-    return replace(config, tuned=tuning.resolve(config.tuned).name, tuning=tuning)
+    return replace(config, tuned=tuning.resolve(config.tuned, cpu_flags()).name, tuning=tuning)
 
 
 def _setting(config) -> Setting:
@@ -103,8 +140,10 @@ def log_line(config) -> str:
     """results.log's `tuned` line: the setting applied, or the defaults."""
     if not config.tuned:
         return "off: the framework's defaults (--tuned applies its best measured setting)"
-    setting = _setting(config)
+    setting, best = _setting(config), config.tuning.settings()[config.tuning.best]
     chosen = "its best measured setting" if config.tuned == config.tuning.best else "a named candidate"
+    if config.tuned == DEFAULT and best.lacking(cpu_flags()):
+        chosen = f"its best measured setting is {best.name}, but {best.lacking(cpu_flags())}"
     actual = f"; as set: {environment_text(setting.env)}" if setting.env else ""
     where = f"; measured in {config.tuning.measured}" if config.tuning.measured else ""
     return f"{setting.describe()} ({chosen}{where}){actual}"
