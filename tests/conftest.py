@@ -123,19 +123,26 @@ def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str
     return rows
 
 
-def pytest_collection_modifyitems(config, items):
+def _uses_netns(item) -> bool:
+    return any(getattr(value, "__module__", None) == "tests.netns" for value in vars(item.module).values())
+
+
+def pytest_itemcollected(item):
     """`make test` runs tests/ on two pytest-xdist workers (`-n 2 --dist loadgroup`): each
     file is one group, so its module-scoped runs train once, on one worker; the files that
     build network namespaces (tests/netns.py: fixed namespace names and addresses) are one
-    group together, so two clusters never exist at once. The groups are handed out in
-    collection order, so the longest come first (the netns group, then the files of slow
-    tests): the other worker fills in with short files instead of waiting at the end.
-    Without xdist the marks do nothing and only the order changes."""
+    group together, so two clusters never exist at once. Marked here, as each test is
+    collected: xdist reads the groups in its own pytest_collection_modifyitems. Without
+    xdist the marks do nothing."""
+    item.add_marker(pytest.mark.xdist_group("netns" if _uses_netns(item) else item.path.name))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The groups are handed out in collection order, so the longest come first (the netns
+    group, then the files of slow tests): the other worker fills in with short files
+    instead of waiting at the end. Without xdist only the order changes."""
     rank = {}  # file -> 0 (netns), 1 (has slow tests) or 2
     for item in items:
-        module = item.module
-        netns = any(getattr(value, "__module__", None) == "tests.netns" for value in vars(module).values())
-        item.add_marker(pytest.mark.xdist_group("netns" if netns else item.path.name))
-        mine = 0 if netns else 1 if item.get_closest_marker("slow") else 2
+        mine = 0 if _uses_netns(item) else 1 if item.get_closest_marker("slow") else 2
         rank[item.path] = min(rank.get(item.path, 2), mine)
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests stay together, in their order

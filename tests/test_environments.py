@@ -128,3 +128,24 @@ def test_make_test_fast_builds_neither_caffe_nor_the_legacy_env_and_make_test_ru
     assert '-m pytest -q -n 2 --dist loadgroup -m "not slow and not caffe" tests' in fast
     assert "-m pytest -q -n 2 --dist loadgroup tests ;" in test and "-m pytest -q tests/legacy " in test  # no filter
     assert "-m pytest -q -p no:xdist tests ;" in planned("test", "XDIST=0")  # one process, one test at a time
+
+
+def test_make_tests_workers_keep_each_file_together():
+    """tests/conftest.py puts each file in one pytest-xdist group (its module-scoped runs
+    train once): the group in every node id, and one worker for the whole file."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"]
+        + ["tests/test_tables.py", "tests/test_argv.py"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    passed = [line.split() for line in proc.stdout.splitlines() if " PASSED " in line]
+    workers = {}
+    for words in passed:
+        test = words[-1]
+        assert test.endswith(("@test_tables.py", "@test_argv.py")), test
+        workers.setdefault(test.rsplit("@", 1)[1], set()).add(words[0])
+    assert set(workers) == {"test_tables.py", "test_argv.py"} and all(len(seen) == 1 for seen in workers.values())
