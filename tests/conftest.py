@@ -13,11 +13,19 @@ import pytest
 from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import Framework
 from algorithms.registry.legacy_env import in_legacy_env
-from algorithms.paths import REPO_ROOT
+from algorithms.paths import DEFAULT_DATA_DIR, REPO_ROOT
 from algorithms.run.recorder import results_csv_name
 
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_data():
+    """The default data in data/, as `make compare` makes it first: an entry script given
+    only --train still reads data/test.csv, and on two workers no test may count on another
+    having made it (two workers making it at once each write their own file, then rename)."""
+    ensure_default_data(DEFAULT_DATA_DIR)
 
 
 @pytest.fixture(scope="session")

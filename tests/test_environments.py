@@ -34,9 +34,12 @@ def checkout_copy(tmp_path):
 
 
 def outside_make() -> dict:
-    """This environment without an outer `make test`'s MAKEFLAGS: a make started here takes
-    its variables (LEGACY_PYTHON, ARGS) from its own command line, not from the outer one."""
-    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    """This environment without an outer `make test`'s MAKEFLAGS and the variables its command
+    line set (make exports those too: `make test ARGS=...` leaves ARGS in every recipe's
+    environment): a make started here takes its variables (LEGACY_PYTHON, ARGS, XDIST) from
+    its own command line, not from the outer one."""
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "XDIST", "LEGACY_PYTHON")
+    return {k: v for k, v in os.environ.items() if k not in outer}
 
 
 def run_all_in(copy, small_data, results, only: str):

@@ -173,6 +173,7 @@ def test_what_a_framework_does_not_run_is_refused_in_one_line(small_data, tmp_pa
             check_supported(config, module, script)
         assert "\n" not in str(refused.value)
         return
-    proc = run_script(script, ["--train", str(small_data / "train.csv"), "--results_dir", str(tmp_path), *flags], env)
+    files = ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
+    proc = run_script(script, [*files, "--results_dir", str(tmp_path), *flags], env)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.csv"))
