@@ -25,8 +25,10 @@ SCRIPTS = {"torch": "torch_script.py", "tensorflow": "tensorflow_script.py"}
 BATCH = 64  # 480 training rows of the small data: 8 global batches an epoch, 16 updates of 32 samples
 EPOCHS = 2
 # two busy workers give about 2 (measured 1.77 to 2.07 for these runs, both frameworks, on 2 cores
-# at load 10 to 14); the chief's gaps give exactly 1 (measured 1.00001 from TensorFlow's old rows)
-OVERLAP = 1.25
+# at load 10 to 14), less while the suite's other pytest-xdist worker trains beside them (1.21 for
+# TensorFlow, once in three full runs on 2 cores); the chief's gaps give exactly 1 (measured 1.00001
+# from TensorFlow's old rows): the line between the two meanings is drawn above 1 with room for both
+OVERLAP = 1.1
 
 
 @pytest.fixture(scope="module", params=sorted(SCRIPTS))

@@ -70,7 +70,7 @@ class _StrategyTrainer:
         self.compute_dtype = None  # --precision bf16 / fp16: autocast's dtype (set by build_trainer)
         self.scaler = None  # --precision fp16: torch.amp.GradScaler, the dynamic loss scale
         self.input_shape = None  # the spec's (H, W, C), for prepare_batch's step (set by build_trainer)
-        # the spec's loss: "sum" only for --fault loss:sum (strategy single), a known error on purpose
+        # the spec's loss: "sum" only for --fault loss:sum, a known error on purpose
         self.loss_reduction = "mean"
 
     def autocast(self):

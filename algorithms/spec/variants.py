@@ -15,8 +15,9 @@ other framework or run keep the spec.
     dropout:LAYER:RATE      training runs only: the Dropout layer LAYER at RATE, and kept
                             in a --parity run (whose spec has no dropout: a rate of 0)
     loss:sum                training runs only: the gradient of the batch's summed loss, not
-                            its mean (torch's trainer, strategy single; the step's logged
-                            loss stays the mean, as a framework with this bug would log it)
+                            its mean (torch's trainer; ps, async and localsgd refuse it;
+                            the step's logged loss stays the mean, as a framework with this
+                            bug would log it)
     order:EPOCH:SEED        training runs only: the batches of epoch EPOCH (1-based) in
                             the order seed SEED draws instead of the run's --seed
 
