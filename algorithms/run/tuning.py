@@ -142,8 +142,9 @@ def log_line(config) -> str:
         return "off: the framework's defaults (--tuned applies its best measured setting)"
     setting, best = _setting(config), config.tuning.settings()[config.tuning.best]
     chosen = "its best measured setting" if config.tuned == config.tuning.best else "a named candidate"
-    if config.tuned == DEFAULT and best.lacking(cpu_flags()):
-        chosen = f"its best measured setting is {best.name}, but {best.lacking(cpu_flags())}"
+    lacking = best.lacking(cpu_flags()) if config.tuned == DEFAULT else ""
+    if lacking:
+        chosen = f"its best measured setting is {best.name}, but {lacking}"
     actual = f"; as set: {environment_text(setting.env)}" if setting.env else ""
     where = f"; measured in {config.tuning.measured}" if config.tuning.measured else ""
     return f"{setting.describe()} ({chosen}{where}){actual}"
