@@ -153,6 +153,7 @@ def pytest_collection_modifyitems(config, items):
     instead of waiting at the end. Without xdist only the order changes."""
     rank = {}  # file -> 0 (netns), 1 (has slow tests) or 2
     for item in items:
-        mine = 0 if _uses_netns(item) else 1 if item.get_closest_marker("slow") else 2
+        netns = item.get_closest_marker("xdist_group").args[0] == "netns"  # pytest_itemcollected's mark
+        mine = 0 if netns else 1 if item.get_closest_marker("slow") else 2
         rank[item.path] = min(rank.get(item.path, 2), mine)
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests stay together, in their order
