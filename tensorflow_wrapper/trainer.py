@@ -56,6 +56,8 @@ class TensorFlowTrainer:
     `micro_batches`: pipeline's micro-batches per batch; `shards` and `shard_devices`:
     tensor parallel's plan.shards and one device per shard."""
 
+    CONVERT_AHEAD = True  # to_batch (a host tensor of the rows) is made in the prefetch thread, during the step before
+
     def __init__(
         self,
         network,

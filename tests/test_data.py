@@ -197,6 +197,48 @@ def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
         prefetcher.close()
 
 
+def test_a_trainer_that_converts_ahead_gets_its_batches_made_in_the_prefetch_thread():
+    """CONVERT_AHEAD: to_batch runs in the prefetch thread for the next step, and
+    run_step hands the step those batches, converted once; without it run_step converts."""
+    import threading
+    from types import SimpleNamespace
+
+    from algorithms.run.contract import StepResult
+    from algorithms.run.loop import prefetcher_for, run_step
+
+    rows = np.arange(40, dtype=np.float32).reshape(10, 2, 2)
+    dataset = SimpleNamespace(train_x=rows, train_y=np.arange(10))
+
+    class Ahead:
+        CONVERT_AHEAD = True
+
+        def __init__(self):
+            self.threads, self.stepped = [], []
+
+        def to_batch(self, images, labels):
+            self.threads.append(threading.current_thread().name)
+            return ("batch", labels.tolist())
+
+        def step(self, batches):
+            self.stepped.append(batches)
+            return StepResult(1.0, 0.5)
+
+    class Behind(Ahead):
+        CONVERT_AHEAD = False
+
+    session = SimpleNamespace(learning_rate=0.1, train_step=lambda *args, **kwargs: None)
+    steps = [[np.array([3, 1])], [np.array([0, 9])]]
+    for trainer, first_thread in ((Ahead(), "prefetch_0"), (Behind(), "MainThread")):
+        prefetcher = prefetcher_for(trainer, dataset)
+        try:
+            run_step(trainer, session, 0, steps[0], 0.1, prefetcher, steps[1])
+            run_step(trainer, session, 0, steps[1], 0.1, prefetcher)
+        finally:
+            prefetcher.close()
+        assert trainer.stepped == [[("batch", [3, 1])], [("batch", [0, 9])]]
+        assert trainer.threads == ["MainThread", first_thread]  # the first step had none made ahead of it
+
+
 # --------------------------------------------------------------------------- files that are not plain CSV text
 
 

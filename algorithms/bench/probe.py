@@ -46,7 +46,7 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 
-from algorithms.run.loop import Prefetcher, run_step
+from algorithms.run.loop import prefetcher_for, run_step
 from algorithms.run.recorder import read_rows
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import RunSession
@@ -63,7 +63,7 @@ class HandStepHarness:
 
     def __init__(self, trainer, session: RunSession):
         self.trainer, self.session = trainer, session
-        self.prefetcher = Prefetcher(session.dataset)  # as train_by_hand: the next step gathered during this one
+        self.prefetcher = prefetcher_for(trainer, session.dataset)  # as train_by_hand: the next step made ahead
         self.following: dict = {}  # id(parts) -> the schedule's next parts
         self.learning_rate = session.config.optimizer.learning_rate
         self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost

@@ -119,7 +119,9 @@ class LayerProbe:
 
 @runtime_checkable
 class Trainer(Protocol):
-    """What algorithms/run/loop.py steps by hand (TensorFlow, PyTorch, Lasagne, Caffe)."""
+    """What algorithms/run/loop.py steps by hand (TensorFlow, PyTorch, Lasagne, Caffe).
+    A class may set `CONVERT_AHEAD = True` when its to_batch touches nothing the step
+    uses: the loop then calls it in the prefetch thread, during the step before."""
 
     def to_batch(self, images, labels):
         """numpy (N, 28, 28) float32 images and int labels -> the framework's batch (timed as data time)."""

@@ -62,15 +62,19 @@ def finish_with_test(session: RunSession, logits_fn) -> dict:
 
 class Prefetcher:
     """Gathers the next step's rows (numpy fancy indexing: a copy of the batch) in a
-    background thread while the framework computes the current step."""
+    background thread while the framework computes the current step; with `to_batch`
+    (a trainer's, whose class sets CONVERT_AHEAD) it converts them there too, so the
+    step waits for neither."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset, to_batch=None):
         self.dataset = dataset
+        self.to_batch = to_batch
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
         self.pending = None  # (parts, future) of the step gathered ahead
 
     def gather(self, parts: list) -> list:
-        return [(self.dataset.train_x[indices], self.dataset.train_y[indices]) for indices in parts]
+        arrays = [(self.dataset.train_x[indices], self.dataset.train_y[indices]) for indices in parts]
+        return arrays if self.to_batch is None else [self.to_batch(images, labels) for images, labels in arrays]
 
     def take(self, parts: list, next_parts=None) -> list:
         """This step's arrays (waiting for them if gathered ahead), and starts gathering `next_parts`."""
@@ -82,6 +86,11 @@ class Prefetcher:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def prefetcher_for(trainer: Trainer, dataset) -> Prefetcher:
+    """The Prefetcher train_by_hand steps `trainer` with: converting ahead where its class allows."""
+    return Prefetcher(dataset, trainer.to_batch if getattr(trainer, "CONVERT_AHEAD", False) else None)
 
 
 def run_step(
@@ -100,7 +109,9 @@ def run_step(
         learning_rate = session.learning_rate
         trainer.set_learning_rate(learning_rate)
     start = time.perf_counter()
-    batches = [trainer.to_batch(images, labels) for images, labels in prefetcher.take(parts, next_parts)]
+    batches = prefetcher.take(parts, next_parts)
+    if prefetcher.to_batch is None:
+        batches = [trainer.to_batch(images, labels) for images, labels in batches]
     ready = time.perf_counter()
     result = trainer.step(batches)
     done = time.perf_counter()
@@ -155,7 +166,7 @@ def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
     if session.resume_from:
         trainer.load_checkpoint(session.resume_from)
         learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
-    prefetcher = Prefetcher(session.dataset)
+    prefetcher = prefetcher_for(trainer, session.dataset)
     try:
         for epoch in range(start_epoch, config.num_epochs):
             begin_epoch(trainer, session, epoch)
