@@ -9,7 +9,8 @@ keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
 import json
 import os
 
-# TensorFlow's INFO notices (absl, oneDNN, CPU features) off before Keras loads it; its warnings stay
+# TensorFlow's INFO logging off before Keras loads it, its warnings kept (the oneDNN notice it
+# writes before reading this is dropped by the entry script: algorithms/run/notices.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from algorithms.run.contract import Support

@@ -20,6 +20,14 @@ import numpy as np
 KERAS_2 = keras.__version__.startswith("2.")
 BACKEND = keras.backend.backend()
 
+if not KERAS_2 and BACKEND != "tensorflow":
+    from keras.src.utils.module_utils import tensorflow as _tensorflow
+
+    # keras.utils.set_random_seed seeds TensorFlow too wherever it is installed, whichever the
+    # backend: loaded now, with the framework, so the entry script drops its start-up notices
+    # (algorithms/run/notices.py) instead of their showing when the model is built
+    _tensorflow.available  # noqa: B018  (the lazy module imports TensorFlow when asked)
+
 
 def input_layer(shape: tuple):
     """The first layer of a Sequential (Keras 2 takes no Input tensor there)."""

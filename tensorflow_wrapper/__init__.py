@@ -13,7 +13,8 @@ import json
 import os
 import sys
 
-# TensorFlow's INFO notices (absl, oneDNN, CPU features) off before it loads; its warnings stay
+# TensorFlow's INFO logging off before it loads, its warnings kept (the oneDNN notice it writes
+# before reading this is dropped by the entry script: algorithms/run/notices.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from algorithms.run.contract import Support

@@ -84,3 +84,47 @@ def test_the_suite_console_has_no_start_up_notice_and_the_log_has_them(small_dat
         assert not set(hidden) & set(console), set(hidden) & set(console)
     assert "solver.cpp" in logs["caffe"].read_text()
     assert not [line for line in console if re.match(r"^[IW]\d{4}", line)], console
+
+
+DROPPED_BLOCK = """
+import os, sys
+from algorithms.run.notices import startup_notices_dropped
+with startup_notices_dropped():
+    os.write(2, ("\\n".join(sys.argv[2:]) + "\\n").encode())
+    if sys.argv[1] == "raise":
+        raise RuntimeError("the import failed")
+print("after", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("mode", ["drop", "keep", "raise"])
+def test_an_entry_script_drops_the_notices_written_while_the_framework_loads(mode):
+    """What lands on file descriptor 2 inside startup_notices_dropped (absl and glog write
+    there, not to sys.stderr): the known notices dropped and every other line kept, in order;
+    every line kept when run_all.py asks for them (it logs them) or when the block raised."""
+    lines = NOTICES[:4] + SHOWN[:2]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    if mode == "keep":
+        env["CNN_PARALLEL_KEEP_NOTICES"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", DROPPED_BLOCK, mode, *lines], env=env, capture_output=True, text=True, timeout=60
+    )
+    written = proc.stderr.splitlines()
+    if mode == "drop":
+        assert proc.returncode == 0 and written == SHOWN[:2] + ["after"], written
+    elif mode == "keep":
+        assert proc.returncode == 0 and written == lines + ["after"], written
+    else:
+        assert proc.returncode != 0 and written[: len(lines)] == lines
+        assert "RuntimeError: the import failed" in written[-1]
+
+
+@pytest.mark.slow
+def test_a_tensorflow_run_alone_shows_no_start_up_notice(small_data, tmp_path):
+    """TensorFlow 2.21 logs 'oneDNN custom operations are on' before absl reads
+    TF_CPP_MIN_LOG_LEVEL: the entry script drops it, and the run's own lines still show."""
+    flags = ["--train", str(small_data / "train.csv"), "--test", "none", "--max_steps", "1", "--batch_size", "50"]
+    proc = run_script("tensorflow_script.py", flags + ["--results_dir", str(tmp_path / "results")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "oneDNN" not in proc.stderr and "absl::InitializeLog" not in proc.stderr, proc.stderr
+    assert "median" in proc.stdout

@@ -36,6 +36,7 @@ from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from algorithms.run.recorder import check_writable
 from algorithms.run.resources import check_resources, dataset_mb
 from algorithms.run.session import RunSession
+from algorithms.run.notices import startup_notices_dropped
 from algorithms.run.threads import set_malloc, set_thread_environment
 from algorithms.run.tuning import apply_tuned, resolve_tuned
 
@@ -102,11 +103,12 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
         print(note, flush=True)
     package.launch(config, argv)
-    parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
     set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
     apply_tuned(config)  # XLA and TensorFlow read their flags at import
-    wrapper = importlib.import_module(wrapper_module)
+    with startup_notices_dropped():  # the framework loads here (its determinism switches first)
+        parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
+        wrapper = importlib.import_module(wrapper_module)
     return wrapper, RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
 
 
