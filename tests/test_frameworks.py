@@ -4,9 +4,13 @@ predictions are written; and the shared init gives the same initial loss in
 every framework."""
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
+from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run.recorder import CSV_COLUMNS, read_rows, run_ids
 from tests.conftest import csv_suffix, framework_param, run_script
@@ -37,6 +41,7 @@ def test_short_run_lowers_the_loss_and_records_every_step(framework, small_data,
     proc = run_script(framework.script, flags, framework.env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Epoch 2/2" in proc.stdout and "median" in proc.stdout
+    assert "oneDNN" not in proc.stderr and "absl::InitializeLog" not in proc.stderr, proc.stderr  # start-up notices
 
     csv_path = results / f"{NETWORK}_{suffix}.csv"
     with open(csv_path) as handle:
@@ -98,3 +103,26 @@ def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_dat
     ]
     assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in frameworks]
     assert_same_initial_outputs(reference, others)
+
+
+SEEDED_WITHOUT_TENSORFLOW = """
+import random, sys
+import numpy as np
+from keras_wrapper import compat
+compat.set_random_seed(3)
+from keras.src.utils.rng_utils import get_random_seed
+print(get_random_seed(), random.random() == random.Random(3).random(),
+      np.random.rand() == np.random.RandomState(3).rand(), "tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_keras_on_jax_and_torch_seeds_everything_without_loading_tensorflow(backend):
+    """keras.utils.set_random_seed would load TensorFlow only to seed it (seconds of each
+    run's start); the wrapper's seeding sets Keras's seed, Python's and numpy's without it."""
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SEEDED_WITHOUT_TENSORFLOW], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["3", "True", "True", "False"], proc.stdout
