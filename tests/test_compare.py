@@ -168,8 +168,8 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
                     for run in every
                     if tuple(run.shown.get(key) for key in ("batch", "strategy", "devices", "epochs")) == shown
                 ]
-                # seeds 0-4 of the main env's frameworks; the legacy ones and Caffe have seeds 0-2 (docs/comparing.md)
-                seeds = range(5) if framework.venv == "main" and name != "caffe" else range(3)
+                # seeds 0-9 of the main env's frameworks; the legacy ones and Caffe have seeds 0-2 (docs/comparing.md)
+                seeds = range(10) if framework.venv == "main" and name != "caffe" else range(3)
                 assert [run.run_id for run in default] == [f"baseline-seed{seed}" for seed in seeds], name
                 assert all(run.path.startswith(os.path.join(BASELINE_DIR, "default")) for run in default)
                 assert all(run.final_val_accuracy > 0.9 for run in default), name

@@ -2,7 +2,7 @@
 
 `make baseline` runs the main command (run_all.py) on the default data where ordinary
 runs never write: seeds 0, 1 and 2 of both networks for 3 epochs at each preset's batch
-size (results/baseline/), and seeds 0-4 of the main command's own default
+size (results/baseline/), and seeds 0-9 of the main command's own default
 (results/baseline/default/: the 3-layer net at batch 100 for 10 epochs). The seeds of
 one framework at one setting span its seed band: how far the curve moves when only the
 randomness (initial weights, batch order, dropout) changes. They are the bands the pair
