@@ -22,8 +22,9 @@ false-alarm rate would be ALPHA whatever the number of seeds; they are not in th
 off), and on ten shipped seeds of five frameworks p < 0.01 alarmed on 4.9% of the pairs
 of two seeds of one framework and on 12% of `make compare` reports. So no test is given
 more than TAIL_DF degrees of freedom: its interval is a heavy-tailed t_4's at most, and
-the measured rates are then about ALPHA (docs/comparing.md). A prediction interval rather than a permutation test: with
-5 seeds a permutation of one run among them cannot give a p below 1/6.
+the measured rates are then about ALPHA (docs/comparing.md). A prediction interval
+rather than a permutation test: with 5 seeds a permutation of one run among them cannot
+give a p below 1/6.
 
 The same test checks one run against its own framework's shipped seeds
 (`reproduction_test`, baseline.py): one new draw against n seeds.
