@@ -117,14 +117,3 @@ def test_an_entry_script_drops_the_notices_written_while_the_framework_loads(mod
     else:
         assert proc.returncode != 0 and written[: len(lines)] == lines
         assert "RuntimeError: the import failed" in written[-1]
-
-
-@pytest.mark.slow
-def test_a_tensorflow_run_alone_shows_no_start_up_notice(small_data, tmp_path):
-    """TensorFlow 2.21 logs 'oneDNN custom operations are on' before absl reads
-    TF_CPP_MIN_LOG_LEVEL: the entry script drops it, and the run's own lines still show."""
-    flags = ["--train", str(small_data / "train.csv"), "--test", "none", "--max_steps", "1", "--batch_size", "50"]
-    proc = run_script("tensorflow_script.py", flags + ["--results_dir", str(tmp_path / "results")])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "oneDNN" not in proc.stderr and "absl::InitializeLog" not in proc.stderr, proc.stderr
-    assert "median" in proc.stdout

@@ -16,7 +16,11 @@ FP32 = PRECISIONS[0]
 
 def cpu_units(cpuinfo: str) -> list:
     """The LOW_PRECISION_UNITS among the first processor's flags in /proc/cpuinfo's text."""
-    flags = flags_in(cpuinfo)
+    return units_among(flags_in(cpuinfo))
+
+
+def units_among(flags: set) -> list:
+    """The LOW_PRECISION_UNITS in a set of CPU flags, in LOW_PRECISION_UNITS's order."""
     return [unit for unit in LOW_PRECISION_UNITS if unit in flags]
 
 
@@ -25,7 +29,7 @@ def machine_units(path: str = "/proc/cpuinfo") -> str:
     flags = cpu_flags(path)
     if flags is None:
         return "unknown"
-    return " ".join(unit for unit in LOW_PRECISION_UNITS if unit in flags) or "none"
+    return " ".join(units_among(flags)) or "none"
 
 
 def refusal(support, precision: str) -> str:
