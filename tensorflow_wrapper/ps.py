@@ -50,7 +50,7 @@ from algorithms.spec.weights import initial_weights
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
-from tensorflow_wrapper.trainer import LABEL_SPEC, SEED_SPEC, image_spec
+from tensorflow_wrapper.trainer import LABEL_SPEC, SEED_SPEC, image_spec, traced
 
 STEP_SPEC = tf.TensorSpec([], tf.int32)
 RATE_SPEC = tf.TensorSpec([], tf.float32)
@@ -97,13 +97,11 @@ class ParameterServerPool:
             # each step's (loss, correct, staleness, worker, step ms, comm ms), kept on the ps too: a
             # closure's own outputs live on its worker, lost if that worker dies before the chief fetches them
             self.outcomes = tf.Variable(tf.zeros([updates, 6], tf.float32), name="outcome_per_step")
-        self._closure = tf.function(  # strategy.run: the optimizer's update needs a replica context
+        self._closure = traced(  # strategy.run: the optimizer's update needs a replica context
             lambda *args: self.strategy.run(self._on_worker, args=args),
             input_signature=[image_spec(config.network), LABEL_SPEC, SEED_SPEC, STEP_SPEC, RATE_SPEC],
         )
-        self._forward = tf.function(
-            lambda x: self.model(x, training=False), input_signature=[image_spec(config.network)]
-        )
+        self._forward = traced(lambda x: self.model(x, training=False), input_signature=[image_spec(config.network)])
 
     def _on_worker(self, images, labels, step_seed, step_index, learning_rate):
         """One update, as torch's worker makes it: pull the parameters, compute the
