@@ -1,10 +1,11 @@
 """Theano for the Theano-era packages: the project's THEANO_FLAGS, then four bridges
-between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1.
+between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1, and one fix of
+theano-pymc's compile cache.
 
 Import this module before lasagne or keras (lasagne_wrapper and keras_wrapper.compat
 do); `enable_determinism` is both wrappers' parity switch. Nothing installed is edited:
-each bridge puts an old name back where the old package looks for it, and only when it is
-missing.
+bridges 1-4 put an old name back where the old package looks for it, and only when it is
+missing; 5 wraps one method of theano-pymc's C linker, in this process only.
 
 1. theano-pymc renamed `MRG_RandomStreams` to `MRG_RandomStream` (Lasagne's dropout
    and Keras's Theano backend import the old name).
@@ -12,6 +13,11 @@ missing.
    layers call `downsample.max_pool_2d`, which `pool.pool_2d` still computes.
 3. Python 3.10 moved `Iterable`, `Mapping`, ... out of `collections` (Keras 2.3.1).
 4. Python 3.11 removed `inspect.getargspec` and `inspect.ArgSpec` (Keras 2.3.1).
+5. theano-pymc's C-module cache key counts an op's `__props__` among the versions, and an
+   op with no properties (Dot22, Alloc, the softmax cross-entropy ops...) has `()`, which
+   the key reads as "unversioned": every such module was compiled again by every process
+   (8 gcc runs, 5-6 s of a 11.5 s Lasagne run). Where that is the only reason, the key
+   gets the ops' and types' real versions, so those modules are cached like the others.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ import theano  # noqa: E402
 import theano.sandbox.rng_mrg  # noqa: E402
 import theano.tensor.signal  # noqa: E402
 from theano.tensor.signal import pool  # noqa: E402
+from theano.link.c.basic import CLinker  # noqa: E402
+from theano.link.c.interface import CLinkerObject  # noqa: E402
 
 
 def bridge_mrg_random_streams() -> None:
@@ -104,6 +112,37 @@ def bridge_getargspec() -> None:
         inspect.ArgSpec = ArgSpec
 
 
+def versions_without_empty_props(linker, fgraph) -> tuple:
+    """The C-module cache version of `fgraph` as theano-pymc's CLinker.cmodule_key_ builds it,
+    less the ops' empty `__props__`; () if an op or type is really unversioned."""
+    version = []
+    for node in linker.schedule(fgraph):
+        if hasattr(node.op, "c_code_cache_version_apply"):
+            version.append(node.op.c_code_cache_version_apply(node))
+        if getattr(node.op, "__props__", ()):
+            version.append(node.op.__props__)
+        for variable in (*node.inputs, *node.outputs):
+            if isinstance(variable.type, CLinkerObject):
+                version.append(variable.type.c_code_cache_version())
+    return tuple(version) if all(version) else ()
+
+
+def bridge_cache_key_versions() -> None:
+    original = CLinker.cmodule_key_
+    if getattr(original, "cnn_parallel_bridge", False):
+        return
+
+    def cmodule_key_(self, fgraph, *args, **kwargs):
+        key = original(self, fgraph, *args, **kwargs)
+        if key is None or key[0]:  # uncacheable (an unhashable constant) or already versioned
+            return key
+        return versions_without_empty_props(self, fgraph), key[1]
+
+    cmodule_key_.cnn_parallel_bridge = True
+    cmodule_key_.original = original
+    CLinker.cmodule_key_ = cmodule_key_
+
+
 def describe_theano() -> str:
     """The devices line of results.log: where Theano runs and with which flags."""
     flags = os.environ.get("THEANO_FLAGS", "")
@@ -127,3 +166,4 @@ bridge_mrg_random_streams()
 bridge_downsample()
 bridge_collections_abc()
 bridge_getargspec()
+bridge_cache_key_versions()

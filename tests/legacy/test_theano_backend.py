@@ -1,5 +1,6 @@
 """backends/theano_backend.py: the project's THEANO_FLAGS (a user's are kept),
-and each of the four bridges, exercised through the Lasagne / Keras code that needs it."""
+each of the four bridges, exercised through the Lasagne / Keras code that needs it, and
+the compile cache's fix (bridge 5)."""
 
 import collections
 import collections.abc
@@ -104,6 +105,50 @@ def test_bridge_4_getargspec_answers_like_python_3_10():
     assert tuple(inspect.getargspec(fn)) == expected
     spec = keras.utils.generic_utils.getargspec(fn)  # builds an inspect.ArgSpec
     assert isinstance(spec, inspect.ArgSpec) and spec.keywords == "options" and tuple(spec) == expected
+
+
+# a softmax classifier's training function (Dot22, Alloc and the cross-entropy ops: no
+# properties); prints the ops without properties in each C module this process compiled
+COMPILED_WITHOUT_PROPS = """
+from backends import theano_backend
+import json, numpy as np, theano, theano.tensor as T
+from theano.link.c.basic import CLinker
+compiled = []
+compile_cmodule = CLinker.compile_cmodule
+def counted(self, *args, **kwargs):
+    compiled.extend(type(node.op).__name__ for node in self.fgraph.toposort() if node.op.__props__ == ())
+    return compile_cmodule(self, *args, **kwargs)
+CLinker.compile_cmodule = counted
+x, y = T.matrix("x"), T.ivector("y")
+w = theano.shared(np.zeros((4, 3), np.float32))
+loss = T.nnet.categorical_crossentropy(T.nnet.softmax(T.dot(x, w)), y).mean()
+theano.function([x, y], loss, updates=[(w, w - 0.1 * T.grad(loss, w))])
+print(json.dumps(compiled))
+"""
+
+
+def test_bridge_5_a_second_process_compiles_no_module_the_first_compiled():
+    """theano-pymc read an op's empty __props__ as "unversioned": Dot22's module and the
+    others were compiled again by every process (their key is still unversioned by the
+    original method). With the bridge a second process compiles none of them. (Theano
+    still compiles a constant-folding module in each: its key holds a per-process hash.)"""
+    from theano.link.c.basic import CLinker
+
+    x = T.matrix("x")
+    fgraph = theano.function([x], T.dot(x, x.T)).maker.fgraph
+    assert any(type(node.op).__name__ == "Dot22" and node.op.__props__ == () for node in fgraph.toposort())
+    linker = CLinker().accept(fgraph)
+    assert linker.cmodule_key()[0], "the bridged key is versioned"
+    assert CLinker.cmodule_key_.original(linker, fgraph, linker.no_recycling)[0] == (), "theano-pymc's is not"
+
+    compiled = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", COMPILED_WITHOUT_PROPS], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        compiled.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert compiled[1] == [], compiled
 
 
 def test_keras_runs_on_the_theano_backend():
