@@ -22,7 +22,7 @@ def layer_name(index: int) -> str:
 
 # The kernels start at zeros, then take the shared weights: Keras's default random
 # initializer costs 2.2 s of every Keras-on-jax run's first model (jax compiles it once per
-# kernel shape) for values that are overwritten at once; zeros cost 0.4 s there.
+# kernel shape) for values that are overwritten at once; zeros cost 0.6 s there.
 KERNEL_INITIALIZER = "zeros"
 
 
