@@ -55,6 +55,18 @@ def _without(groups: dict, seeds: set) -> list:
     return [run for by_seed in groups.values() for seed, run in by_seed.items() if seed not in seeds]
 
 
+def one_framework_alarms(groups: dict) -> list:
+    """For every two seeds of one framework, judged against its other seeds: called beyond?"""
+    alarms = []
+    for by_seed in groups.values():
+        for i, j in itertools.combinations(sorted(by_seed), 2):
+            rest = tuple(run for seed, run in by_seed.items() if seed not in (i, j))
+            test = pair_test(by_seed[i], by_seed[j], [SeedBand(rest, "the other seeds")])
+            if test is not None:
+                alarms.append(test.beyond)
+    return alarms
+
+
 def measure(groups: dict) -> dict:
     """name -> (beyond, judged) of each measurement in the module docstring."""
     names = list(groups)
@@ -77,12 +89,9 @@ def measure(groups: dict) -> dict:
     for a, b in itertools.combinations(names, 2):
         for i, j in itertools.permutations(seeds, 2):
             count("other seeds", judge(groups[a][i], groups[b][j], Yardsticks(_without(groups, {i, j}))).beyond)
-    for name, by_seed in groups.items():
-        for i, j in itertools.combinations(sorted(by_seed), 2):
-            rest = tuple(run for seed, run in by_seed.items() if seed not in (i, j))
-            test = pair_test(by_seed[i], by_seed[j], [SeedBand(rest, "the other seeds")])
-            if test is not None:
-                count("one framework", test.beyond)
+    for beyond in one_framework_alarms(groups):
+        count("one framework", beyond)
+    for by_seed in groups.values():
         for seed, run in by_seed.items():
             test = reproduction_test(run, [other for other_seed, other in by_seed.items() if other_seed != seed])
             if test is not None:
