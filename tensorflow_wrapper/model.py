@@ -10,10 +10,11 @@ convolution, so Eigen's run instead (in bfloat16, generic and many times slower)
 Two things here serve the parallel strategies:
 - `layer_devices` pins each layer's variables and ops to a device (model
   parallel: the plan's stages on two devices); TensorFlow inserts the transfers.
-- Dropout masks are drawn for the whole optimizer step's batch from (seed, step,
-  layer) and cut to the rows this call holds, so a sample's mask does not depend
-  on how the batch is split across replicas or accumulation parts: N-device and
-  accumulated steps equal the 1-device step even with dropout on.
+- Dropout draws its mask from the uniforms that come with the rows
+  (algorithms/spec/dropout.py), cut with them wherever the batch is cut, so a sample's
+  mask does not depend on how the batch is split across replicas, accumulation parts
+  or micro-batches: N-device and accumulated steps equal the 1-device step even with
+  dropout on, and every framework drops the same units.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 
 import tensorflow as tf
 
+from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
 from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 ACTIVATIONS = {None: tf.identity, "relu": tf.nn.relu, "softmax": tf.nn.softmax}
@@ -45,6 +47,7 @@ class SpecModel(tf.Module):
                 self.kernels[w.layer_index] = tf.Variable(w.kernel, name=f"kernel_{w.layer_index}")
                 self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
         self.seed = seed
+        self.dropout_position = {index: k for k, (index, _, _) in enumerate(dropout_layers(network))}
         # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool
         self.folded_pads = network.pads_folded_as_same()
         self.late_relus = network.relus_after_pools()
@@ -56,19 +59,17 @@ class SpecModel(tf.Module):
     def _on_device(self, index: int):
         return tf.device(self.layer_devices[index]) if self.layer_devices else contextlib.nullcontext()
 
-    def __call__(
-        self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None, values=None, taps=None
-    ) -> tf.Tensor:
-        """`step_seed` ([2] int64), `row_offset` and `step_rows` place this call's rows
-        inside the optimizer step's batch; needed only with training=True. `values`:
-        tensors in weights_in_order's order, computed with in place of the variables (a
+    def __call__(self, x: tf.Tensor, training: bool, uniforms=(), values=None, taps=None) -> tf.Tensor:
+        """`uniforms`: the dropout uniforms of these rows, one tensor per Dropout layer in
+        layer order (spec/dropout.py); needed only with training=True. `values`: tensors in
+        weights_in_order's order, computed with in place of the variables (a
         parameter-server worker's copy, pulled before its forward pass). `taps`: a dict
         that gets each layer's output by index (the localisation's view)."""
         x = tf.cast(x, self.compute_dtype)
         pulled = None if values is None else dict(zip(sorted(self.kernels), zip(values[0::2], values[1::2])))
         for index, layer in enumerate(self.network.layers):
             with self._on_device(index):
-                x = self._layer(index, layer, x, training, step_seed, row_offset, step_rows, pulled)
+                x = self._layer(index, layer, x, training, uniforms, pulled)
             if taps is not None:
                 taps[index] = x
         return tf.cast(x, tf.float32)
@@ -78,7 +79,7 @@ class SpecModel(tf.Module):
         kernel, bias = pulled[index] if pulled else (self.kernels[index], self.biases[index])
         return tf.cast(kernel, self.compute_dtype), tf.cast(bias, self.compute_dtype)
 
-    def _layer(self, index, layer, x, training, step_seed, row_offset, step_rows, pulled=None):
+    def _layer(self, index, layer, x, training, uniforms, pulled=None):
         if isinstance(layer, ZeroPad2D):
             if index + 1 in self.folded_pads:
                 return x
@@ -94,7 +95,7 @@ class SpecModel(tf.Module):
         if isinstance(layer, Dense):
             return self._dense(index, x, *self._weights(index, pulled))
         if isinstance(layer, Dropout):
-            return dropout(x, layer.rate, index, step_seed, row_offset, step_rows) if training else x
+            return dropout(x, layer.rate, uniforms[self.dropout_position[index]]) if training else x
         raise TypeError(f"tensorflow_wrapper cannot translate {layer!r}")
 
     def _conv(self, index, layer, x, kernel, bias):
@@ -114,12 +115,11 @@ def build_model(
     return SpecModel(network, weights, seed, layer_devices, compute_dtype)
 
 
-def dropout(x, rate: float, layer_index: int, step_seed, row_offset, step_rows):
-    """Inverted dropout whose mask is row `row_offset + i` of the step's mask."""
-    seed = tf.random.experimental.stateless_fold_in(step_seed, layer_index)
-    mask_shape = tf.concat([[step_rows], tf.shape(x)[1:]], axis=0)
-    uniform = tf.random.stateless_uniform(mask_shape, seed)[row_offset : row_offset + tf.shape(x)[0]]
-    return x * tf.cast(uniform >= rate, x.dtype) / (1.0 - rate)
+def dropout(x, rate: float, uniform):
+    """Inverted dropout by the shared mask rule (spec/dropout.py): x times float32(1 / (1 -
+    rate)) where the row's uniform exceeds the rate, 0 elsewhere."""
+    mask = tf.where(uniform > rate, tf.constant(dropout_scale(rate), tf.float32), tf.constant(0.0, tf.float32))
+    return x * tf.cast(mask, x.dtype)
 
 
 def make_optimizer(spec, pre_reduced: bool = False, learning_rate=None):

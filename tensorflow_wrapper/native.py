@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import tensorflow as tf
 
+from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
@@ -40,25 +41,27 @@ class Native(NativeLoop):
         if self.loss_scaled:
             self.optimizer = tf.keras.mixed_precision.LossScaleOptimizer(self.optimizer)
         self.optimizer.build(self.variables)
-        self.seed, self.count = config.seed, 0
         self.step = tf.function(self._step, jit_compile=jit_compile)
         self.batches = {
-            id(parts): (tf.constant(dataset.train_x[parts[0]][..., None]), tf.constant(dataset.train_y[parts[0]]))
-            for _, parts in schedule
+            id(parts): (
+                tf.constant(dataset.train_x[parts[0]][..., None]),
+                tf.constant(dataset.train_y[parts[0]]),
+                tuple(tf.constant(u) for u in uniforms(config.network, config.seed, epoch, parts[0])),
+            )
+            for epoch, parts in schedule
         }
         self.losses: list = []
 
-    def _step(self, images, labels, step_seed):
+    def _step(self, images, labels, uniforms):
         with tf.GradientTape() as tape:
-            logits = self.model(images, True, step_seed, 0, tf.shape(images)[0])
+            logits = self.model(images, True, uniforms)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         self.optimizer.apply_gradients(zip(tape.gradient(scaled, self.variables), self.variables))
         return loss
 
     def native_step(self, batch):
-        self.count += 1
-        return self.step(*batch, tf.constant([self.seed, self.count], tf.int64))
+        return self.step(*batch)
 
 
 Harness = hand_step_harness(build_trainer)

@@ -50,7 +50,7 @@ from algorithms.spec.weights import initial_weights
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
-from tensorflow_wrapper.trainer import LABEL_SPEC, SEED_SPEC, image_spec, traced
+from tensorflow_wrapper.trainer import LABEL_SPEC, image_spec, traced, uniforms_spec
 
 STEP_SPEC = tf.TensorSpec([], tf.int32)
 RATE_SPEC = tf.TensorSpec([], tf.float32)
@@ -76,7 +76,7 @@ class ParameterServerPool:
         except RuntimeError:  # a process that already ran an op keeps its pools
             pass
         tf.random.set_seed(config.seed)
-        self.seed, self.dataset = config.seed, dataset
+        self.dataset = dataset
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.strategy = tf.distribute.ParameterServerStrategy(resolver)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
@@ -99,11 +99,17 @@ class ParameterServerPool:
             self.outcomes = tf.Variable(tf.zeros([updates, 6], tf.float32), name="outcome_per_step")
         self._closure = traced(  # strategy.run: the optimizer's update needs a replica context
             lambda *args: self.strategy.run(self._on_worker, args=args),
-            input_signature=[image_spec(config.network), LABEL_SPEC, SEED_SPEC, STEP_SPEC, RATE_SPEC],
+            input_signature=[
+                image_spec(config.network),
+                LABEL_SPEC,
+                uniforms_spec(config.network),
+                STEP_SPEC,
+                RATE_SPEC,
+            ],
         )
         self._forward = traced(lambda x: self.model(x, training=False), input_signature=[image_spec(config.network)])
 
-    def _on_worker(self, images, labels, step_seed, step_index, learning_rate):
+    def _on_worker(self, images, labels, uniforms, step_index, learning_rate):
         """One update, as torch's worker makes it: pull the parameters, compute the
         gradients of the share on that copy, push them (the ps applies them at once).
         Timed on this worker's clock: pull and push are its comm_time_ms."""
@@ -116,7 +122,7 @@ class ParameterServerPool:
             pulled_at = tf.timestamp()
         with tf.GradientTape() as tape:
             tape.watch(pulled)
-            logits = self.model(images, True, step_seed, 0, tf.shape(images)[0], values=pulled)
+            logits = self.model(images, True, uniforms, values=pulled)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.reduce_mean(per_example)
         gradients = tape.gradient(loss, pulled)
@@ -142,15 +148,14 @@ class ParameterServerPool:
         self.outcomes.scatter_nd_update([[step_index]], [tf.stack([tf.cast(v, tf.float32) for v in outcome])])
         return tuple(outcome)
 
-    def submit(self, slot: int, indices: np.ndarray, learning_rate: float) -> None:
+    def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
         """Queues the update of these rows at the coordinator, which picks its worker
         (`slot` unused); a thread waits for it and hands it to `result`."""
         step_index = self.scheduled
-        step_seed = tf.constant([self.seed, step_index + 1], tf.int64)  # the single-device trainer's dropout seed
         args = (
             tf.constant(self.dataset.train_x[indices][..., None]),
             tf.constant(self.dataset.train_y[indices]),
-            step_seed,
+            tuple(tf.constant(u) for u in uniforms),
             tf.constant(step_index, tf.int32),
             tf.constant(learning_rate, tf.float32),
         )

@@ -8,7 +8,7 @@ on its own copy, as torch's ranks do. All of it is ops in the step's one
 tf.function: TensorFlow inserts the device-to-device copies and differentiates
 through them, so each slice's gradient is exactly its part of the one-device
 gradient, and the input's gradient is summed over the devices that read it.
-Dropout draws the same stateless mask on every copy (model.dropout)."""
+Dropout draws the same mask on every copy, from the rows' shared uniforms (model.dropout)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class TensorParallelModel(SpecModel):
             for shards in (self.kernel_shards[i], self.bias_shards[i])
         ]
 
-    def __call__(self, x: tf.Tensor, training: bool, step_seed=None, row_offset=0, step_rows=None) -> tf.Tensor:
+    def __call__(self, x: tf.Tensor, training: bool, uniforms=()) -> tf.Tensor:
         copies = [x] * len(self.devices)  # each device reads the input batch
         for index, layer in enumerate(self.network.layers):
             if index in self.shards:
@@ -65,7 +65,5 @@ class TensorParallelModel(SpecModel):
             else:
                 for rank, device in enumerate(self.devices):
                     with tf.device(device):
-                        copies[rank] = self._layer(
-                            index, layer, copies[rank], training, step_seed, row_offset, step_rows
-                        )
+                        copies[rank] = self._layer(index, layer, copies[rank], training, uniforms)
         return copies[0]

@@ -32,6 +32,7 @@ import tensorflow as tf
 from algorithms.run.contract import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.run.noise_scale import replica_gradient_norms
+from algorithms.spec.dropout import dropout_layers
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import split_ranges
 from backends.tensorflow_backend import set_threads
@@ -41,13 +42,17 @@ from tensorflow_wrapper.tensor_parallel import TensorParallelModel
 
 COMPUTE_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 LABEL_SPEC = tf.TensorSpec([None], tf.int32)
-SEED_SPEC = tf.TensorSpec([2], tf.int64)
 ROWS_SPEC = tf.TensorSpec([], tf.int32)
 
 
 def image_spec(network) -> tf.TensorSpec:
     """Any number of the spec's (H, W, C) images, float32."""
     return tf.TensorSpec([None, *network.input_shape], tf.float32)
+
+
+def uniforms_spec(network) -> tuple:
+    """Any number of rows' dropout uniforms: one float32 tensor per Dropout layer (spec/dropout.py)."""
+    return tuple(tf.TensorSpec([None, *shape], tf.float32) for _, _, shape in dropout_layers(network))
 
 
 def traced(fn, **options):
@@ -82,9 +87,8 @@ class TensorFlowTrainer:
         noise_scale=False,
     ):
         tf.random.set_seed(seed)
-        self.input_shape = network.input_shape
+        self.network = network
         self.noise_scale = noise_scale  # data parallel: the gradient norms of every step (GradientNorms)
-        self.seed, self.optimizer_steps = seed, 0
         self.data_parallel = strategy is not None
         self.jit_compile = jit_compile
         self.strategy = strategy or tf.distribute.get_strategy()
@@ -104,13 +108,11 @@ class TensorFlowTrainer:
             self.optimizer.build(self.variables)
         # --execution eager: the same Python functions, run op by op instead of traced once
         function = (lambda fn, **options: fn) if eager else traced
-        images = image_spec(network)
+        images, uniforms = image_spec(network), uniforms_spec(network)
         self._fused_step = function(
-            self._fused, input_signature=[images, LABEL_SPEC, SEED_SPEC], jit_compile=jit_compile
+            self._fused, input_signature=[images, LABEL_SPEC, uniforms], jit_compile=jit_compile
         )  # --compile: XLA
-        self._part_gradients = function(
-            self._gradients, input_signature=[images, LABEL_SPEC, SEED_SPEC, ROWS_SPEC, ROWS_SPEC]
-        )
+        self._part_gradients = function(self._gradients, input_signature=[images, LABEL_SPEC, uniforms, ROWS_SPEC])
         self._apply = function(self._apply_gradients)
         self._replica_apply = traced(self._apply_on_replicas, reduce_retracing=True)
         self._replica_gradients = traced(self._run_on_replicas, reduce_retracing=True)
@@ -120,39 +122,33 @@ class TensorFlowTrainer:
         self._forward = function(lambda x: self.model(x, training=False), input_signature=[images])
 
     # ------------------------------------------------------------------ step pieces
-    def _gradients(self, images, labels, step_seed, row_offset, step_rows):
+    def _gradients(self, images, labels, uniforms, step_rows):
         """Gradients of this slice's share of the step's mean loss (sum / step_rows),
         so summing them over slices gives the gradient of the whole step's mean.
         Pipeline: the slice cut into micro-batches (split_sizes' rule, in the graph),
         each one's gradients taken on its own, all summed."""
         if self.micro_batches == 1:
-            return self._slice_gradients(images, labels, step_seed, row_offset, step_rows)
+            return self._slice_gradients(images, labels, uniforms, step_rows)
         rows = tf.shape(labels)[0]
         sizes = rows // self.micro_batches + tf.cast(tf.range(self.micro_batches) < rows % self.micro_batches, tf.int32)
         starts = tf.cumsum(sizes, exclusive=True)
-        parts = [
-            self._slice_gradients(
-                images[starts[m] : starts[m] + sizes[m]],
-                labels[starts[m] : starts[m] + sizes[m]],
-                step_seed,
-                row_offset + starts[m],
-                step_rows,
-            )
-            for m in range(self.micro_batches)
-        ]
+        parts = []
+        for m in range(self.micro_batches):
+            part = slice(starts[m], starts[m] + sizes[m])
+            parts.append(self._slice_gradients(images[part], labels[part], tuple(u[part] for u in uniforms), step_rows))
         return tf.nest.map_structure(lambda *values: tf.add_n(list(values)), *parts)
 
-    def _slice_gradients(self, images, labels, step_seed, row_offset, step_rows):
+    def _slice_gradients(self, images, labels, uniforms, step_rows):
         with tf.GradientTape() as tape:
-            logits = self.model(images, True, step_seed, row_offset, step_rows)
+            logits = self.model(images, True, uniforms)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=step_rows)
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.float32))
         return tape.gradient(scaled, self.variables), loss, correct
 
-    def _fused(self, images, labels, step_seed):
-        gradients, loss, correct = self._gradients(images, labels, step_seed, 0, tf.shape(images)[0])
+    def _fused(self, images, labels, uniforms):
+        gradients, loss, correct = self._gradients(images, labels, uniforms, tf.shape(images)[0])
         self.optimizer.apply_gradients(zip(gradients, self.variables))
         return loss, correct
 
@@ -163,8 +159,8 @@ class TensorFlowTrainer:
         """Every replica applies the same summed gradients to its copy."""
         self.strategy.run(self._apply_gradients, args=(summed,))
 
-    def _run_on_replicas(self, images, labels, offsets, step_seed, step_rows):
-        return self.strategy.run(self._gradients, args=(images, labels, step_seed, offsets, step_rows))
+    def _run_on_replicas(self, images, labels, uniforms, step_rows):
+        return self.strategy.run(self._gradients, args=(images, labels, uniforms, step_rows))
 
     def _add_on_replicas(self, total, part):
         return self.strategy.run(lambda a, b: tf.nest.map_structure(tf.add, a, b), args=(total, part))
@@ -194,14 +190,14 @@ class TensorFlowTrainer:
             )
         return before, squared_norm([self.strategy.experimental_local_results(g)[0] for g in summed])
 
-    def _distribute(self, images, labels, row_offset: int, step_rows: int):
-        """Each replica's contiguous slice of the batch (global replica ids, so the
-        workers of a multi-worker run take disjoint slices of the same batch)."""
+    def _distribute(self, images, labels, uniforms, step_rows: int):
+        """Each replica's contiguous slice of the batch and its uniforms (global replica ids,
+        so the workers of a multi-worker run take disjoint slices of the same batch)."""
         ranges = split_ranges(len(labels), self.strategy.num_replicas_in_sync)
 
         def slice_for(context):
             start, stop = ranges[context.replica_id_in_sync_group]
-            return images[start:stop], labels[start:stop], tf.constant(row_offset + start, tf.int32)
+            return images[start:stop], labels[start:stop], tuple(u[start:stop] for u in uniforms)
 
         values = self.strategy.experimental_distribute_values_from_function(slice_for)
         return values, tf.constant(step_rows, tf.int32)
@@ -211,12 +207,12 @@ class TensorFlowTrainer:
         with self.strategy.scope():
             self.optimizer.learning_rate = learning_rate
 
-    def to_batch(self, images, labels):
-        return tf.convert_to_tensor(images[..., None]), tf.convert_to_tensor(labels)
-
-    def _next_seed(self):
-        self.optimizer_steps += 1
-        return tf.constant([self.seed, self.optimizer_steps], tf.int64)
+    def to_batch(self, images, labels, uniforms):
+        return (
+            tf.convert_to_tensor(images[..., None]),
+            tf.convert_to_tensor(labels),
+            tuple(tf.convert_to_tensor(u) for u in uniforms),
+        )
 
     def step(self, batches: list) -> StepResult:
         """One optimizer step over these batches (more than one: --accumulate); with fp16,
@@ -229,30 +225,29 @@ class TensorFlowTrainer:
         return StepResult(result.loss, result.accuracy, result.comm_time_ms, scale, skipped)
 
     def _step(self, batches: list) -> StepResult:
-        step_seed = self._next_seed()
-        step_rows = sum(int(labels.shape[0]) for _, labels in batches)
+        step_rows = sum(int(labels.shape[0]) for _, labels, _ in batches)
         if self.data_parallel:
             with peers_checked():
-                return self._data_parallel_step(batches, step_seed, step_rows)
+                return self._data_parallel_step(batches, step_rows)
         if len(batches) == 1:
-            loss, correct = self._fused_step(*batches[0], step_seed)
+            loss, correct = self._fused_step(*batches[0])
             return StepResult(float(loss), float(correct) / step_rows)
-        total, offset = None, 0
-        for images, labels in batches:
-            part = self._part_gradients(images, labels, step_seed, offset, step_rows)
+        total = None
+        for images, labels, uniforms in batches:
+            part = self._part_gradients(images, labels, uniforms, step_rows)
             total = part if total is None else tf.nest.map_structure(tf.add, total, part)
-            offset += int(labels.shape[0])
         gradients, loss, correct = total
         self._apply(gradients)
         return StepResult(float(loss), float(correct) / step_rows)
 
-    def _data_parallel_step(self, batches, step_seed, step_rows):
-        total, offset = None, 0
-        for images, labels in batches:
-            (replica_images, replica_labels, offsets), rows = self._distribute(images, labels, offset, step_rows)
-            part = self._replica_gradients(replica_images, replica_labels, offsets, step_seed, rows)
+    def _data_parallel_step(self, batches, step_rows):
+        total = None
+        for images, labels, uniforms in batches:
+            (replica_images, replica_labels, replica_uniforms), rows = self._distribute(
+                images, labels, uniforms, step_rows
+            )
+            part = self._replica_gradients(replica_images, replica_labels, replica_uniforms, rows)
             total = part if total is None else self._add(total, part)
-            offset += int(labels.shape[0])
         start = time.perf_counter()
         gradients, loss, correct = self._all_reduce(total)
         loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
@@ -260,7 +255,7 @@ class TensorFlowTrainer:
         comm_ms = (time.perf_counter() - start) * 1000.0
         norms = (
             replica_gradient_norms(
-                [int(labels.shape[0]) for _, labels in batches],
+                [int(labels.shape[0]) for _, labels, _ in batches],
                 self.strategy.num_replicas_in_sync,
                 lambda: tuple(float(value) for value in self._squared_norms(total[0], gradients)),
             )
@@ -274,26 +269,26 @@ class TensorFlowTrainer:
         """The single-device step functions take any batch (their input signatures leave
         it None): nothing to do. XLA (--compile) compiles each shape, and the data-parallel
         functions (reduce_retracing) re-trace for a new replica slice: one step on zeros
-        of the new shape here, then every variable and the dropout-seed counter put back."""
+        of the new shape here, then every variable put back."""
         if self.jit_compile or self.data_parallel:
-            step_on_zeros_then_restore(self, batch_size, self.input_shape, self._snapshot, self._restore)
+            step_on_zeros_then_restore(self, batch_size, self.network, self._snapshot, self._restore)
 
     def _snapshot(self) -> tuple:
-        """Every variable's value (weights, optimizer slots and counters) and the dropout-seed counter."""
+        """Every variable's value (weights, optimizer slots and counters)."""
         variables = list(self.variables) + list(self.optimizer.variables)
-        return variables, [variable.numpy() for variable in variables], self.optimizer_steps
+        return variables, [variable.numpy() for variable in variables]
 
     def _restore(self, state: tuple) -> None:
-        variables, values, self.optimizer_steps = state
+        variables, values = state
         with self.strategy.scope():
             for variable, value in zip(variables, values):
                 variable.assign(value)
 
     def save_checkpoint(self, folder: str) -> None:
-        """TensorFlow's own checkpoint: weights, optimizer slots and the step counter
-        the dropout seeds derive from. Every worker of a multi-worker run must write
-        (saving runs collectives); the others write to a scratch folder, as TensorFlow's
-        multi-worker guide does, so only the chief's lands in the run's folder."""
+        """TensorFlow's own checkpoint: weights, optimizer slots and counters. Every worker
+        of a multi-worker run must write (saving runs collectives); the others write to a
+        scratch folder, as TensorFlow's multi-worker guide does, so only the chief's lands
+        in the run's folder."""
         if not is_chief(tf_config()):
             folder = tempfile.mkdtemp(prefix="cnn-parallel-worker-checkpoint-")
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
@@ -305,7 +300,6 @@ class TensorFlowTrainer:
         they all restored the same step."""
         checkpoint = self._checkpoint()
         checkpoint.read(os.path.join(folder, "tensorflow")).assert_existing_objects_matched()
-        self.optimizer_steps = int(checkpoint.optimizer_steps.numpy())
         if self.data_parallel and tf_config():
             with peers_checked():
                 self._check_same_step(folder)
@@ -313,23 +307,20 @@ class TensorFlowTrainer:
     def _check_same_step(self, folder: str) -> None:
         """The collectives only sum: every worker sees the sum of all replicas' steps, and
         it equals replicas x its own on every worker only if all restored the same one."""
-        mine = tf.constant(self.optimizer_steps, tf.int64)
+        steps = int(self.optimizer.iterations.numpy())
+        mine = tf.constant(steps, tf.int64)
         total = tf.function(lambda v: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None))(
             self.strategy.experimental_distribute_values_from_function(lambda _: mine)
         ).numpy()
-        if total != self.strategy.num_replicas_in_sync * self.optimizer_steps:
+        if total != self.strategy.num_replicas_in_sync * steps:
             raise RuntimeError(
-                f"--resume: the workers restored different steps (this one {self.optimizer_steps} from {folder}): "
+                f"--resume: the workers restored different steps (this one {steps} from {folder}): "
                 "every worker must read the chief's checkpoint, so give them the same --results_dir "
                 "on a shared file system"
             )
 
     def _checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(
-            weights=list(self.variables),
-            optimizer=self.optimizer,
-            optimizer_steps=tf.Variable(self.optimizer_steps, dtype=tf.int64),
-        )
+        return tf.train.Checkpoint(weights=list(self.variables), optimizer=self.optimizer)
 
     def logits(self, images):
         return self._forward(tf.convert_to_tensor(images[..., None])).numpy()

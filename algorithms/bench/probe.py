@@ -63,7 +63,7 @@ class HandStepHarness:
 
     def __init__(self, trainer, session: RunSession):
         self.trainer, self.session = trainer, session
-        self.prefetcher = prefetcher_for(trainer, session.dataset)  # as train_by_hand: the next step made ahead
+        self.prefetcher = prefetcher_for(trainer, session)  # as train_by_hand: the next step made ahead
         self.following: dict = {}  # id(parts) -> the schedule's next parts
         self.learning_rate = session.config.optimizer.learning_rate
         self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost

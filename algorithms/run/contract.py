@@ -123,8 +123,11 @@ class Trainer(Protocol):
     A class may set `CONVERT_AHEAD = True` when its to_batch touches nothing the step
     uses: the loop then calls it in the prefetch thread, during the step before."""
 
-    def to_batch(self, images, labels):
-        """numpy (N, 28, 28) float32 images and int labels -> the framework's batch (timed as data time)."""
+    def to_batch(self, images, labels, uniforms):
+        """numpy (N, H, W) float32 images, int labels and the rows' dropout uniforms (a tuple,
+        one (N, *input shape) float32 array per Dropout layer, spec layout; () without dropout:
+        spec/dropout.py, whose mask rule every wrapper applies) -> the framework's batch
+        (timed as data time)."""
 
     def step(self, batches: list) -> StepResult:
         """One optimizer step over these batches: one, or K with --accumulate K."""
@@ -194,10 +197,11 @@ class UpdatePool(Protocol):
     slots: int  # jobs in flight at once
     parts: int  # pieces each step's batch is cut into
 
-    def submit(self, slot: int, indices: np.ndarray, learning_rate: float) -> None:
-        """Starts one job: the update of these training rows at this lr. `slot` is one of
-        range(slots) that no job holds, taken back when an Update with that `worker`
-        arrives; a pool whose own scheduler picks the worker ignores it."""
+    def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
+        """Starts one job: the update of these training rows at this lr, their dropout drawn
+        from `uniforms` (as Trainer.to_batch's). `slot` is one of range(slots) that no job
+        holds, taken back when an Update with that `worker` arrives; a pool whose own
+        scheduler picks the worker ignores it."""
 
     def result(self, timeout_s: float) -> Optional[Update]:
         """The next applied update, or None if none came within the timeout."""
@@ -252,6 +256,10 @@ class WrapperSession(Protocol):
         skipped: bool = False,
     ) -> None:
         """Record one finished optimizer step (its CSV row); raises on a stop signal."""
+
+    def dropout_uniforms(self, epoch: int, rows) -> tuple:
+        """The dropout uniforms of these training rows in this epoch (spec/dropout.py): what a
+        trainer that gathers its own rows (Keras's fit) feeds its Dropout layers."""
 
     def checkpoint_due(self) -> bool: ...
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from algorithms.run.contract import FitTrainer, Trainer
 from algorithms.run.session import RunSession
+from algorithms.spec.dropout import uniforms
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -49,6 +50,18 @@ def validate(session: RunSession, epoch: int, logits_fn) -> None:
     session.end_epoch(epoch, cross_entropy(logits, data.val_y), accuracy(logits, data.val_y), elapsed_ms)
 
 
+def evaluate_initial(session: RunSession, logits_fn) -> None:
+    """The validation split at the initial weights, before the first step (not again on
+    --resume): the session's `init` row."""
+    if session.resume_from:
+        return
+    data = session.dataset
+    start = time.perf_counter()
+    logits = logits_fn(data.val_x)
+    elapsed_ms = (time.perf_counter() - start) * 1000.0
+    session.initial_evaluation(cross_entropy(logits, data.val_y), accuracy(logits, data.val_y), elapsed_ms)
+
+
 def finish_with_test(session: RunSession, logits_fn) -> dict:
     """Predict the test set (scored if its labels are known) and close the run."""
     data = session.dataset
@@ -61,36 +74,41 @@ def finish_with_test(session: RunSession, logits_fn) -> dict:
 
 
 class Prefetcher:
-    """Gathers the next step's rows (numpy fancy indexing: a copy of the batch) in a
-    background thread while the framework computes the current step; with `to_batch`
-    (a trainer's, whose class sets CONVERT_AHEAD) it converts them there too, so the
-    step waits for neither."""
+    """Gathers the next step's rows (numpy fancy indexing: a copy of the batch) and their
+    dropout uniforms (`uniforms(epoch, rows)`, spec/dropout.py) in a background thread
+    while the framework computes the current step; with `to_batch` (a trainer's, whose
+    class sets CONVERT_AHEAD) it converts them there too, so the step waits for neither."""
 
-    def __init__(self, dataset, to_batch=None):
+    def __init__(self, dataset, uniforms, to_batch=None):
         self.dataset = dataset
+        self.uniforms = uniforms
         self.to_batch = to_batch
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
         self.pending = None  # (parts, future) of the step gathered ahead
 
-    def gather(self, parts: list) -> list:
-        arrays = [(self.dataset.train_x[indices], self.dataset.train_y[indices]) for indices in parts]
-        return arrays if self.to_batch is None else [self.to_batch(images, labels) for images, labels in arrays]
+    def gather(self, parts: list, epoch: int) -> list:
+        """(images, labels, uniforms) of each part."""
+        data = self.dataset
+        arrays = [(data.train_x[rows], data.train_y[rows], self.uniforms(epoch, rows)) for rows in parts]
+        return arrays if self.to_batch is None else [self.to_batch(*part) for part in arrays]
 
-    def take(self, parts: list, next_parts=None) -> list:
-        """This step's arrays (waiting for them if gathered ahead), and starts gathering `next_parts`."""
+    def take(self, parts: list, epoch: int, next_parts=None) -> list:
+        """This step's arrays (waiting for them if gathered ahead), and starts gathering
+        `next_parts` (a step of the same epoch)."""
         pending, self.pending = self.pending, None
-        arrays = pending[1].result() if pending and pending[0] is parts else self.gather(parts)
+        arrays = pending[1].result() if pending and pending[0] is parts else self.gather(parts, epoch)
         if next_parts is not None:
-            self.pending = (next_parts, self.pool.submit(self.gather, next_parts))
+            self.pending = (next_parts, self.pool.submit(self.gather, next_parts, epoch))
         return arrays
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def prefetcher_for(trainer: Trainer, dataset) -> Prefetcher:
+def prefetcher_for(trainer: Trainer, session: RunSession) -> Prefetcher:
     """The Prefetcher train_by_hand steps `trainer` with: converting ahead where its class allows."""
-    return Prefetcher(dataset, trainer.to_batch if getattr(trainer, "CONVERT_AHEAD", False) else None)
+    to_batch = trainer.to_batch if getattr(trainer, "CONVERT_AHEAD", False) else None
+    return Prefetcher(session.dataset, session.dropout_uniforms, to_batch)
 
 
 def run_step(
@@ -109,9 +127,9 @@ def run_step(
         learning_rate = session.learning_rate
         trainer.set_learning_rate(learning_rate)
     start = time.perf_counter()
-    batches = prefetcher.take(parts, next_parts)
+    batches = prefetcher.take(parts, epoch, next_parts)
     if prefetcher.to_batch is None:
-        batches = [trainer.to_batch(images, labels) for images, labels in batches]
+        batches = [trainer.to_batch(*part) for part in batches]
     ready = time.perf_counter()
     result = trainer.step(batches)
     done = time.perf_counter()
@@ -141,17 +159,18 @@ def begin_epoch(trainer, session: RunSession, epoch: int) -> None:
         session.batch_prepared(batch, (time.perf_counter() - start) * 1000.0)
 
 
-def step_on_zeros_then_restore(trainer: Trainer, batch_size: int, input_shape: tuple, snapshot, restore) -> None:
+def step_on_zeros_then_restore(trainer: Trainer, batch_size: int, network, snapshot, restore) -> None:
     """Trainer.prepare_batch for a framework that compiles or traces each batch shape:
-    one step on zeros of `batch_size` rows (the spec's `input_shape`, (H, W, C), as the
+    one step on zeros of `batch_size` rows (the spec's input shape, (H, W, C), as the
     dataset holds single-channel rows: (N, H, W)), so the new shape is built here,
     outside every timed step; then `restore(snapshot())` puts back what the step changed
     (weights, optimizer state, RNG, step counters), so the run goes on as if it had
     not been taken."""
     state = snapshot()
-    height, width, _ = input_shape
+    height, width, _ = network.input_shape
     images = np.zeros((batch_size, height, width), np.float32)
-    trainer.step([trainer.to_batch(images, np.zeros(batch_size, np.int32))])
+    rows = np.arange(batch_size)
+    trainer.step([trainer.to_batch(images, np.zeros(batch_size, np.int32), uniforms(network, 0, 0, rows))])
     restore(state)
 
 
@@ -166,7 +185,8 @@ def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
     if session.resume_from:
         trainer.load_checkpoint(session.resume_from)
         learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
-    prefetcher = prefetcher_for(trainer, session.dataset)
+    evaluate_initial(session, logits_fn)
+    prefetcher = prefetcher_for(trainer, session)
     try:
         for epoch in range(start_epoch, config.num_epochs):
             begin_epoch(trainer, session, epoch)
@@ -193,6 +213,7 @@ def train_by_epochs(trainer: FitTrainer, session: RunSession) -> dict:
     start_epoch, start_index = session.resume_position
     if session.resume_from:
         trainer.load_checkpoint(session.resume_from)
+    evaluate_initial(session, trainer.logits)
     for epoch in range(start_epoch, config.num_epochs):
         begin_epoch(trainer, session, epoch)
         first = start_index if epoch == start_epoch else 0

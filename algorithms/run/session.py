@@ -28,6 +28,7 @@ from algorithms.run.rows import RunRows
 from algorithms.run.settings_record import append_settings, settings_of
 from algorithms.run.stopping import StoppingRules
 from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
+from algorithms.spec.dropout import uniforms
 
 
 def new_run_id() -> str:
@@ -251,6 +252,30 @@ class RunSession:
 
     def should_stop(self) -> bool:
         return self.stopping.should_stop(self.step)
+
+    def dropout_uniforms(self, epoch: int, rows) -> tuple:
+        """The uniforms every Dropout layer of the run's network draws its mask from, for
+        these training rows in this epoch (0-based): the same in every framework
+        (spec/dropout.py)."""
+        return uniforms(self.config.network, self.config.seed, epoch, rows)
+
+    def initial_evaluation(self, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
+        """The validation split scored at the shared initial weights, before the first step:
+        the CSV's `init` row (step 0), which two same-seed runs share to float32 rounding
+        whatever else differs, so an evaluation path that is not the spec's (dropout left
+        on, another loss) shows there before training can hide it."""
+        count = len(self.dataset.val_x)
+        self.rows.write(
+            "init",
+            -1,
+            0,
+            val_loss,
+            val_accuracy,
+            self.wall(),
+            learning_rate=self.learning_rate,
+            step_time_ms=val_time_ms,
+            samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
+        )
 
     def end_epoch(self, epoch: int, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
         count = len(self.dataset.val_x)

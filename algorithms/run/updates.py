@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 
 from algorithms.run.contract import UpdatePool
-from algorithms.run.loop import batched_logits, finish_with_test, validate
+from algorithms.run.loop import batched_logits, evaluate_initial, finish_with_test, validate
 from algorithms.spec.parallel import split_ranges
 
 POLL_S = 1.0  # how often a wait for the next update checks that every process still lives
@@ -29,6 +29,7 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
 
     limit = config.max_steps or float("inf")
     issued = 0
+    evaluate_initial(session, logits_fn)
     for epoch in range(config.num_epochs):
         # --batch_schedule / --lr_schedule phases; no re-trace: every pool's step takes any
         # batch (eager torch; TensorFlow's closure has a None batch dimension)
@@ -41,7 +42,8 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
         free, pending = list(range(pool.slots)), 0
         while jobs or pending:
             while free and jobs and issued < limit:
-                pool.submit(free.pop(0), jobs.popleft(), session.learning_rate)
+                rows = jobs.popleft()
+                pool.submit(free.pop(0), rows, session.learning_rate, session.dropout_uniforms(epoch, rows))
                 issued, pending = issued + 1, pending + 1
             if not pending:
                 break
