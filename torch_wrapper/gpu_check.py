@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.spec.data import batch_order, load_dataset
+from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.networks import get_network
-from torch_wrapper.model import build_model, make_optimizer
+from torch_wrapper.model import build_model, make_optimizer, uniforms_to_torch
 
 CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")
 
@@ -76,19 +77,28 @@ def train_run(plan: dict, dataset, device: torch.device, run: dict) -> dict:
         torch._dynamo.reset()  # a fresh compile per run: dynamo's cache would fall back to eager after 8
         forward = torch.compile(model, backend=plan["compile_backend"])
     batch = run["batch"]
-    order = [rows for epoch in range(64) for rows in batch_order(len(dataset.train_y), batch, epoch, plan["seed"])]
-    order = [rows for rows in order if len(rows) == batch][: plan["steps"]]
+    order = [
+        (epoch, rows) for epoch in range(64) for rows in batch_order(len(dataset.train_y), batch, epoch, plan["seed"])
+    ]
+    order = [(epoch, rows) for epoch, rows in order if len(rows) == batch][: plan["steps"]]
     images = torch.from_numpy(dataset.train_x[:, None]).to(device)
     labels = torch.from_numpy(dataset.train_y.astype(np.int64)).to(device)
-    batches = [(images[torch.from_numpy(rows).to(device)], labels[torch.from_numpy(rows).to(device)]) for rows in order]
+    batches = [
+        (
+            images[torch.from_numpy(rows).to(device)],
+            labels[torch.from_numpy(rows).to(device)],
+            uniforms_to_torch(uniforms(network, plan["seed"], epoch, rows), device),
+        )
+        for epoch, rows in order
+    ]
     times, losses = [], []
     model.train()
     with compute_context(run["precision"], device):
-        for x, y in batches:
+        for x, y, dropout_uniforms in batches:
             synchronize(device)
             start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(forward(x).float(), y)
+            loss = F.cross_entropy(forward(x, dropout_uniforms).float(), y)
             loss.backward()
             optimizer.step()
             synchronize(device)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from algorithms.spec.weights import initial_weights
 from algorithms.run.contract import Update
 from backends.torch_backend import set_threads
-from torch_wrapper.model import build_blocks, make_optimizer
+from torch_wrapper.model import build_blocks, make_optimizer, uniforms_to_torch
 from torch_wrapper.workers import CONTEXT, Processes, ignore_interrupts
 
 
@@ -57,8 +57,9 @@ class HogwildPool:
                 threads,
             )
 
-    def submit(self, slot: int, indices: np.ndarray, learning_rate: float) -> None:
-        self.jobs[slot].put((torch.from_numpy(np.asarray(indices, dtype=np.int64)), learning_rate))
+    def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
+        rows = torch.from_numpy(np.asarray(indices, dtype=np.int64))
+        self.jobs[slot].put((rows, learning_rate, uniforms_to_torch(uniforms)))
 
     def result(self, timeout_s: float):
         try:
@@ -89,11 +90,10 @@ def work(worker, model, version, jobs, results, images, labels, optimizer_spec, 
     """One Hogwild process: steps the shared model on each share it is handed."""
     ignore_interrupts()
     set_threads(threads)
-    torch.manual_seed(seed + worker)  # its own dropout masks; worker 0 draws the one-device run's
     optimizer = make_optimizer(optimizer_spec, model.parameters())
     model.train()
     while (job := jobs.get()) is not None:
-        indices, learning_rate = job
+        indices, learning_rate, uniforms = job
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
         start = time.perf_counter()
@@ -101,7 +101,7 @@ def work(worker, model, version, jobs, results, images, labels, optimizer_spec, 
         ready = time.perf_counter()
         read = version.value
         optimizer.zero_grad(set_to_none=True)
-        logits = model(batch)
+        logits = model(batch, uniforms)
         loss_sum = F.cross_entropy(logits, target, reduction="sum")
         (loss_sum / len(target)).backward()
         optimizer.step()  # writes the shared parameters in place, unlocked

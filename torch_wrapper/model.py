@@ -9,7 +9,12 @@ Built for speed (`fused`, the default): a ZeroPad2D before a valid convolution
 becomes the convolution's own padding and a ReLU before a max-pool runs after it
 (exact: spec.py says why), ReLUs work in place, and conv weights are channels-last
 (NHWC), the layout oneDNN's fastest CPU convolutions take. That changes only the
-convolutions' summation order, alike in every strategy's layers."""
+convolutions' summation order, alike in every strategy's layers.
+
+Dropout draws its mask from the uniforms that come with the rows (algorithms/spec/dropout.py),
+so every module stack here is a `SpecStack`: an nn.Sequential whose forward takes the
+batch's uniforms beside its input and hands them to each `SharedDropout`, whichever
+stage, shard, block or replica holds it."""
 
 from __future__ import annotations
 
@@ -19,10 +24,52 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
 from algorithms.spec.weights import to_channels_first
 from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "softmax": lambda: nn.Softmax(dim=1)}
+
+
+class SharedDropout(nn.Module):
+    """Inverted dropout by the shared mask rule (spec/dropout.py): in training, x times
+    float32(1 / (1 - rate)) where the row's uniform exceeds the rate and 0 elsewhere; the
+    uniform is the `position`-th of the batch's (its Dropout layer's place among the
+    network's). In evaluation (model.eval()), x."""
+
+    def __init__(self, rate: float, position: int):
+        super().__init__()
+        self.rate, self.position = rate, position
+        self.scale = float(dropout_scale(rate))
+
+    def forward(self, x, uniforms):
+        if not self.training:
+            return x
+        mask = torch.where(uniforms[self.position] > self.rate, self.scale, 0.0)  # float32, as the rule says
+        return x * mask.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"rate={self.rate:g}, uniforms[{self.position}]"
+
+
+class SpecStack(nn.Sequential):
+    """An nn.Sequential whose forward takes the batch's dropout uniforms (a tuple, one
+    tensor per Dropout layer of the network, channels first: `uniforms_to_torch`) beside its
+    input, and passes them to the modules that use them."""
+
+    def forward(self, x, uniforms=()):
+        for module in self:
+            x = module(x, uniforms) if isinstance(module, TAKES_UNIFORMS) else module(x)
+        return x
+
+
+def uniforms_to_torch(uniforms: tuple, device=None) -> tuple:
+    """The spec's (N, H, W, C) / (N, units) uniforms as tensors in the models' layout:
+    channels first, (N, C, H, W)."""
+    return tuple(
+        (torch.from_numpy(u).permute(0, 3, 1, 2).contiguous() if u.ndim == 4 else torch.from_numpy(u)).to(device)
+        for u in uniforms
+    )
 
 
 def layer_modules(network: Network, weights: list, channels: Optional[dict] = None, fused: bool = True) -> list:
@@ -32,6 +79,7 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
     units: its tensor-parallel shard. `fused=False`: the spec's layers one by one."""
     loaded = {w.layer_index: w for w in to_channels_first(network, weights)}
     channels = channels or {}
+    positions = {index: k for k, (index, _, _) in enumerate(dropout_layers(network))}
     folded_pads = network.pads_folded_into_convs() if fused else {}
     late_relus = network.relus_after_pools() if fused else set()
     layers = []
@@ -53,7 +101,7 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             start, stop = channels.get(index, (0, layer.units))
             modules = [_load(nn.Linear(in_shape[0], stop - start, bias=layer.bias), loaded[index], start, stop)]
         elif isinstance(layer, Dropout):
-            modules = [nn.Dropout(layer.rate)]
+            modules = [SharedDropout(layer.rate, positions[index])]
         else:
             raise TypeError(f"torch_wrapper cannot translate {layer!r}")
         activation = network.activation(index)
@@ -65,35 +113,42 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
     return layers
 
 
-def build_model(network: Network, weights: list, fused: bool = True) -> nn.Sequential:
-    """An nn.Sequential emitting logits (a final softmax is left to the loss)."""
-    return nn.Sequential(*[module for modules in layer_modules(network, weights, fused=fused) for module in modules])
+def build_model(network: Network, weights: list, fused: bool = True) -> SpecStack:
+    """A SpecStack emitting logits (a final softmax is left to the loss)."""
+    return SpecStack(*[module for modules in layer_modules(network, weights, fused=fused) for module in modules])
 
 
-def build_stage(network: Network, weights: list, start: int, stop: int) -> nn.Sequential:
-    """Spec layers start..stop-1 as one nn.Sequential (a model- or pipeline-parallel stage)."""
-    return nn.Sequential(*[module for modules in layer_modules(network, weights)[start:stop] for module in modules])
+def build_stage(network: Network, weights: list, start: int, stop: int) -> SpecStack:
+    """Spec layers start..stop-1 as one SpecStack (a model- or pipeline-parallel stage)."""
+    return SpecStack(*[module for modules in layer_modules(network, weights)[start:stop] for module in modules])
 
 
-def build_blocks(network: Network, weights: list, blocks: tuple, checkpointing: bool) -> nn.Sequential:
+def build_blocks(network: Network, weights: list, blocks: tuple, checkpointing: bool) -> SpecStack:
     """The whole model as consecutive blocks (layer ranges), each recomputed in the
     backward pass instead of keeping its activations when `checkpointing`."""
     stages = [build_stage(network, weights, start, stop) for start, stop in blocks]
-    return nn.Sequential(*[Checkpointed(stage) if checkpointing else stage for stage in stages])
+    return SpecStack(*[Checkpointed(stage) if checkpointing else stage for stage in stages])
 
 
 class Checkpointed(nn.Module):
-    """Gradient checkpointing: keeps only the block's input; the block runs again
-    (same dropout masks: the RNG state is saved) when its gradient is needed."""
+    """Gradient checkpointing: keeps only the block's input (and the batch's uniforms, so
+    the recomputation drops the same units); the block runs again when its gradient is needed."""
 
     def __init__(self, block: nn.Module):
         super().__init__()
         self.block = block
 
-    def forward(self, inputs):
+    def forward(self, inputs, uniforms=()):
+        if not isinstance(self.block, SpecStack):  # a tensor-parallel shard's own layers: no dropout
+            run, arguments = self.block, (inputs,)
+        else:
+            run, arguments = self.block, (inputs, uniforms)
         if not torch.is_grad_enabled():
-            return self.block(inputs)
-        return checkpoint(self.block, inputs, use_reentrant=False)
+            return run(*arguments)
+        return checkpoint(run, *arguments, use_reentrant=False)
+
+
+TAKES_UNIFORMS = (SharedDropout, SpecStack, Checkpointed)
 
 
 def _load(module: nn.Module, weights, start: int, stop: int) -> nn.Module:

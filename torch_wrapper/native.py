@@ -11,13 +11,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
 from algorithms.run.tuning import tuned_options
 from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.torch_backend import profiled_ops, set_threads
-from torch_wrapper.model import build_model, make_optimizer
+from torch_wrapper.model import build_model, make_optimizer, uniforms_to_torch
 from torch_wrapper.train import describe_runtime
 from torch_wrapper.trainer import COMPUTE_DTYPES, build_trainer
 
@@ -39,7 +40,6 @@ class Native(NativeLoop):
         dtype = COMPUTE_DTYPES.get(config.precision)
         self.autocast = torch.autocast("cpu", dtype=dtype) if dtype else nullcontext()
         self.scaler = torch.amp.GradScaler("cpu") if config.precision == "fp16" else None
-        torch.manual_seed(config.seed)  # the dropout masks the wrapper draws (torch_wrapper/trainer.py)
         mode = tuned_options(config).get("torch.compile")  # as the trainer compiles under --tuned
         self.forward = (
             torch.compile(self.model, mode=None if mode in (None, "default") else mode)
@@ -50,16 +50,17 @@ class Native(NativeLoop):
             id(parts): (
                 torch.from_numpy(dataset.train_x[parts[0]][:, None]),
                 torch.from_numpy(dataset.train_y[parts[0]].astype(np.int64)),
+                uniforms_to_torch(uniforms(config.network, config.seed, epoch, parts[0])),
             )
-            for _, parts in schedule
+            for epoch, parts in schedule
         }
         self.losses: list = []  # loss tensors, read only after the timed steps
 
     def native_step(self, batch):
-        images, labels = batch
+        images, labels, dropout_uniforms = batch
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast:
-            logits = self.forward(images)
+            logits = self.forward(images, dropout_uniforms)
         loss = F.cross_entropy(logits.float(), labels)
         if self.scaler is None:
             loss.backward()

@@ -32,10 +32,11 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 
+from algorithms.spec.parallel import split_ranges
 from algorithms.spec.weights import initial_weights
 from algorithms.run.contract import Update
 from backends.torch_backend import set_threads
-from torch_wrapper.model import build_blocks, make_optimizer
+from torch_wrapper.model import build_blocks, make_optimizer, uniforms_to_torch
 from torch_wrapper.nodes import rpc_meeting
 from torch_wrapper.workers import Processes, ignore_interrupts
 
@@ -150,24 +151,24 @@ def _load_pulled(model, parameters: list) -> None:
             mine.copy_(pulled)
 
 
-def _compute(images, labels, learning_rate, total, synchronous):
+def _compute(images, labels, uniforms, learning_rate, total, synchronous):
     """One share: pull, forward and backward on it (loss scaled by 1 / total), push.
     A call to the server that fails returns its error's text (raised, rpc would print
     a traceback here too; the coordinator names the process that died, once)."""
     try:
-        return _pull_compute_push(images, labels, learning_rate, total, synchronous)
+        return _pull_compute_push(images, labels, uniforms, learning_rate, total, synchronous)
     except RuntimeError as error:
         return str(error).splitlines()[0]
 
 
-def _pull_compute_push(images, labels, learning_rate, total, synchronous):
+def _pull_compute_push(images, labels, uniforms, learning_rate, total, synchronous):
     start = time.perf_counter()
     read_version, parameters = rpc.rpc_sync("ps", _pull)
     pulled = time.perf_counter()
     _load_pulled(_MODEL, parameters)
     _MODEL.train()
     _MODEL.zero_grad(set_to_none=True)
-    logits = _MODEL(images)
+    logits = _MODEL(images, uniforms)
     loss_sum = F.cross_entropy(logits, labels, reduction="sum")
     (loss_sum / total).backward()
     gradients = [p.grad for p in _MODEL.parameters()]
@@ -188,7 +189,6 @@ def work(config, worker: int, threads: int, rendezvous_file: str, interruptible:
         ignore_interrupts()
     set_threads(threads)
     _MODEL = _whole_model(config)
-    torch.manual_seed(config.seed + worker)  # after building (it draws): worker 0 draws the one-device run's masks
     _join(f"worker{worker}", 2 + worker, config.plan.replicas + 2, meeting(config, rendezvous_file))
     rpc.shutdown()
 
@@ -218,22 +218,27 @@ class ParameterServerPool:
         _MODEL = _whole_model(config)
         _join("coordinator", 0, workers + 2, meeting(config, rendezvous_file))
 
-    def _share(self, indices):
+    def _share(self, indices, uniforms: tuple, rows: slice = slice(None)):
+        """(images, labels, dropout uniforms) of `rows` of these training rows, as tensors."""
+        indices = np.asarray(indices)[rows]
         return (
             torch.from_numpy(self.dataset.train_x[indices][:, None]),
             torch.from_numpy(self.dataset.train_y[indices].astype(np.int64)),
+            uniforms_to_torch(tuple(u[rows] for u in uniforms)),
         )
 
-    def submit(self, slot: int, indices: np.ndarray, learning_rate: float) -> None:
+    def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
         if not self.synchronous:
-            images, labels = self._share(indices)
-            future = rpc.rpc_async(f"worker{slot}", _compute, args=(images, labels, learning_rate, len(labels), False))
+            share = self._share(indices, uniforms)
+            future = rpc.rpc_async(f"worker{slot}", _compute, args=(*share, learning_rate, len(indices), False))
             future.then(lambda done: self.done.put((slot, [done])))
             return
-        shares = np.array_split(np.asarray(indices), self.workers)
+        shares = [slice(start, stop) for start, stop in split_ranges(len(indices), self.workers)]
         futures = [
-            rpc.rpc_async(f"worker{w}", _compute, args=(*self._share(share), learning_rate, len(indices), True))
-            for w, share in enumerate(shares)
+            rpc.rpc_async(
+                f"worker{w}", _compute, args=(*self._share(indices, uniforms, rows), learning_rate, len(indices), True)
+            )
+            for w, rows in enumerate(shares)
         ]
         torch.futures.collect_all(futures).then(lambda done: self.done.put((0, done.value())))
 

@@ -62,15 +62,16 @@ class StageSchedule:
         return self._recv((rows, *self.in_shape), self.previous).requires_grad_(True)
 
     # ------------------------------------------------------------------ training
-    def forward_backward(self, images: torch.Tensor, labels: torch.Tensor, total: int) -> torch.Tensor:
+    def forward_backward(self, images: torch.Tensor, labels: torch.Tensor, uniforms: tuple, total: int) -> torch.Tensor:
         """One batch through the pipeline, gradients accumulated into the stage's
-        parameters; returns (loss sum, correct) of the batch on every rank of the replica."""
+        parameters (each micro-batch's dropout from its rows' uniforms); returns (loss sum,
+        correct) of the batch on every rank of the replica."""
         sizes = split_sizes(len(labels), min(self.micro_batches, len(labels)))
         starts = [sum(sizes[:m]) for m in range(len(sizes))]
         kept, sums = [], torch.zeros(2, device=self.device)
         for start, size in zip(starts, sizes):
             inputs = self._input(images[start : start + size], size)
-            outputs = self.stage(inputs)
+            outputs = self.stage(inputs, tuple(u[start : start + size] for u in uniforms))
             if self.last:
                 target = labels[start : start + size]
                 loss_sum = F.cross_entropy(outputs, target, reduction="sum")

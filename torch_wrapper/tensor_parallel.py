@@ -4,7 +4,7 @@ computes its slice (and the slice's activation, which is elementwise) from the
 full input, and an all-gather joins the slices into the full activation that
 every rank then feeds to the next layer. Non-parametric layers (padding,
 pooling, flatten, dropout) run on every rank alike; dropout draws the same mask
-on every rank of a replica because they share the seed."""
+on every rank of a replica from the batch's shared uniforms."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 
 from algorithms.spec.networks import Network
 from torch_wrapper.distributed import CommClock, Layout, gather_shards, replicated_input
-from torch_wrapper.model import Checkpointed, layer_modules
+from torch_wrapper.model import Checkpointed, SpecStack, layer_modules
 
 
 class GatheredShard(nn.Module):
@@ -33,7 +33,7 @@ class GatheredShard(nn.Module):
 
 def build_tensor_parallel(
     network: Network, weights: list, shards: dict, layout: Layout, clock: CommClock, checkpointing: bool
-) -> nn.Sequential:
+) -> SpecStack:
     """This rank's model: its shard of each parametric layer, gathered after each.
     With `checkpointing`, each shard's local compute is recomputed in the backward
     pass (the all-gather is not: it stays outside the recomputed part)."""
@@ -48,4 +48,4 @@ def build_tensor_parallel(
             )
         else:
             modules.extend(layer_parts)
-    return nn.Sequential(*modules)
+    return SpecStack(*modules)

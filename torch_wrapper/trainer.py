@@ -40,7 +40,7 @@ from torch_wrapper.distributed import (
     timed_sum_hook,
     with_gradient_norms,
 )
-from torch_wrapper.model import Checkpointed, build_blocks, build_stage, make_optimizer
+from torch_wrapper.model import Checkpointed, build_blocks, build_stage, make_optimizer, uniforms_to_torch
 from torch_wrapper.pipeline import StageSchedule, channels_first
 from torch_wrapper.tensor_parallel import build_tensor_parallel
 
@@ -49,7 +49,7 @@ COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class _StrategyTrainer:
-    """A subclass supplies `_forward_backward(images, labels, total, last)` ->
+    """A subclass supplies `_forward_backward(images, labels, uniforms, total, last)` ->
     tensor([loss sum, correct]) of its samples, and `logits(images)`."""
 
     def __init__(
@@ -69,7 +69,7 @@ class _StrategyTrainer:
         self.gradient_norm_totals = None  # --noise_scale: a GradientNormTotals filled by DDP's hook
         self.compute_dtype = None  # --precision bf16 / fp16: autocast's dtype (set by build_trainer)
         self.scaler = None  # --precision fp16: torch.amp.GradScaler, the dynamic loss scale
-        self.input_shape = None  # the spec's (H, W, C), for prepare_batch's step (set by build_trainer)
+        self.network = None  # the spec, for prepare_batch's step (set by build_trainer)
         # the spec's loss: "sum" only for --fault loss:sum, a known error on purpose
         self.loss_reduction = "mean"
 
@@ -82,12 +82,14 @@ class _StrategyTrainer:
     def backward(self, loss) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def to_batch(self, images: np.ndarray, labels: np.ndarray):
-        """This replica's rows of the shared global batch, and the global batch size."""
+    def to_batch(self, images: np.ndarray, labels: np.ndarray, uniforms: tuple):
+        """This replica's rows of the shared global batch and their dropout uniforms, and
+        the global batch size."""
         start, stop = split_ranges(len(labels), self.replicas)[self.replica]
         return (
             torch.from_numpy(images[start:stop, None]).to(self.device),
             torch.from_numpy(labels[start:stop].astype(np.int64)).to(self.device),
+            uniforms_to_torch(tuple(u[start:stop] for u in uniforms), self.device),
             len(labels),
         )
 
@@ -98,12 +100,12 @@ class _StrategyTrainer:
     def step(self, batches: list) -> StepResult:
         """One optimizer step over K batches (K > 1: --accumulate K): the gradient of
         the mean loss over all their samples, exactly one K x batch step."""
-        total = sum(size for _, _, size in batches)
+        total = sum(size for *_, size in batches)
         divisor = 1 if self.loss_reduction == "sum" else total  # the gradient's: its loss summed, or the mean
         self.optimizer.zero_grad(set_to_none=True)
         sums = torch.zeros(2, device=self.device)
-        for index, (images, labels, _) in enumerate(batches):
-            sums += self._forward_backward(images, labels, divisor, index == len(batches) - 1)
+        for index, (images, labels, uniforms, _) in enumerate(batches):
+            sums += self._forward_backward(images, labels, uniforms, divisor, index == len(batches) - 1)
         self._exchange_gradients()
         if self.scaler is None:
             self.optimizer.step()
@@ -123,7 +125,7 @@ class _StrategyTrainer:
             torch.cat([sums.double(), before, after]), self.metrics_group, self.clock
         ).tolist()
         norms = replica_gradient_norms(
-            [size for _, _, size in batches], self.replicas, lambda: (before_sum, after_sq_sum / self.replicas)
+            [size for *_, size in batches], self.replicas, lambda: (before_sum, after_sq_sum / self.replicas)
         )
         return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped, gradient_norms=norms)
 
@@ -156,7 +158,7 @@ class _StrategyTrainer:
         model (--compile) re-compiles for a new shape at its first call: one step on zeros
         of the new shape here, then the weights, optimizer state, loss scale and RNG put back."""
         if isinstance(self._state_module(), torch._dynamo.eval_frame.OptimizedModule):
-            step_on_zeros_then_restore(self, batch_size, self.input_shape, self._snapshot, self._restore)
+            step_on_zeros_then_restore(self, batch_size, self.network, self._snapshot, self._restore)
 
     def _snapshot(self) -> dict:
         """Copies of everything a step changes: weights, optimizer state, loss scale, RNG."""
@@ -193,12 +195,12 @@ class ModuleTrainer(_StrategyTrainer):
         super().__init__(optimizer, device, clock, replica, replicas, data_group, gradients_summed_in_backward=ddp)
         self.model, self.ddp = model, ddp
 
-    def _forward_backward(self, images, labels, total, last):
+    def _forward_backward(self, images, labels, uniforms, total, last):
         self.model.train()
         # DDP: exchange gradients once, after the last accumulated batch
         with self.model.no_sync() if self.ddp and not last else nullcontext():
             with self.autocast():
-                logits = self.model(images)
+                logits = self.model(images, uniforms)
             loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")  # the loss in float32
             self.backward(loss_sum / total)
         return torch.stack([loss_sum.detach(), (logits.argmax(1) == labels).sum().float()])
@@ -230,9 +232,9 @@ class LocalSGDTrainer(ModuleTrainer):
         self.gradient_group = None  # never summed: each rank applies its own
         self.averager = PeriodicModelAverager(period=sync_every, warmup_steps=sync_every - 1, process_group=data_group)
 
-    def to_batch(self, images, labels):
-        images, labels, _ = super().to_batch(images, labels)
-        return images, labels, len(labels)  # this rank's samples make its own step
+    def to_batch(self, images, labels, uniforms):
+        images, labels, uniforms, _ = super().to_batch(images, labels, uniforms)
+        return images, labels, uniforms, len(labels)  # this rank's samples make its own step
 
     def step(self, batches: list) -> StepResult:
         result = super().step(batches)  # its loss and accuracy: summed over the ranks / one rank's samples
@@ -255,9 +257,9 @@ class PipelineTrainer(_StrategyTrainer):
     def _state_module(self):
         return self.schedule.stage
 
-    def _forward_backward(self, images, labels, total, last):
+    def _forward_backward(self, images, labels, uniforms, total, last):
         self.schedule.stage.train()
-        return self.schedule.forward_backward(images, labels, total)
+        return self.schedule.forward_backward(images, labels, uniforms, total)
 
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:
@@ -276,16 +278,12 @@ def build_trainer(config):
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
     set_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
-    trainer.input_shape = config.network.input_shape
+    trainer.network = config.network
     trainer.loss_reduction = config.network.loss_reduction
     if config.precision != "fp32":
         trainer.compute_dtype = COMPUTE_DTYPES[config.precision]
         if config.precision == "fp16":
             trainer.scaler = torch.amp.GradScaler(trainer.device.type)
-    # dropout masks: seeded after every module is built (building draws from the
-    # RNG, and a shard draws less than the whole layer), so ranks of one replica, a
-    # stage and the one-device model all draw the same masks for the same batch
-    torch.manual_seed(config.seed + trainer.replica)
     return trainer
 
 

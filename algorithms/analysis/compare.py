@@ -169,7 +169,7 @@ def format_report(report: dict) -> str:
         )
     lines += text_table(header, table, indent="  ")
     for pair, verdict in zip(report["pairs"], report["verdicts"]):
-        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {verdict.word}")
+        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {verdict.text}")
         if pair.abs_diff.size == 0:
             lines.append("  no common steps")
             continue
@@ -206,7 +206,7 @@ def format_against_first(report: dict) -> str:
         if pair.a is not first or pair.abs_diff.size == 0 or not (pair.b.run_id == first.run_id or pair.same_backend):
             continue  # other seeds' runs of other frameworks: in the full report
         lines.append(
-            f"  {pair.b.label:<45} {verdict.word:<26} distance {number(curve_distance(pair.a, pair.b), '.4f')}"
+            f"  {pair.b.label:<45} {verdict.text:<26} distance {number(curve_distance(pair.a, pair.b), '.4f')}"
             f"  val acc gap {number(pair.final_accuracy_gap, '.4f')}"
             f"  max |dloss| {pair.abs_diff.max():.2e}  r {number(pair.correlation, '.3f')}"
         )

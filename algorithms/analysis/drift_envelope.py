@@ -1,19 +1,30 @@
-"""The parity regime's yardstick: the float32 drift envelope, per step.
+"""The same-seed regime's yardstick: the float32 drift envelope, per step.
 
-Two parity runs with the same seed start from the same weights, see the same batches
-and drop nothing; their losses differ only by how the float32 arithmetic was ordered,
-amplified step by step by training. The envelope is, per step, the largest relative
-loss difference |loss_a - loss_b| / |loss_a| of honest pairs (`make drift`,
+Two runs with the same seed start from the same weights, see the same batches and drop
+the same units (dropout's uniforms are shared: spec/dropout.py; a --parity run drops
+none); their losses differ only by how the float32 arithmetic was ordered, amplified
+step by step by training. The envelope is, per step, the largest relative loss
+difference |loss_a - loss_b| / |loss_a| of honest pairs (`make envelope`,
 `python -m algorithms.studies.drift --envelope`): each framework run twice
 (run-to-run), at 1 and at 2 threads, TensorFlow with oneDNN off and on (another
 summation order), and every two frameworks (cross-framework), kept as a running
-maximum (drift never shrinks back). Shipped in results/baseline/drift/envelope_<network>.csv;
-its header says how it was measured and, as JSON, the settings it holds for.
+maximum (drift never shrinks back); beside it, the largest difference of the step's
+accuracy. Step 0 is the init row (the validation split at the initial weights). One
+envelope per mode, shipped in results/baseline/drift/envelope_<network>_<mode>.csv
+(`default`: dropout on; `parity`); its header says how it was measured and, as JSON,
+the settings it holds for.
 
-A pair is beyond drift at step k when its difference there exceeds ENVELOPE_FACTOR x the
-envelope (never less than DRIFT_FLOOR): the first such k is named. ENVELOPE_FACTOR is
-measured, not chosen: the envelope of every honest pair but one, and how far above
-it that one reaches, for each pair (docs/comparing.md).
+A pair is beyond drift at step k when its loss difference there exceeds ENVELOPE_FACTOR x
+the envelope (never less than DRIFT_FLOOR), or its accuracies differ by more than
+ENVELOPE_FACTOR x the accuracy envelope and one sample: the first such k is named.
+ENVELOPE_FACTOR is measured, not chosen: the envelope of every honest pair but one, and
+how far above it that one reaches, for each pair (docs/comparing.md).
+
+The envelope grows about tenfold every two or three steps: past some step it spans any
+difference two healthy runs can have, and a test against it says nothing. The verdict
+judges up to the HORIZON, the last step where ENVELOPE_FACTOR x the envelope is at most
+HORIZON_LIMIT (a 10% loss difference still shows), and says so; what lies past it is the
+seed regime's to judge (verdict.py).
 """
 
 from __future__ import annotations
@@ -34,16 +45,24 @@ from algorithms.analysis.settings import NOT_COMPARED_IN_PARITY, Settings
 # measured here, while a 0.9x learning rate leaves it at step 2 by a factor of thousands
 ENVELOPE_FACTOR = 10.0
 DRIFT_FLOOR = 2.0**-23  # float32's relative resolution: a difference of one unit in the last place is drift
+HORIZON_LIMIT = 0.1  # the envelope judges while ENVELOPE_FACTOR x it stays at or below a 10% loss difference
+MODES = ("default", "parity")  # dropout on (shared uniforms), and --parity (no dropout, deterministic kernels)
 SMALLEST_LOSS = 1e-12  # a zero loss cannot be a denominator
 SETTINGS_PREFIX = "# settings: "
+ACCURACY_COLUMN = "accuracy_envelope"
 
 
 def relative_difference(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
     return np.abs(other - reference) / np.maximum(np.abs(reference), SMALLEST_LOSS)
 
 
-def envelope_path(baseline_dir: str, network: str) -> str:
-    return os.path.join(baseline_dir, "drift", f"envelope_{network}.csv")
+def envelope_path(baseline_dir: str, network: str, mode: str) -> str:
+    return os.path.join(baseline_dir, "drift", f"envelope_{network}_{mode}.csv")
+
+
+def mode_of(settings) -> str:
+    """The envelope a run's settings call for: `parity` or `default`."""
+    return "parity" if settings.get("parity") else "default"
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,7 @@ class Envelope:
     sources: dict  # kind of pair -> its per-step maximum (run_to_run, threads, ...)
     notes: tuple = ()  # the header's prose lines
     path: str = ""
+    accuracy: Optional[np.ndarray] = None  # per step: the running maximum |accuracy difference| (None: older file)
 
     def covers(self, settings: Settings) -> bool:
         return not self.settings.differences(settings, NOT_COMPARED_IN_PARITY)
@@ -62,23 +82,44 @@ class Envelope:
         """The envelope at these steps (each one it covers), never below DRIFT_FLOOR."""
         return np.maximum(self.limit[np.searchsorted(self.steps, steps)], DRIFT_FLOOR)
 
+    def accuracy_at(self, steps: np.ndarray) -> np.ndarray:
+        """The accuracy envelope at these steps (each one it covers); 0 for an older file."""
+        if self.accuracy is None:
+            return np.zeros(len(steps))
+        return self.accuracy[np.searchsorted(self.steps, steps)]
+
+    def horizon(self) -> int:
+        """The last step the envelope judges: where ENVELOPE_FACTOR x it is still at most
+        HORIZON_LIMIT (the envelope never falls, so every step before judges too), or the
+        last step it was measured at."""
+        judged = np.nonzero(ENVELOPE_FACTOR * np.maximum(self.limit, DRIFT_FLOOR) <= HORIZON_LIMIT)[0]
+        return int(self.steps[judged[-1]]) if judged.size else int(self.steps[0])
+
     def describe(self) -> str:
-        return f"the drift envelope of {os.path.basename(self.path) or 'these runs'} (steps 1-{int(self.steps[-1])})"
+        return (
+            f"the drift envelope {os.path.basename(self.path) or 'of these runs'} (measured to step "
+            f"{int(self.steps[-1])}, judging to step {self.horizon()})"
+        )
 
 
-def build_envelope(pairs: dict, settings: Settings, notes: tuple = ()) -> Envelope:
-    """`pairs`: kind -> [(steps, relative differences)]; the envelope over all of them."""
+def build_envelope(pairs: dict, settings: Settings, notes: tuple = (), accuracy_pairs: list = ()) -> Envelope:
+    """`pairs`: kind -> [(steps, relative differences)]; the envelope over all of them.
+    `accuracy_pairs`: [(steps, |accuracy differences|)] of the same pairs."""
     every = sorted({int(step) for series in pairs.values() for steps, _ in series for step in steps})
     index = {step: i for i, step in enumerate(every)}
-    sources = {}
-    for kind, series in pairs.items():
+
+    def worst_of(series) -> np.ndarray:
         worst = np.zeros(len(every))
         for steps, differences in series:
             for step, difference in zip(steps, differences):
-                worst[index[int(step)]] = max(worst[index[int(step)]], difference)
-        sources[kind] = worst
+                if int(step) in index:
+                    worst[index[int(step)]] = max(worst[index[int(step)]], difference)
+        return worst
+
+    sources = {kind: worst_of(series) for kind, series in pairs.items()}
     limit = np.maximum.accumulate(np.max(np.array(list(sources.values())), axis=0))
-    return Envelope(settings, np.array(every), limit, sources, notes)
+    accuracy = np.maximum.accumulate(worst_of(accuracy_pairs)) if accuracy_pairs else None
+    return Envelope(settings, np.array(every), limit, sources, notes, accuracy=accuracy)
 
 
 def leave_one_out_ratios(pairs: list) -> list:
@@ -103,10 +144,13 @@ def write_envelope(envelope: Envelope, path: str) -> None:
         handle.writelines(f"# {line}\n" for line in envelope.notes)
         handle.write(SETTINGS_PREFIX + json.dumps(envelope.settings.values, sort_keys=True) + "\n")
         writer = csv.writer(handle)
-        writer.writerow(["step", "envelope", *kinds])
+        accuracy = [] if envelope.accuracy is None else [ACCURACY_COLUMN]
+        writer.writerow(["step", "envelope", *accuracy, *kinds])
         for i, step in enumerate(envelope.steps):
             writer.writerow(
-                [int(step), repr(float(envelope.limit[i]))] + [repr(float(envelope.sources[k][i])) for k in kinds]
+                [int(step), repr(float(envelope.limit[i]))]
+                + ([] if envelope.accuracy is None else [repr(float(envelope.accuracy[i]))])
+                + [repr(float(envelope.sources[k][i])) for k in kinds]
             )
 
 
@@ -118,7 +162,7 @@ def read_envelope(path: str) -> Optional[Envelope]:
     notes = tuple(line[2:] for line in lines if line.startswith("# ") and not line.startswith(SETTINGS_PREFIX))
     settings = next(json.loads(line[len(SETTINGS_PREFIX) :]) for line in lines if line.startswith(SETTINGS_PREFIX))
     rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
-    kinds = [name for name in rows[0] if name not in ("step", "envelope")]
+    kinds = [name for name in rows[0] if name not in ("step", "envelope", ACCURACY_COLUMN)]
     return Envelope(
         Settings(settings),
         np.array([int(row["step"]) for row in rows]),
@@ -126,6 +170,7 @@ def read_envelope(path: str) -> Optional[Envelope]:
         {kind: np.array([float(row[kind]) for row in rows]) for kind in kinds},
         notes,
         path,
+        np.array([float(row[ACCURACY_COLUMN]) for row in rows]) if ACCURACY_COLUMN in rows[0] else None,
     )
 
 
@@ -140,22 +185,45 @@ def first_step_beyond(envelope: Envelope, steps: np.ndarray, differences: np.nda
 
 @dataclass(frozen=True)
 class DriftTest:
-    first_beyond: Optional[int]  # the first step whose difference leaves the envelope
+    first_beyond: Optional[int]  # the first judged step whose difference leaves the envelope
     judged_steps: tuple  # (first, last) step judged
     evidence: tuple
+    horizon: int  # the envelope's horizon: steps after it are not judged here
+    last_step: int  # the last step both runs have
+
+
+def pair_series(a: Run, b: Run) -> tuple:
+    """(steps, relative loss differences, |accuracy differences|, one sample's accuracy) of a
+    same-seed pair, step by step; the init rows, where both runs have one, as step 0."""
+    steps, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
+    differences = relative_difference(a.losses[ia], b.losses[ib])
+    if a.accuracies is not None and b.accuracies is not None:
+        accuracy = np.abs(a.accuracies[ia] - b.accuracies[ib])
+        samples = a.samples[ia] if a.samples is not None else np.zeros(len(steps))
+    else:  # a run built by hand: losses only
+        accuracy, samples = np.zeros(len(steps)), np.zeros(len(steps))
+    if a.init is not None and b.init is not None:
+        steps = np.concatenate([[0], steps])
+        differences = np.concatenate([relative_difference(np.array([a.init[0]]), np.array([b.init[0]])), differences])
+        accuracy = np.concatenate([[abs(a.init[1] - b.init[1])], accuracy])
+        samples = np.concatenate([[a.init[2]], samples])
+    one_sample = np.where(samples > 0, 1.0 / np.maximum(samples, 1), 0.0)
+    return steps, differences, accuracy, one_sample
 
 
 def drift_test(a: Run, b: Run, envelope: Envelope) -> Optional[DriftTest]:
-    """The pair's relative loss difference, step by step, against the envelope; None when
-    they share no step the envelope covers."""
-    steps, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
-    covered = np.isin(steps, envelope.steps)
-    if not covered.any():
+    """The pair's relative loss difference and accuracy difference, step by step, against
+    the envelope up to its horizon; None when they share no step the envelope covers."""
+    steps, differences, accuracy, one_sample = pair_series(a, b)
+    horizon = envelope.horizon()
+    judged = np.isin(steps, envelope.steps) & (steps <= horizon)
+    if not judged.any():
         return None
-    steps, ia, ib = steps[covered], ia[covered], ib[covered]
-    differences = relative_difference(a.losses[ia], b.losses[ib])
+    last_step = int(steps[-1])
+    steps, differences, accuracy, one_sample = (x[judged] for x in (steps, differences, accuracy, one_sample))
     limits = ENVELOPE_FACTOR * envelope.limit_at(steps)
-    beyond = np.nonzero(differences > limits)[0]
+    accuracy_limits = ENVELOPE_FACTOR * envelope.accuracy_at(steps) + one_sample + 1e-9
+    loss_beyond, accuracy_beyond = differences > limits, accuracy > accuracy_limits
     ratios = differences / limits
     worst = int(np.argmax(ratios))
     evidence = [
@@ -164,12 +232,26 @@ def drift_test(a: Run, b: Run, envelope: Envelope) -> Optional[DriftTest]:
         f"({ENVELOPE_FACTOR:g} x the envelope {limits[worst] / ENVELOPE_FACTOR:.2e})"
     ]
     first = None
+    beyond = np.nonzero(loss_beyond | accuracy_beyond)[0]
     if beyond.size:
-        first = int(steps[beyond[0]])
-        evidence.insert(
-            0,
-            f"step {first}: |dloss|/loss {differences[beyond[0]]:.2e} > {limits[beyond[0]]:.2e} "
-            f"({ENVELOPE_FACTOR:g} x the envelope)",
-        )
+        at = beyond[0]
+        first = int(steps[at])
+        where = "the init row (the initial weights on the validation split)" if first == 0 else f"step {first}"
+        if loss_beyond[at]:
+            evidence.insert(
+                0,
+                f"{where}: |dloss|/loss {differences[at]:.2e} > {limits[at]:.2e} ({ENVELOPE_FACTOR:g} x the envelope)",
+            )
+        if accuracy_beyond[at]:
+            evidence.insert(
+                0,
+                f"{where}: the accuracies differ by {accuracy[at]:.4g} > {accuracy_limits[at]:.4g} "
+                f"({ENVELOPE_FACTOR:g} x the accuracy envelope, and one sample)",
+            )
     evidence.append(f"judged over steps {int(steps[0])}-{int(steps[-1])} against {envelope.describe()}")
-    return DriftTest(first, (int(steps[0]), int(steps[-1])), tuple(evidence))
+    if last_step > horizon:
+        evidence.append(
+            f"not judged here: steps {horizon + 1}-{last_step}, past the horizon (the step where {ENVELOPE_FACTOR:g} x "
+            f"the envelope first exceeds a {HORIZON_LIMIT:.0%} loss difference: honest runs drift that far)"
+        )
+    return DriftTest(first, (int(steps[0]), int(steps[-1])), tuple(evidence), horizon, last_step)

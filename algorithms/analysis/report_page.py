@@ -68,11 +68,12 @@ img { max-width: 100%; height: auto; }
 
 
 def verdict_class(word: str) -> str:
-    """A verdict's word -> agree, beyond or none (its colour)."""
+    """A verdict's word -> agree, beyond or none (its colour): beyond wherever either part of a
+    same-seed verdict says so ('within drift to step 17; then beyond spread (p=0.001)')."""
+    if word.startswith("beyond") or "; then beyond" in word:
+        return "beyond"
     if word == "same" or word.startswith("within"):
         return "agree"
-    if word.startswith("beyond"):
-        return "beyond"
     return "none"
 
 
@@ -113,7 +114,7 @@ def _verdicts(report: dict, notes: list) -> list:
                 _td(str(index), "number"),
                 _td(_e(pair.a.label)),
                 _td(_e(pair.b.label)),
-                _verdict_cell(verdict.word, f"#pair-{index}"),
+                _verdict_cell(verdict.text, f"#pair-{index}"),
                 _td(_e(verdict.regime), "short"),
                 _td(number(curve_distance(pair.a, pair.b), ".4f"), "number"),
                 _td(number(pair.final_accuracy_gap, ".4f"), "number"),
@@ -212,7 +213,7 @@ def _evidence(report: dict) -> list:
     for index, (pair, verdict) in enumerate(zip(report["pairs"], report["verdicts"]), start=1):
         yardstick = _yardstick(pair, verdict, report["yardsticks"])
         numbers = [
-            ("verdict", _verdict_cell(verdict.word, None)),
+            ("verdict", _verdict_cell(verdict.text, None)),
             ("regime", _td(_e(verdict.regime))),
             ("step k (first step beyond)", _td(number(verdict.step, "d", "-"))),
             ("p-value", _td(number(verdict.p, ".3g", "-"))),
@@ -235,7 +236,7 @@ def _evidence(report: dict) -> list:
 
 def _yardstick(pair, verdict, yardsticks) -> str:
     """What the verdict was measured against: none where it rests on no yardstick (same, settings differ, ...)."""
-    if verdict.regime == "parity" and verdict.word.startswith(("within drift", "beyond drift")):
+    if verdict.regime == "same-seed" and verdict.word.startswith(("within drift", "beyond drift")):
         return yardsticks.envelope(pair.a, pair.b).describe()
     if verdict.regime == "seed" and verdict.p is not None:
         bands = {band.describe() for band in (yardsticks.band(pair.a), yardsticks.band(pair.b)) if band}

@@ -28,6 +28,10 @@ class Run:
     config_key: tuple  # (network, global batch, strategy, devices), from the rows
     steps: np.ndarray
     losses: np.ndarray
+    accuracies: Optional[np.ndarray] = None  # the train rows' accuracy, by step (None: built by hand)
+    samples: Optional[np.ndarray] = None  # the train rows' samples, by step (None: built by hand)
+    # (loss, accuracy, rows) of the validation split at the initial weights: the init row (step 0)
+    init: Optional[tuple] = None
     val: list = field(default_factory=list)  # (step, loss, accuracy), one per epoch
     test_accuracy: Optional[float] = None
     val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
@@ -75,12 +79,27 @@ def load_run(spec: str) -> Run:
         config_key=(first["network"], first["global_batch"], first["strategy"], first["devices"]),
         steps=np.array([r["step"] for r in train]),
         losses=np.array([r["loss"] for r in train]),
+        accuracies=np.array([r["accuracy"] for r in train]),
+        samples=np.array([_samples(r) for r in train]),
+        init=next((_init(r) for r in rows if r["phase"] == "init"), None),
         val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
         test_accuracy=test[-1] if test else None,
         val_progress=val_progress(rows),
         settings=_settings(path, run_id, rows),
         shown=settings_from_rows(rows),
     )
+
+
+def _samples(row: dict) -> int:
+    """The samples a train or init row was measured on: samples/s x its time."""
+    if not row["samples_per_sec"] or row["step_time_ms"] is None:
+        return 0
+    return round(row["samples_per_sec"] * row["step_time_ms"] / 1000.0)
+
+
+def _init(row: dict) -> tuple:
+    """(loss, accuracy, rows scored) of an init row."""
+    return row["loss"], row["accuracy"], _samples(row)
 
 
 def setting_differences(a: Run, b: Run, ignore: tuple = ()) -> list:

@@ -1,13 +1,18 @@
 """The verdict on a pair of runs: real error, or only floating-point and seed noise?
 
 Two regimes, each with its own yardstick:
-- parity: both runs --parity with the same seed (the same weights and batches, no
-  dropout). The yardstick is the float32 drift envelope per step (drift_envelope.py):
-  `within drift`, or `beyond drift at step k`, the first step the difference leaves it;
-- seed: other seeds, or the same seed without --parity (dropout masks differ). The
-  yardstick is the seed band of each framework at the pair's settings (spread.py):
-  `within spread (p=...)` or `beyond spread (p=...)`, p from a t-based prediction
-  interval, beyond when p < ALPHA.
+- same-seed: the same seed, and both runs' dropout drawn from the shared uniforms
+  (spec/dropout.py; every run records it) or both --parity: the same weights, batches
+  and dropped units. The yardstick is the float32 drift envelope per step
+  (drift_envelope.py), up to its horizon (the step past which honest runs drift apart by
+  more than it can tell from an error): `within drift to step H`, or `beyond drift at step
+  k`, the first step the loss or the accuracy leaves it. What lies past the horizon is
+  judged in the seed regime, on the whole runs, when the pair's settings have a seed band
+  (`; then within spread (p=...)`), and is said to be unjudged otherwise;
+- seed: other seeds, or a run whose frameworks drew their own dropout masks (an older
+  record). The yardstick is the seed band of each framework at the pair's settings
+  (spread.py): `within spread (p=...)` or `beyond spread (p=...)`, p from a t-based
+  prediction interval, beyond when p < ALPHA.
 Around them: `same` (every aligned loss bit-identical), `run-to-run` (two runs of one
 framework at one setting in the seed regime: a pair of the band itself), `settings
 differ: ...` (no yardstick spans both runs; which settings, in one line) and `no band`
@@ -27,8 +32,10 @@ import numpy as np
 from algorithms.analysis.baseline import matching_baselines
 from algorithms.analysis.drift_envelope import (
     ENVELOPE_FACTOR,
+    HORIZON_LIMIT,
     drift_test,
     envelope_path,
+    mode_of,
     read_envelope,
 )
 from algorithms.analysis.runs import Run, curve_distance, setting_differences
@@ -42,30 +49,41 @@ from algorithms.analysis.spread import ALPHA, SeedBand, pair_test
 from algorithms.tables import number
 
 RULE = (
-    "verdicts: same = every aligned loss bit-identical. Parity regime (both --parity, one seed: same weights and "
-    "batches, no dropout): within drift = the relative loss difference stays within "
-    f"{ENVELOPE_FACTOR:g}x the float32 drift envelope at every step; beyond drift at step k = it leaves it first at "
-    "step k: more than rounding. Seed regime (other seeds, or dropout on): within spread (p) / beyond spread (p) = "
-    "a t-based prediction interval from the seeds of each framework at these settings, on the final validation "
-    f"accuracy and the loss-curve distance (Bonferroni-combined p; beyond when p < {ALPHA:g}, the false-alarm "
-    "rate). run-to-run = two runs of one framework at one setting: a pair of the band. settings differ: the runs "
-    "differ in a setting no yardstick spans (named): no verdict. no band = no yardstick for these settings. "
-    "Distance = mean over the common steps of |5-step mean loss difference|."
+    "verdicts: same = every aligned loss bit-identical. Same-seed regime (one seed, the shared dropout uniforms or "
+    "--parity: same weights, batches and dropped units): within drift to step H = the relative loss difference "
+    f"stays within {ENVELOPE_FACTOR:g}x the float32 drift envelope, and the accuracies within {ENVELOPE_FACTOR:g}x "
+    "its accuracy envelope and one sample, at every step from the init row (step 0) to the horizon H, the last step "
+    f"where {ENVELOPE_FACTOR:g}x the envelope is at most a {HORIZON_LIMIT:.0%} loss difference; beyond drift at step "
+    "k = the first step either leaves it: more than rounding. Past the horizon the seed regime judges the whole "
+    "runs ('then within spread (p)'), or nothing does ('then not judged'). Seed regime (other seeds, or masks "
+    "each framework drew): within spread (p) / beyond spread (p) = a t-based prediction interval from the seeds of "
+    "each framework at these settings, on the final validation accuracy and the loss-curve distance "
+    f"(Bonferroni-combined p; beyond when p < {ALPHA:g}, the false-alarm rate). run-to-run = two runs of one "
+    "framework at one setting: a pair of the band. settings differ: the runs differ in a setting no yardstick "
+    "spans (named): no verdict. no band = no yardstick for these settings. Distance = mean over the common steps "
+    "of |5-step mean loss difference|."
 )
 
 
 @dataclass(frozen=True)
 class Verdict:
     word: str
-    regime: str  # "parity" or "seed"
+    regime: str  # "same-seed" or "seed"
     step: Optional[int] = None  # beyond drift: the first step beyond
     p: Optional[float] = None  # the seed regime's combined p-value
     settings_line: Optional[str] = None  # `settings differ: ...` whenever they do, whatever the word
     evidence: tuple = ()
+    horizon: Optional[int] = None  # same-seed: the last step the envelope judged
+    after: Optional["Verdict"] = None  # same-seed, within drift: the seed regime's word on the whole runs
 
     @property
     def beyond(self) -> bool:
-        return self.word.startswith("beyond")
+        return self.word.startswith("beyond") or (self.after is not None and self.after.beyond)
+
+    @property
+    def text(self) -> str:
+        """The verdict in one line: the same-seed word, then what was said past its horizon."""
+        return self.word if self.after is None else f"{self.word}; then {self.after.word}"
 
 
 @dataclass
@@ -102,13 +120,14 @@ class Yardsticks:
         return None
 
     def envelope(self, a: Run, b: Run):
-        """The shipped envelope of the pair's network that covers one run's settings, or None."""
+        """The shipped envelope of the pair's network and mode (dropout on, or --parity)
+        that covers one run's settings, or None."""
         if not self.baseline_dir:
             return None
-        network = a.backend_key[2]
-        if network not in self._envelopes:
-            self._envelopes[network] = read_envelope(envelope_path(self.baseline_dir, network))
-        envelope = self._envelopes[network]
+        key = (a.backend_key[2], mode_of(a.settings))
+        if key not in self._envelopes:
+            self._envelopes[key] = read_envelope(envelope_path(self.baseline_dir, *key))
+        envelope = self._envelopes[key]
         if envelope is None or not (envelope.covers(a.settings) or envelope.covers(b.settings)):
             return None
         return envelope
@@ -125,13 +144,16 @@ def one_per_seed(runs: list) -> list:
 
 
 def regime(a: Run, b: Run) -> str:
+    """`same-seed`: one seed, and the same units dropped (the shared uniforms, or no dropout
+    in --parity); `seed` otherwise."""
     same_seed = a.seed is not None and a.seed == b.seed
-    return "parity" if a.parity and b.parity and same_seed else "seed"
+    shared = all(run.parity or run.settings.get("dropout") == "shared" for run in (a, b))
+    return "same-seed" if same_seed and shared else "seed"
 
 
 def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     kind = regime(a, b)
-    ignore = NOT_COMPARED_IN_PARITY if kind == "parity" else NOT_COMPARED_ACROSS_SEEDS
+    ignore = NOT_COMPARED_IN_PARITY if kind == "same-seed" else NOT_COMPARED_ACROSS_SEEDS
     settings_line = differences_line(setting_differences(a, b, ignore))
     evidence = [_distance_line(a, b)]
     unknown = unknown_line(a.label, a.settings, b.label, b.settings, ignore)
@@ -139,34 +161,64 @@ def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
     if common.size and np.array_equal(a.losses[ia], b.losses[ib]):
         return Verdict("same", kind, settings_line=settings_line, evidence=("every aligned loss is bit-identical",))
-    if kind == "parity":
-        return _parity(a, b, yardsticks, settings_line, evidence)
+    if kind == "same-seed":
+        return _same_seed(a, b, yardsticks, settings_line, evidence)
     if settings_line:
         return Verdict(settings_line, kind, settings_line=settings_line, evidence=tuple(evidence + [_NO_SPAN]))
     if a.backend_key == b.backend_key:
         return Verdict("run-to-run", kind, evidence=tuple(evidence + [_RUN_TO_RUN]))
+    return _spread(a, b, yardsticks, evidence)
+
+
+def _spread(a: Run, b: Run, yardsticks: Yardsticks, evidence: list) -> Verdict:
+    """The seed regime's test on the whole runs, against the bands of their frameworks."""
     bands = [band for band in {id(band): band for band in (yardsticks.band(a), yardsticks.band(b)) if band}.values()]
     test = pair_test(a, b, bands)
     if test is None:
-        return Verdict("no band", kind, evidence=tuple(evidence + [_NO_SEEDS]))
+        return Verdict("no band", "seed", evidence=tuple(evidence + [_NO_SEEDS]))
     word = f"{'beyond' if test.beyond else 'within'} spread (p={test.p:.2g})"
-    return Verdict(word, kind, p=test.p, evidence=tuple(evidence) + test.evidence)
+    return Verdict(word, "seed", p=test.p, evidence=tuple(evidence) + test.evidence)
 
 
-def _parity(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
+def _same_seed(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
     envelope = yardsticks.envelope(a, b)
     test = drift_test(a, b, envelope) if envelope is not None else None
     if test is None:
         word = settings_line or "no band"
-        return Verdict(word, "parity", settings_line=settings_line, evidence=tuple(evidence + [_NO_ENVELOPE]))
+        return Verdict(word, "same-seed", settings_line=settings_line, evidence=tuple(evidence + [_NO_ENVELOPE]))
     evidence += list(test.evidence)
     if test.first_beyond is not None:
         word = f"beyond drift at step {test.first_beyond}"
-        return Verdict(word, "parity", step=test.first_beyond, settings_line=settings_line, evidence=tuple(evidence))
+        return Verdict(
+            word,
+            "same-seed",
+            step=test.first_beyond,
+            settings_line=settings_line,
+            evidence=tuple(evidence),
+            horizon=test.horizon,
+        )
     if settings_line:  # within the envelope of one run's settings says nothing of the other's
         evidence.append("within drift over these steps, but the envelope holds for one run's settings only")
-        return Verdict(settings_line, "parity", settings_line=settings_line, evidence=tuple(evidence))
-    return Verdict("within drift", "parity", evidence=tuple(evidence))
+        return Verdict(settings_line, "same-seed", settings_line=settings_line, evidence=tuple(evidence))
+    if test.last_step <= test.horizon:
+        return Verdict("within drift", "same-seed", evidence=tuple(evidence), horizon=test.horizon)
+    after = _past_horizon(a, b, yardsticks)
+    evidence += [f"past step {test.horizon}: {after.word}", *after.evidence]
+    return Verdict(
+        f"within drift to step {test.horizon}", "same-seed", evidence=tuple(evidence), horizon=test.horizon, after=after
+    )
+
+
+def _past_horizon(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
+    """What the seed regime says of the whole runs, where it can: both at the settings of
+    one seed band (where they stop included), a band there."""
+    stops = differences_line(setting_differences(a, b, NOT_COMPARED_ACROSS_SEEDS))
+    if stops:
+        return Verdict(f"not judged ({stops})", "seed", evidence=(_NO_SPAN,))
+    after = _spread(a, b, yardsticks, [])
+    if after.word == "no band":
+        return Verdict("not judged (no seed band at these settings)", "seed", evidence=after.evidence)
+    return after
 
 
 def _distance_line(a: Run, b: Run) -> str:

@@ -76,6 +76,10 @@ def settings_of(config) -> dict:
         "ps_sync": config.ps_sync if config.strategy == "ps" else None,
         "parity": config.parity,
         "precision": config.precision,
+        # every Dropout layer's mask from the uniforms of spec/dropout.py, the same in every
+        # framework: a same-seed pair then drops the same units (a record without it: each
+        # framework drew its own masks)
+        "dropout": "shared",
         "execution": config.execution or "default",
         "tuned": config.tuned or "none",
         "threads": config.threads,

@@ -60,7 +60,7 @@ from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
-from algorithms.studies.envelope import ENVELOPE_STEPS, MAIN_ENV, measure_envelope
+from algorithms.studies.envelope import ENVELOPE_STEPS, MAIN_ENV, measure_envelopes
 from algorithms.studies.suite import main_command_flags
 from algorithms.tables import number, text_table
 
@@ -380,13 +380,14 @@ def parse_args(argv: list) -> tuple:
     parser.add_argument(
         "--envelope",
         action="store_true",
-        help="measure the float32 drift envelope at the main command's settings (its batch, parity) from "
-        "run-to-run, thread-count, summation-order and cross-framework pairs, and write it to --envelope_dir",
+        help="measure the float32 drift envelopes at the main command's settings (its batch; dropout on, and "
+        "--parity) from run-to-run, thread-count, summation-order and cross-framework pairs, and write them to "
+        "--envelope_dir",
     )
     parser.add_argument(
         "--envelope_dir",
         default=BASELINE_DIR,
-        help="where --envelope writes drift/envelope_<network>.csv (default: the shipped baselines')",
+        help="where --envelope writes drift/envelope_<network>_<mode>.csv (default: the shipped baselines')",
     )
     parser.add_argument(
         "--low_precision",
@@ -413,7 +414,7 @@ def parse_args(argv: list) -> tuple:
 def main(argv=None) -> int:
     names, steps, forwarded, low_precision, envelope_dir = parse_args(list(sys.argv[1:] if argv is None else argv))
     forwarded, strategy_flags, strategy = split_strategy(forwarded)
-    forwarded += ["--parity", "--max_steps", str(steps)]
+    forwarded += ([] if envelope_dir else ["--parity"]) + ["--max_steps", str(steps)]
     try:
         config, dataset = prepare(forwarded, "python -m algorithms.studies.drift", "")
         if envelope_dir:
@@ -438,7 +439,7 @@ def main(argv=None) -> int:
             print("error: --envelope and --strategy: the envelope is measured on one device", file=sys.stderr)
             return EXIT_INPUT_ERROR
         print(f"drift envelope {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}\n")
-        return measure_envelope(names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir, steps)
+        return measure_envelopes(names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir, steps)
     print(
         f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
         f"each of {', '.join(names)} twice in parity mode"

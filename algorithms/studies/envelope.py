@@ -1,16 +1,19 @@
-"""`python -m algorithms.studies.drift --envelope` (`make drift ARGS=--envelope`): the
-float32 drift envelope of the parity regime (algorithms/analysis/drift_envelope.py),
-measured here and written where the baselines live.
+"""`python -m algorithms.studies.drift --envelope` (`make envelope`): the float32 drift
+envelopes of the same-seed regime (algorithms/analysis/drift_envelope.py), one per mode
+(`default`: dropout on, its uniforms shared; `parity`: --parity), measured here and
+written where the baselines live.
 
-Every framework of the main env trains in parity mode, at the main command's settings
-(the network's batch, 50 steps), twice (run-to-run); torch and TensorFlow once more at
-1 thread against their 2 (thread count); TensorFlow with oneDNN off and in eager mode
-(its arithmetic in another order: other kernels, no fused ops). The pairs: each framework's two runs, the thread
-and summation-order pairs, and every two frameworks (cross-framework). The envelope is
-their largest relative loss difference per step, a running maximum; beside it, how far
-above the envelope of the others each pair reaches (leave one out), the measure
-ENVELOPE_FACTOR is set from. Written to results/baseline/drift/envelope_<network>.csv
-(--envelope_dir elsewhere), with a header saying how and at which settings.
+In each mode every framework of the main env trains at the main command's settings (the
+network's batch, 50 steps), twice (run-to-run); torch and TensorFlow once more at 1
+thread against their 2 (thread count); TensorFlow with oneDNN off and in eager mode, and
+Keras on jax eager (their arithmetic in another order: other kernels, no fused ops). The
+pairs: each framework's two runs, the thread and summation-order pairs, and every two
+frameworks (cross-framework). The envelope is their largest relative loss difference per
+step from the init row (step 0) on, a running maximum, and beside it their largest
+accuracy difference; then how far above the envelope of the others each pair reaches
+(leave one out), the measure ENVELOPE_FACTOR is set from. Written to
+results/baseline/drift/envelope_<network>_<mode>.csv (--envelope_dir elsewhere), with a
+header saying how and at which settings.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 
 from algorithms.analysis.drift_envelope import (
     ENVELOPE_FACTOR,
+    MODES,
     build_envelope,
     envelope_path,
     leave_one_out_ratios,
@@ -51,18 +55,31 @@ SUMMATION_ORDERS = {
 }
 
 
-def measure_envelope(
-    names: list, forwarded: list, results_dir: str, network: str, run_id: str, out_dir: str, steps: int
+def measure_envelopes(
+    names: list, forwarded: list, results_dir: str, network: str, run_id: str, out_dir: str, steps: int, modes=MODES
 ) -> int:
-    """Runs the parity runs, writes the envelope; returns the exit status. A run this
+    """Each mode's envelope (see the module docstring); returns the exit status."""
+    for mode in modes:
+        print(f"\n{mode}: " + ("--parity" if mode == "parity" else "dropout on, its uniforms shared"), flush=True)
+        flags = forwarded + (["--parity"] if mode == "parity" else [])
+        status = measure_envelope(names, flags, results_dir, network, f"{run_id}-{mode}", out_dir, steps, mode)
+        if status:
+            return status
+    return 0
+
+
+def measure_envelope(
+    names: list, forwarded: list, results_dir: str, network: str, run_id: str, out_dir: str, steps: int, mode: str
+) -> int:
+    """Runs one mode's runs, writes its envelope; returns the exit status. A run this
     --run_id finished already (the command interrupted and started again) is reused."""
     runs = {}  # (name, variant) -> its run id
     for index, name in enumerate(names, start=1):
         for variant, flags, env in variants(name):
             this_run = f"{run_id}-{variant}"
             runs[name, variant] = this_run
-            finished = run_losses(results_dir, network, name, this_run)
-            if finished is not None and finished[0].size >= steps:
+            finished = run_series(results_dir, network, name, this_run)
+            if finished is not None and finished[0][-1] >= steps:
                 print(f"[{index}/{len(names)} {variant}] {name}: {this_run} finished already", flush=True)
                 continue
             children.run_framework(
@@ -71,20 +88,21 @@ def measure_envelope(
                 f"[{index}/{len(names)} {variant}] {name}",
                 env=env,
             )
-    losses = {key: run_losses(results_dir, network, key[0], this_run) for key, this_run in runs.items()}
-    pairs = honest_pairs(losses, names)
-    if not any(series for series in pairs.values()):
+    series = {key: run_series(results_dir, network, key[0], this_run) for key, this_run in runs.items()}
+    pairs = honest_pairs(series, names)
+    if not any(items for items in pairs.values()):
         print("error: no pair of runs finished; nothing measured")
         return 1
-    reference = next(name for name in names if losses.get((name, "a")) is not None)
+    reference = next(name for name in names if series.get((name, "a")) is not None)
     settings = read_settings(children.results_csv(results_dir, network, reference)).get(runs[reference, "a"], {})
-    ratios = leave_one_out_ratios([item for kind in pairs for item in pairs[kind]])
+    ratios = leave_one_out_ratios([(label, steps, loss) for kind in pairs for label, steps, loss, _ in pairs[kind]])
     envelope = build_envelope(
-        {kind: [(steps, differences) for _, steps, differences in items] for kind, items in pairs.items()},
+        {kind: [(steps, loss) for _, steps, loss, _ in items] for kind, items in pairs.items()},
         Settings(settings),
-        tuple(_notes(network, names, pairs, ratios, settings)),
+        tuple(_notes(network, names, pairs, ratios, settings, mode)),
+        [(steps, accuracy) for items in pairs.values() for _, steps, _, accuracy in items],
     )
-    path = envelope_path(out_dir, network)
+    path = envelope_path(out_dir, network, mode)
     write_envelope(envelope, path)
     print(format_envelope(envelope, ratios))
     print(f"\nenvelope: {path}")
@@ -99,23 +117,32 @@ def variants(name: str) -> list:
     return found + list(SUMMATION_ORDERS.get(name, ()))
 
 
-def run_losses(results_dir: str, network: str, name: str, run_id: str):
+def run_series(results_dir: str, network: str, name: str, run_id: str):
+    """(steps, losses, accuracies) of a run's init row (step 0) and train rows, or None."""
     rows = [
-        r for r in children.run_rows(children.results_csv(results_dir, network, name), run_id) if r["phase"] == "train"
+        r
+        for r in children.run_rows(children.results_csv(results_dir, network, name), run_id)
+        if r["phase"] in ("init", "train")
     ]
-    if not rows:
+    if not any(r["phase"] == "train" for r in rows):
         return None
-    return np.array([r["step"] for r in rows], dtype=int), np.array([r["loss"] for r in rows], dtype=np.float64)
+    return (
+        np.array([r["step"] for r in rows], dtype=int),
+        np.array([r["loss"] for r in rows], dtype=np.float64),
+        np.array([r["accuracy"] for r in rows], dtype=np.float64),
+    )
 
 
-def honest_pairs(losses: dict, names: list) -> dict:
-    """kind -> [(label, steps, relative differences)] of every pair whose runs finished."""
+def honest_pairs(series: dict, names: list) -> dict:
+    """kind -> [(label, steps, relative loss differences, |accuracy differences|)] of every
+    pair whose runs finished."""
 
     def pair(first, second, label):
-        if losses.get(first) is None or losses.get(second) is None:
+        if series.get(first) is None or series.get(second) is None:
             return []
-        steps, ia, ib = np.intersect1d(losses[first][0], losses[second][0], return_indices=True)
-        return [(label, steps, relative_difference(losses[first][1][ia], losses[second][1][ib]))]
+        (steps_a, loss_a, accuracy_a), (steps_b, loss_b, accuracy_b) = series[first], series[second]
+        steps, ia, ib = np.intersect1d(steps_a, steps_b, return_indices=True)
+        return [(label, steps, relative_difference(loss_a[ia], loss_b[ib]), np.abs(accuracy_a[ia] - accuracy_b[ib]))]
 
     kinds = {"run_to_run": [], "threads": [], "summation_order": [], "cross_framework": []}
     for name in names:
@@ -128,17 +155,19 @@ def honest_pairs(losses: dict, names: list) -> dict:
     return kinds
 
 
-def _notes(network: str, names: list, pairs: dict, ratios: list, settings: dict) -> list:
+def _notes(network: str, names: list, pairs: dict, ratios: list, settings: dict, mode: str) -> list:
     worst_label, worst_ratio, worst_step = max(ratios, key=lambda item: item[1])
     counted = ", ".join(f"{kind} {len(items)}" for kind, items in pairs.items())
-    steps = max(int(steps[-1]) for items in pairs.values() for _, steps, _ in items)
+    steps = max(int(steps[-1]) for items in pairs.values() for _, steps, _, _ in items)
+    how = "--parity" if mode == "parity" else "dropout on, its uniforms shared (spec/dropout.py)"
     return [
-        f"float32 drift envelope of {network}: per step, the largest |dloss|/loss of the honest parity pairs "
-        "below, as a running maximum (algorithms/analysis/drift_envelope.py)",
+        f"float32 drift envelope of {network}, mode {mode} ({how}): per step from the init row (step 0), the "
+        "largest |dloss|/loss of the honest pairs below, as a running maximum, and the largest |accuracy "
+        "difference| (algorithms/analysis/drift_envelope.py)",
         f"measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.node()} ({os.cpu_count()} CPUs, "
         f"{platform.machine()}): {steps} steps at "
         f"batch {settings.get('batch')}, lr {settings.get('learning_rate')}, seed {settings.get('seed')}, "
-        f"{settings.get('threads')} threads (1 in the thread pairs), --parity",
+        f"{settings.get('threads')} threads (1 in the thread pairs), {how}",
         f"frameworks: {', '.join(names)}; pairs: {counted}",
         f"leave one out: the worst honest pair ({worst_label}) reaches {worst_ratio:.3g}x the envelope of the "
         f"others (step {worst_step}); a pair is beyond drift above {ENVELOPE_FACTOR:g}x",
@@ -146,15 +175,18 @@ def _notes(network: str, names: list, pairs: dict, ratios: list, settings: dict)
 
 
 def format_envelope(envelope, ratios: list) -> str:
-    marks = [int(s) for s in envelope.steps if s in (1, 2, 3, 5, 10, 15, 20, 30, 40, 50) or s == envelope.steps[-1]]
+    shown = (0, 1, 2, 3, 5, 10, 15, 20, 30, 40, 50)
+    marks = [int(s) for s in envelope.steps if s in shown or s == envelope.steps[-1] or s == envelope.horizon()]
     index = {int(step): i for i, step in enumerate(envelope.steps)}
-    header = ["step", "envelope"] + list(envelope.sources)
+    header = ["step", "envelope", "accuracy"] + list(envelope.sources)
     body = [
-        [str(step), f"{envelope.limit[index[step]]:.2e}"]
+        [str(step) + (" (horizon)" if step == envelope.horizon() else ""), f"{envelope.limit[index[step]]:.2e}"]
+        + [f"{envelope.accuracy_at(np.array([step]))[0]:.3g}"]
         + [f"{envelope.sources[kind][index[step]]:.2e}" for kind in envelope.sources]
         for step in marks
     ]
-    lines = ["drift envelope (|dloss|/loss, largest per kind of pair):"] + text_table(header, body, indent="  ")
+    lines = ["drift envelope (|dloss|/loss, largest per kind of pair; accuracy: the largest |accuracy difference|):"]
+    lines += text_table(header, body, indent="  ")
     lines.append("\neach honest pair against the envelope of all the others (leave one out):")
     lines += text_table(
         ["pair", "worst ratio", "at step"],
