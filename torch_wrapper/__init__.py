@@ -17,6 +17,9 @@ _NOT_WITH_WORKER_STRATEGIES = {
     "--fault loss": "each worker's update takes its mean loss",
 }
 
+# known errors its one-device trainer puts in (spec/variants.py)
+_SINGLE_ONLY_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_labels")
+
 import os
 
 from algorithms.run.contract import Support
@@ -74,6 +77,10 @@ def supported() -> Support:
             "--noise_scale",
             "--fault bias",
             "--fault loss",
+            "--fault eval_dropout",
+            "--fault momentum_reset",
+            "--fault lr_late",
+            "--fault accuracy_labels",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={
@@ -96,6 +103,11 @@ def prepare_process(config, dataset) -> None:
         from torch_wrapper.nodes import check_endpoint_is_here
 
         check_endpoint_is_here(config.ps_endpoint)
+    if config.fault and config.fault.kind in _SINGLE_ONLY_FAULTS and config.strategy != "single":
+        raise InputError(
+            f"--fault {config.fault.describe()} with --strategy {config.strategy}: torch puts this known error "
+            "into its one-device trainer only; drop --strategy"
+        )
     if config.compile and config.plan.strategy != "single":
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from algorithms.run.contract import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.run.noise_scale import replica_gradient_norms
+from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
 from algorithms.run.tuning import tuned_options
@@ -46,6 +47,7 @@ from torch_wrapper.tensor_parallel import build_tensor_parallel
 
 
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TRAINER_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_labels")  # spec/variants.py
 
 
 class _StrategyTrainer:
@@ -72,6 +74,12 @@ class _StrategyTrainer:
         self.network = None  # the spec, for prepare_batch's step (set by build_trainer)
         # the spec's loss: "sum" only for --fault loss:sum, a known error on purpose
         self.loss_reduction = "mean"
+        # a known error on purpose (--fault eval_dropout, momentum_reset, lr_late, accuracy_labels:
+        # spec/variants.py), or None; the epoch-bound ones need the epoch's steps (set by train.py)
+        self.fault = None
+        self.steps_per_epoch = 0
+        self.steps_done = 0
+        self._late_rates: list = []  # --fault lr_late: (step it takes effect at, lr)
 
     def autocast(self):
         """Mixed precision: the float32 weights cast to the compute dtype op by op (torch.autocast)."""
@@ -94,18 +102,34 @@ class _StrategyTrainer:
         )
 
     def set_learning_rate(self, learning_rate: float) -> None:
+        if self.fault == "lr_late":  # the known error: the change lands an epoch after it was asked for
+            self._late_rates.append((self.steps_done + self.steps_per_epoch, learning_rate))
+            return
+        self._set_rate(learning_rate)
+
+    def _set_rate(self, learning_rate: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
+
+    def _known_error_before_step(self) -> None:
+        """--fault momentum_reset and lr_late act here, before the step they change."""
+        if self.fault == "momentum_reset" and self.steps_done and self.steps_done % self.steps_per_epoch == 0:
+            self.optimizer.state.clear()  # an optimizer made anew at the epoch's first step
+        while self._late_rates and self._late_rates[0][0] <= self.steps_done:
+            self._set_rate(self._late_rates.pop(0)[1])
 
     def step(self, batches: list) -> StepResult:
         """One optimizer step over K batches (K > 1: --accumulate K): the gradient of
         the mean loss over all their samples, exactly one K x batch step."""
+        if self.fault is not None:
+            self._known_error_before_step()
+        self.steps_done += 1
         total = sum(size for *_, size in batches)
         divisor = 1 if self.loss_reduction == "sum" else total  # the gradient's: its loss summed, or the mean
         self.optimizer.zero_grad(set_to_none=True)
         sums = torch.zeros(2, device=self.device)
-        for index, (images, labels, uniforms, _) in enumerate(batches):
-            sums += self._forward_backward(images, labels, uniforms, divisor, index == len(batches) - 1)
+        for index, (images, labels, dropout_uniforms, _) in enumerate(batches):
+            sums += self._forward_backward(images, labels, dropout_uniforms, divisor, index == len(batches) - 1)
         self._exchange_gradients()
         if self.scaler is None:
             self.optimizer.step()
@@ -203,7 +227,8 @@ class ModuleTrainer(_StrategyTrainer):
                 logits = self.model(images, uniforms)
             loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")  # the loss in float32
             self.backward(loss_sum / total)
-        return torch.stack([loss_sum.detach(), (logits.argmax(1) == labels).sum().float()])
+        counted = labels.roll(1) if self.fault == "accuracy_labels" else labels  # the known error: other labels
+        return torch.stack([loss_sum.detach(), (logits.argmax(1) == counted).sum().float()])
 
     def _state_module(self):
         return self.model.module if self.ddp or isinstance(self.model, torch.nn.DataParallel) else self.model
@@ -212,8 +237,12 @@ class ModuleTrainer(_StrategyTrainer):
     def logits(self, images: np.ndarray) -> np.ndarray:
         model = self.model.module if self.ddp else self.model
         model.eval()
+        extra = ()
+        if self.fault == "eval_dropout":  # the known error: evaluated in training mode, its dropout on
+            model.train()
+            extra = (uniforms_to_torch(uniforms(self.network, 0, -1, np.arange(len(images))), self.device),)
         with self.autocast():
-            logits = model(torch.from_numpy(images[:, None]).to(self.device)).float().cpu().numpy()
+            logits = model(torch.from_numpy(images[:, None]).to(self.device), *extra).float().cpu().numpy()
         self.clock.take()  # evaluation traffic (tensor parallel's gathers) is not part of any training step
         return logits
 
@@ -280,6 +309,7 @@ def build_trainer(config):
     trainer = _build_trainer(config)
     trainer.network = config.network
     trainer.loss_reduction = config.network.loss_reduction
+    trainer.fault = config.fault.kind if config.fault and config.fault.kind in TRAINER_FAULTS else None
     if config.precision != "fp32":
         trainer.compute_dtype = COMPUTE_DTYPES[config.precision]
         if config.precision == "fp16":

@@ -47,6 +47,7 @@ ENVELOPE_FACTOR = 10.0
 DRIFT_FLOOR = 2.0**-23  # float32's relative resolution: a difference of one unit in the last place is drift
 HORIZON_LIMIT = 0.1  # the envelope judges while ENVELOPE_FACTOR x it stays at or below a 10% loss difference
 MODES = ("default", "parity")  # dropout on (shared uniforms), and --parity (no dropout, deterministic kernels)
+PARTS = ("", "_check")  # a run's own rows, and its epoch check's (run/epoch_check.py)
 SMALLEST_LOSS = 1e-12  # a zero loss cannot be a denominator
 SETTINGS_PREFIX = "# settings: "
 ACCURACY_COLUMN = "accuracy_envelope"
@@ -61,8 +62,9 @@ def envelope_path(baseline_dir: str, network: str, mode: str) -> str:
 
 
 def mode_of(settings) -> str:
-    """The envelope a run's settings call for: `parity` or `default`."""
-    return "parity" if settings.get("parity") else "default"
+    """The envelope a run's settings call for: `parity` or `default`, and `_check` after
+    either for an epoch check's rows (run/epoch_check.py)."""
+    return ("parity" if settings.get("parity") else "default") + ("_check" if settings.get("part") else "")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 
 from algorithms.analysis.settings import Settings, from_key as settings_from_key, from_rows as settings_from_rows
 from algorithms.errors import InputError
+from algorithms.run.epoch_check import check_csv
 from algorithms.run.recorder import read_rows, run_ids
 from algorithms.run.settings_record import read_settings
 
@@ -36,6 +37,7 @@ class Run:
     test_accuracy: Optional[float] = None
     val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
     settings: Optional[Settings] = None  # None: built by hand, from config_key and the epochs validated
+    check: Optional["Run"] = None  # its epoch check (run/epoch_check.py), when it ran one
     shown: Optional[Settings] = None  # what its rows show (settings.from_rows); None: its settings are that
 
     def __post_init__(self):
@@ -67,6 +69,14 @@ def load_run(spec: str) -> Run:
     run_id = run_id or ids[-1]
     if run_id not in ids:
         raise InputError(f"{path}: no run {run_id!r}; runs in it: {', '.join(ids[-5:])}")
+    run = _run_of(path, run_id)
+    check = check_csv(path)
+    if os.path.isfile(check) and run_id in run_ids(check):
+        run.check = _run_of(check, run_id)
+    return run
+
+
+def _run_of(path: str, run_id: str) -> Run:
     rows = read_rows(path, run_id)
     train = [r for r in rows if r["phase"] == "train"]
     first = rows[0]

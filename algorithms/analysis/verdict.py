@@ -24,7 +24,7 @@ bands and envelopes of a set of runs), and RULE, the words explained once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -75,15 +75,25 @@ class Verdict:
     evidence: tuple = ()
     horizon: Optional[int] = None  # same-seed: the last step the envelope judged
     after: Optional["Verdict"] = None  # same-seed, within drift: the seed regime's word on the whole runs
+    check: Optional["Verdict"] = None  # same-seed: the verdict on the two runs' epoch checks, when both ran one
 
     @property
     def beyond(self) -> bool:
-        return self.word.startswith("beyond") or (self.after is not None and self.after.beyond)
+        return any(part.word.startswith("beyond") for part in (self, self.check, self.after) if part is not None)
 
     @property
     def text(self) -> str:
-        """The verdict in one line: the same-seed word, then what was said past its horizon."""
-        return self.word if self.after is None else f"{self.word}; then {self.after.word}"
+        """The verdict in one line: a difference the runs' own rows show first, else one their
+        epoch checks show; else the same-seed word, the epoch check's, then what was said past
+        the horizon."""
+        if self.word.startswith("beyond"):
+            return self.word
+        if self.check is not None and self.check.beyond:
+            return f"beyond drift in the epoch check at step {self.check.step}"
+        text = self.word
+        if self.check is not None:
+            text += f", epoch check {self.check.word}"
+        return text if self.after is None else f"{text}; then {self.after.word}"
 
 
 @dataclass
@@ -181,6 +191,17 @@ def _spread(a: Run, b: Run, yardsticks: Yardsticks, evidence: list) -> Verdict:
 
 
 def _same_seed(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
+    verdict = _same_seed_rows(a, b, yardsticks, settings_line, evidence)
+    if a.check is None or b.check is None or _NO_ENVELOPE in verdict.evidence:
+        return verdict
+    check = _same_seed_rows(a.check, b.check, yardsticks, settings_line, [])
+    if check.word == "no band":
+        check = replace(check, word="not judged (no envelope for the epoch check)")
+    evidence = verdict.evidence + tuple(f"epoch check: {line}" for line in (check.word, *check.evidence))
+    return replace(verdict, check=check, evidence=evidence)
+
+
+def _same_seed_rows(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
     envelope = yardsticks.envelope(a, b)
     test = drift_test(a, b, envelope) if envelope is not None else None
     if test is None:

@@ -43,12 +43,25 @@ OPTIONAL_FLAGS = (
     "--ps_endpoint",
     "--fault bias",
     "--fault loss",
+    "--fault eval_dropout",
+    "--fault momentum_reset",
+    "--fault lr_late",
+    "--fault accuracy_labels",
 )
 # variants no other framework has, so the capability table gives them no column: torch's one
 # process driving N GPUs (nn.DataParallel, a variant of --strategy data), its parameter
-# server across hosts (--ps_endpoint), and two known errors only its build path and trainer
-# put in (--fault bias:LAYER, --fault loss:sum; the other --fault kinds run everywhere)
-WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint", "--fault bias", "--fault loss")
+# server across hosts (--ps_endpoint), and the known errors only its build path and trainer
+# put in (--fault bias:LAYER, loss:sum, eval_dropout, momentum_reset, lr_late,
+# accuracy_labels; the other --fault kinds run everywhere)
+TORCH_ONLY_FAULTS = (
+    "--fault bias",
+    "--fault loss",
+    "--fault eval_dropout",
+    "--fault momentum_reset",
+    "--fault lr_late",
+    "--fault accuracy_labels",
+)
+WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint") + TORCH_ONLY_FAULTS
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,8 @@ class RunConfig:
     memory_budget_mb: Optional[float] = None
     batch_search: Optional[str] = None  # the finder's trials and choice, for results.log
     fault: Optional[Fault] = None  # --fault: a known error put in on purpose (spec/variants.py)
+    epoch_check: bool = False  # --epoch_check: the short-epoch run first (run/epoch_check.py)
+    part: str = "run"  # "run", or "epoch check" in the config the epoch check runs with
 
     @property
     def effective_batch(self) -> int:
@@ -111,6 +126,10 @@ class RunConfig:
     def batch_at(self, epoch: int) -> int:
         """--batch_size of the 0-based `epoch` (the --batch_schedule phase it is in)."""
         return batch_size_at(self.batch_schedule, epoch) if self.batch_schedule else self.batch_size
+
+    def order_epoch(self, epoch: int) -> int:
+        """The epoch whose batch order this one takes: its own, or epoch 1's with --fault same_order."""
+        return 0 if self.fault and self.fault.kind == "same_order" else epoch
 
     def order_seed(self, epoch: int) -> int:
         """The seed the 0-based `epoch`'s batch order is drawn with: --seed, unless
@@ -283,4 +302,5 @@ def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig
         batch_size_auto=batch_size_auto,
         memory_budget_mb=args.memory_budget_mb,
         fault=fault,
+        epoch_check=args.epoch_check,
     )

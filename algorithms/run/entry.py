@@ -20,6 +20,7 @@ from typing import Optional
 
 from algorithms.run.batch_finder import find_batch_size
 from algorithms.run.config import parse_config
+from algorithms.run.epoch_check import CHECK_STEPS, check_run
 from algorithms.run.contract import Support
 from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
@@ -109,7 +110,29 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     with startup_notices_dropped():  # the framework loads here (its determinism switches first)
         parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
         wrapper = importlib.import_module(wrapper_module)
+    if config.epoch_check and not config.resume:
+        run_epoch_check(wrapper, config, dataset, parity_notes)
     return wrapper, RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
+
+
+def run_epoch_check(wrapper, config, dataset, parity_notes) -> None:
+    """The epoch check (run/epoch_check.py), before the run's own session starts its clock.
+    A check that fails is said in one line and the run goes on: its compare then has no
+    epoch check to judge."""
+    check_config, check_dataset = check_run(config, dataset)
+    records = wrapper.records(config)
+    session = RunSession(check_config, check_dataset, wrapper.describe_runtime(), parity_notes, records)
+    if records and not config.quiet:
+        print(
+            f"epoch check: {check_config.num_epochs} epochs of {CHECK_STEPS} steps on the first "
+            f"{len(check_dataset.train_x)} training rows (rows in {session.csv_path})",
+            flush=True,
+        )
+    try:
+        wrapper.train(session)
+    except Exception as error:  # noqa: BLE001 (the run itself may still work; the compare will say no check)
+        if records:
+            print(f"warning: the epoch check failed ({type(error).__name__}: {error}); the run goes on", flush=True)
 
 
 def refused(error: Exception) -> int:

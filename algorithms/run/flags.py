@@ -197,6 +197,15 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "results.log); the shared init and batch order are always on, and float32 unless "
         "--precision asks for bf16 / fp16 (kept as asked, and noted)",
     )
+    training.add_argument(
+        "--epoch_check",
+        action="store_true",
+        help="before the run, the epoch check: the same net, seed and settings on the first "
+        "3 batches of the training split for up to 4 epochs, in this process, its rows in "
+        "<results_dir>/epoch_check/; every epoch boundary then falls where float32 drift is still "
+        "small, so the compare can judge what happens there (reshuffling, schedules, optimizer "
+        "state, evaluation) against the drift envelope (run_all.py runs it by default)",
+    )
     parallel = parser.add_argument_group("parallelism")
     parallel.add_argument(
         "--strategy",

@@ -72,7 +72,7 @@ class RunSession:
         self.rows = RunRows(self.csv_path, identity, record)
         if record:  # what a fair comparison must hold equal, known before the first step
             append_settings(self.csv_path, self.run_id, self.framework, self.backend, settings_of(config))
-        self.progress = Progress(config.num_epochs, config.quiet, record)
+        self.progress = Progress(config.num_epochs, config.quiet, record and config.part == "run")
         self.schedule = config.learning_rate_schedule()
         self.stopping = StoppingRules(config, self.progress.say)
         self.clock = RunClock()
@@ -174,7 +174,9 @@ class RunSession:
         batch is the epoch's (--batch_schedule)."""
         config = self.config
         batch = config.batch_at(epoch)
-        steps = batch_order(len(self.dataset.train_x), batch * config.accumulate, epoch, config.order_seed(epoch))
+        steps = batch_order(
+            len(self.dataset.train_x), batch * config.accumulate, config.order_epoch(epoch), config.order_seed(epoch)
+        )
         return [[indices[start : start + batch] for start in range(0, len(indices), batch)] for indices in steps]
 
     def begin_epoch(self, epoch: int) -> Optional[int]:
@@ -338,7 +340,7 @@ class RunSession:
         results.log's diagnostics line. None: nothing to say."""
         if problem:
             self.diagnostics.append(problem)
-            if self.record:
+            if self.record and self.config.part == "run":
                 print(f"\nwarning: {problem}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ end of run
@@ -356,7 +358,7 @@ class RunSession:
             self.rows.write("test", None, self.step, test_loss, test_accuracy, self.wall(), learning_rate=None)
         self.rows.close()
         predictions_path = None
-        if test_predictions is not None and self.record:
+        if test_predictions is not None and self.record and self.config.part == "run":
             predictions_path = os.path.join(
                 self.config.results_dir,
                 "predictions",
@@ -364,7 +366,7 @@ class RunSession:
             )
             write_predictions(predictions_path, test_predictions)
         summary = summarize(self, None if test_loss is None else (test_loss, test_accuracy), predictions_path)
-        if self.record:
+        if self.record and self.config.part == "run":  # the epoch check's rows are all it leaves
             self._write_log(status, summary)
             print_summary(self, summary)
         return summary
@@ -375,7 +377,7 @@ class RunSession:
         when that block cannot be written either."""
         self.finished = True
         self.rows.close()
-        if not self.record or self._logged:
+        if not self.record or self._logged or self.config.part != "run":
             return True
         try:
             self._write_log(status, summarize(self, None, None))

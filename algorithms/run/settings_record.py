@@ -87,6 +87,8 @@ def settings_of(config) -> dict:
         "validation_split": config.validation_split,
         "seed": config.seed,
         **({"fault": config.fault.describe()} if config.fault else {}),  # a record without it: no fault
+        # the epoch check's own record (run/epoch_check.py) says what it trains on; a run's has none
+        **({"part": config.part} if config.part != "run" else {}),
     }
 
 

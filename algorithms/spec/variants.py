@@ -20,6 +20,19 @@ other framework or run keep the spec.
                             bug would log it)
     order:EPOCH:SEED        training runs only: the batches of epoch EPOCH (1-based) in
                             the order seed SEED draws instead of the run's --seed
+    same_order              training runs only: every epoch's batches in epoch 1's order
+                            (the shared batch order, not reshuffled: a data loader whose
+                            shuffle draws once)
+    eval_dropout            training runs only: torch evaluates with its dropout on (the
+                            model left in training mode: forgetting model.eval())
+    momentum_reset          training runs only: torch's optimizer state (momentum, Adam's
+                            moments) cleared at every epoch's first step (an optimizer made
+                            anew each epoch)
+    lr_late                 training runs only: torch applies each change of the learning
+                            rate one epoch late (a scheduler stepped at the wrong place)
+    accuracy_labels         training runs only: torch's training accuracy counted against
+                            the batch's labels shifted by one row (a metric on the wrong
+                            labels); its loss is right
 
 LAYER is an index into the spec's layers (dropout included), as `--help` lists them.
 """
@@ -34,7 +47,10 @@ from algorithms.spec.networks import Conv2D, Dense, Dropout, Network, ZeroPad2D
 from algorithms.spec.weights import LayerWeights
 
 KINDS = ("weights", "padding", "bias")  # the layer faults: the localisation takes these
-TRAINING_KINDS = KINDS + ("dropout", "loss", "order")  # an entry script's --fault takes these
+# faults named by their kind alone: they act on a run's data order, evaluation, optimizer
+# state, schedule or metric, not on a layer
+BARE_KINDS = ("same_order", "eval_dropout", "momentum_reset", "lr_late", "accuracy_labels")
+TRAINING_KINDS = KINDS + ("dropout", "loss", "order") + BARE_KINDS  # an entry script's --fault takes these
 WITHOUT_VALUE = {"bias": 0.0, "loss": 0.0}  # KIND:LAYER (bias) and loss:sum carry no value
 
 
@@ -45,6 +61,8 @@ class Fault:
     value: float
 
     def describe(self) -> str:
+        if self.kind in BARE_KINDS:
+            return self.kind
         if self.kind == "loss":
             return "loss:sum"
         if self.kind == "bias":
@@ -56,6 +74,8 @@ def parse_fault(text: str, network: Network, kinds: tuple = KINDS) -> Fault:
     """KIND:LAYER:VALUE (bias:LAYER, loss:sum), checked against `network`; ValueError with
     the reason otherwise."""
     parts = text.split(":")
+    if text in BARE_KINDS and text in kinds:
+        return Fault(text, 0, 0.0)
     expected = "KIND:LAYER:VALUE (bias:LAYER, loss:sum)" if "loss" in kinds else "KIND:LAYER:VALUE (bias:LAYER)"
     if parts[0] not in kinds or len(parts) != (2 if parts[0] in WITHOUT_VALUE else 3):
         raise ValueError(f"{text!r}: expected {expected} with KIND one of {', '.join(kinds)}")
@@ -122,6 +142,6 @@ def faulted_network(fault: Fault, network: Network) -> Network:
     if fault.kind == "weights":
         weighted = [index for index, _, _ in network.parametric_layers()]
         return replace(network, init_scales=((weighted.index(fault.layer), fault.value),))
-    if fault.kind == "order":
+    if fault.kind == "order" or fault.kind in BARE_KINDS:
         return network
     return apply_fault(fault, network, [])[0]

@@ -36,6 +36,7 @@ from algorithms.analysis.drift_envelope import (
 )
 from algorithms.analysis.settings import Settings
 from algorithms.registry.frameworks import FRAMEWORKS
+from algorithms.run.epoch_check import CHECK_FOLDER
 from algorithms.run.settings_record import read_settings
 from algorithms.studies import children
 from algorithms.tables import text_table
@@ -61,7 +62,7 @@ def measure_envelopes(
     """Each mode's envelope (see the module docstring); returns the exit status."""
     for mode in modes:
         print(f"\n{mode}: " + ("--parity" if mode == "parity" else "dropout on, its uniforms shared"), flush=True)
-        flags = forwarded + (["--parity"] if mode == "parity" else [])
+        flags = forwarded + ["--epoch_check"] + (["--parity"] if mode == "parity" else [])
         status = measure_envelope(names, flags, results_dir, network, f"{run_id}-{mode}", out_dir, steps, mode)
         if status:
             return status
@@ -88,24 +89,25 @@ def measure_envelope(
                 f"[{index}/{len(names)} {variant}] {name}",
                 env=env,
             )
-    series = {key: run_series(results_dir, network, key[0], this_run) for key, this_run in runs.items()}
-    pairs = honest_pairs(series, names)
-    if not any(items for items in pairs.values()):
-        print("error: no pair of runs finished; nothing measured")
-        return 1
-    reference = next(name for name in names if series.get((name, "a")) is not None)
-    settings = read_settings(children.results_csv(results_dir, network, reference)).get(runs[reference, "a"], {})
-    ratios = leave_one_out_ratios([(label, steps, loss) for kind in pairs for label, steps, loss, _ in pairs[kind]])
-    envelope = build_envelope(
-        {kind: [(steps, loss) for _, steps, loss, _ in items] for kind, items in pairs.items()},
-        Settings(settings),
-        tuple(_notes(network, names, pairs, ratios, settings, mode)),
-        [(steps, accuracy) for items in pairs.values() for _, steps, _, accuracy in items],
-    )
-    path = envelope_path(out_dir, network, mode)
-    write_envelope(envelope, path)
-    print(format_envelope(envelope, ratios))
-    print(f"\nenvelope: {path}")
+    for part, folder in (("", results_dir), ("_check", os.path.join(results_dir, CHECK_FOLDER))):
+        series = {key: run_series(folder, network, key[0], this_run) for key, this_run in runs.items()}
+        pairs = honest_pairs(series, names)
+        if not any(items for items in pairs.values()):
+            print(f"error: no pair of runs{' (epoch checks)' if part else ''} finished; nothing measured")
+            return 1
+        reference = next(name for name in names if series.get((name, "a")) is not None)
+        settings = read_settings(children.results_csv(folder, network, reference)).get(runs[reference, "a"], {})
+        ratios = leave_one_out_ratios([(label, steps, loss) for kind in pairs for label, steps, loss, _ in pairs[kind]])
+        envelope = build_envelope(
+            {kind: [(steps, loss) for _, steps, loss, _ in items] for kind, items in pairs.items()},
+            Settings(settings),
+            tuple(_notes(network, names, pairs, ratios, settings, mode + part)),
+            [(steps, accuracy) for items in pairs.values() for _, steps, _, accuracy in items],
+        )
+        path = envelope_path(out_dir, network, mode + part)
+        write_envelope(envelope, path)
+        print(("\nthe epoch checks' " if part else "") + format_envelope(envelope, ratios))
+        print(f"\nenvelope: {path}")
     return 0
 
 
@@ -159,7 +161,7 @@ def _notes(network: str, names: list, pairs: dict, ratios: list, settings: dict,
     worst_label, worst_ratio, worst_step = max(ratios, key=lambda item: item[1])
     counted = ", ".join(f"{kind} {len(items)}" for kind, items in pairs.items())
     steps = max(int(steps[-1]) for items in pairs.values() for _, steps, _, _ in items)
-    how = "--parity" if mode == "parity" else "dropout on, its uniforms shared (spec/dropout.py)"
+    how = "--parity" if mode.startswith("parity") else "dropout on, its uniforms shared (spec/dropout.py)"
     return [
         f"float32 drift envelope of {network}, mode {mode} ({how}): per step from the init row (step 0), the "
         "largest |dloss|/loss of the honest pairs below, as a running maximum, and the largest |accuracy "
