@@ -5,6 +5,12 @@ it without loading the run core."""
 
 from __future__ import annotations
 
+import textwrap
+
+# every line a command prints by default fits a 160-column terminal; only a path too long
+# for it runs on, alone on its line
+CONSOLE_WIDTH = 159
+
 
 def text_table(header, rows: list, left: int = 1, indent: str = "", rule: bool = False) -> list:
     """The lines of a table, each column as wide as its widest cell, two spaces apart:
@@ -22,6 +28,20 @@ def text_table(header, rows: list, left: int = 1, indent: str = "", rule: bool =
         )
         for line in lines
     ]
+
+
+def wrapped(text: str, indent: str = "", hang: str = "  ", width: int = CONSOLE_WIDTH) -> list:
+    """`text` cut at word boundaries into lines of at most `width` characters, the first
+    indented by `indent`, the others by `indent + hang`; a word longer than that (a path)
+    stays whole, on its own line."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent + hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 def number(value, spec: str = ".4f", missing: str = "n/a") -> str:

@@ -12,6 +12,7 @@ import statistics
 import numpy as np
 
 from algorithms.errors import InputError
+from algorithms.tables import text_table
 
 
 def predictions_path(results_dir: str, csv_path: str, run_id: str) -> str:
@@ -41,15 +42,36 @@ def pairwise_agreement(predictions: dict) -> list:
     return pairs
 
 
-def format_agreement(pairs: list, images: int) -> str:
-    """The summary line and every pair, lowest first."""
-    if not pairs:
-        return "test predictions: fewer than two runs predicted the test set"
+def short_name(name: str) -> str:
+    """A framework's column heading: keras_tensorflow -> keras/tf, tensorflow -> tf."""
+    return name.replace("tensorflow", "tf").replace("keras_", "keras/")
+
+
+def agreement_matrix(names: list, pairs: list) -> list:
+    """Rows of the matrix: [name, share with each of `names` (None on the diagonal or
+    where a pair has no share)]."""
+    shares = {(a, b): share for a, b, share in pairs} | {(b, a): share for a, b, share in pairs}
+    return [[row] + [shares.get((row, column)) for column in names] for row in names]
+
+
+def agreement_summary(pairs: list) -> str:
     shares = [share for _, _, share in pairs]
     lowest = min(pairs, key=lambda pair: pair[2])
-    lines = [
-        f"test predictions ({images} images) agree pairwise: median {100 * statistics.median(shares):.1f}%, "
-        f"lowest {100 * lowest[2]:.1f}% ({lowest[0]} vs {lowest[1]})"
+    return f"median {100 * statistics.median(shares):.1f}%; lowest {100 * lowest[2]:.1f}% ({lowest[0]} vs {lowest[1]})"
+
+
+def format_agreement(pairs: list, images: int, names: list = None) -> str:
+    """The matrix (% of the test images each two runs label alike), then the median and the
+    lowest pair under it. `names`: the rows' order (default: as the pairs name them)."""
+    if not pairs:
+        return "test predictions: fewer than two runs predicted the test set"
+    names = names or list(dict.fromkeys(name for a, b, _ in pairs for name in (a, b)))
+    header = ("", *(short_name(name) for name in names))
+    body = [
+        [row[0]] + ["-" if share is None else f"{100 * share:.1f}" for share in row[1:]]
+        for row in agreement_matrix(names, pairs)
     ]
-    lines += [f"  {100 * share:5.1f}%  {a} vs {b}" for a, b, share in sorted(pairs, key=lambda pair: pair[2])]
+    lines = [f"test predictions agree (% of the {images:,} test images two frameworks label alike):"]
+    lines += text_table(header, body, indent="  ")
+    lines.append(f"  {agreement_summary(pairs)}")
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from algorithms.analysis.runs import Run, load_run, setting_differences
 from algorithms.analysis.settings import NOT_COMPARED_ACROSS_SEEDS, differences_line, unknown_line, value_text
 from algorithms.analysis.spread import reproduction_test
 from algorithms.paths import BASELINE_DIR
+from algorithms.tables import wrapped
 from algorithms.run.recorder import results_csv_name, run_ids
 
 
@@ -38,6 +39,7 @@ class BaselineCheck:
     verdict: str  # "within" | "outside" | "not checked"
     detail: str
     p: Optional[float] = None
+    reason: str = ""  # the detail's gist, in a clause: what the console's one line says
 
     @property
     def word(self) -> str:
@@ -47,6 +49,12 @@ class BaselineCheck:
 
     def line(self) -> str:
         return f"  {self.run.label:<45} {self.word}: {self.detail}"
+
+    def short(self) -> str:
+        """The word, and why where it is not `within`."""
+        if self.verdict == "within":
+            return self.word
+        return f"{self.word}: {self.reason or self.detail.split('; ')[0]}"
 
 
 def baseline_runs(network: str, framework: str, backend: str, baseline_dir: str = BASELINE_DIR) -> list:
@@ -102,6 +110,7 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
             "not checked",
             f"the baselines ran at {'; '.join(ran)}; this run: {differ} (the closest baseline's): rerun at "
             "their settings to compare",
+            reason=f"{differ} (the closest baseline's)",
         )
     test = reproduction_test(run, baselines)
     if test is None:
@@ -111,14 +120,24 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     unknown = unknown_line(run.label, run.settings, "its baselines", baselines[0].settings, NOT_COMPARED_ACROSS_SEEDS)
     if unknown:
         detail += f"; {unknown}"
-    return BaselineCheck(run, baselines[0].path, "outside" if test.beyond else "within", detail, test.p)
+    worst = max(test.evidence, key=_p_of) if test.beyond else ""
+    return BaselineCheck(run, baselines[0].path, "outside" if test.beyond else "within", detail, test.p, worst)
 
 
-def format_checks(checks: list) -> str:
-    return "\n".join(
-        [
-            "does each run reproduce its own framework's shipped seeds at its settings? "
-            "(results/baseline/, `make baseline`):"
-        ]
-        + [check.line() for check in checks]
-    )
+def _p_of(evidence: str) -> float:
+    """How strongly one line of a test's evidence speaks (1 - its p), for the console's one line."""
+    try:
+        return 1.0 - float(evidence.rsplit("p=", 1)[1].split()[0].rstrip(");,"))
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def format_checks(checks: list, verbose: bool = False) -> str:
+    """One line per run (wrapped to CONSOLE_WIDTH); with `verbose`, each with its whole evidence."""
+    lines = ["does each run reproduce its own framework's shipped seeds at its settings? (results/baseline/):"]
+    width = max((len(f"{check.run.backend_key[0]}/{check.run.backend_key[1]}") for check in checks), default=0)
+    for check in checks:
+        name = f"{check.run.backend_key[0]}/{check.run.backend_key[1]}"
+        text = f"{check.word}: {check.detail}" if verbose else check.short()
+        lines += wrapped(f"{name:<{width}}  {text}", "  ", " " * (width + 2))
+    return "\n".join(lines)

@@ -36,7 +36,7 @@ from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
 from algorithms.analysis.verdict import RULE, Yardsticks, judge
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import BASELINE_DIR
-from algorithms.tables import number, text_table
+from algorithms.tables import number, text_table, wrapped
 
 
 LEGEND_CHARS = 48  # a longer run label would squeeze the plots: the page's tables show it whole
@@ -196,24 +196,39 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def format_against_first(report: dict) -> str:
-    """One line per run against the first (its verdict, then the numbers), the
-    yardsticks the verdicts rest on, and the rule once: the short form the main command
-    prints."""
+def short_label(run: Run, first: Run) -> str:
+    """framework/backend, with the run id where it is not the first run's."""
+    name = f"{run.backend_key[0]}/{run.backend_key[1]}"
+    return name if run.run_id == first.run_id else f"{name} {run.run_id}"
+
+
+def format_against_first(report: dict, verbose: bool = False) -> str:
+    """One line per run against the first: its verdict (the same-seed regime's to the
+    horizon, the epoch check's, then the seed regime's), its validation accuracy gap and,
+    when they differ, its settings; with `verbose`, the distances, the yardsticks and the
+    rule of the verdicts too (all of it is in the HTML report). Every line fits
+    CONSOLE_WIDTH: longer text wraps at word boundaries."""
     first = report["runs"][0]
-    lines = [f"against {first.label}:"]
-    for pair, verdict in zip(report["pairs"], report["verdicts"]):
-        if pair.a is not first or pair.abs_diff.size == 0 or not (pair.b.run_id == first.run_id or pair.same_backend):
-            continue  # other seeds' runs of other frameworks: in the full report
-        lines.append(
-            f"  {pair.b.label:<45} {verdict.text:<26} distance {number(curve_distance(pair.a, pair.b), '.4f')}"
-            f"  val acc gap {number(pair.final_accuracy_gap, '.4f')}"
-            f"  max |dloss| {pair.abs_diff.max():.2e}  r {number(pair.correlation, '.3f')}"
-        )
-        if verdict.settings_line and verdict.settings_line != verdict.word:
-            lines.append(f"  {'':<45} {verdict.settings_line}")
-    lines.append("yardsticks: " + "; ".join(yardstick_sources(report)))
-    lines.append(RULE)
+    lines = [f"verdicts against {short_label(first, first)} (the rule, the yardsticks and the evidence: the report):"]
+    shown = [
+        (pair, verdict)
+        for pair, verdict in zip(report["pairs"], report["verdicts"])
+        if pair.a is first and pair.abs_diff.size and (pair.b.run_id == first.run_id or pair.same_backend)
+    ]  # other seeds' runs of other frameworks: in the full report
+    width = max((len(short_label(pair.b, first)) for pair, _ in shown), default=0)
+    for pair, verdict in shown:
+        numbers = f"val acc gap {number(pair.final_accuracy_gap, '.4f')}"
+        if verbose:
+            numbers += (
+                f", distance {number(curve_distance(pair.a, pair.b), '.4f')}, max |dloss| "
+                f"{pair.abs_diff.max():.2e}, r {number(pair.correlation, '.3f')}"
+            )
+        lines += wrapped(f"{short_label(pair.b, first):<{width}}  {verdict.text} · {numbers}", "  ", " " * (width + 2))
+        if verdict.settings_line and verdict.settings_line not in verdict.text:
+            lines += wrapped(verdict.settings_line, "  " + " " * (width + 2), "  ")
+    if verbose:
+        lines += wrapped("yardsticks: " + "; ".join(yardstick_sources(report)))
+        lines += wrapped(RULE)
     return "\n".join(lines)
 
 

@@ -23,13 +23,13 @@ from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
 from algorithms.run.argv import flag_value, without_flags
-from algorithms.run.recorder import read_rows, run_ids, summarize_rows
+from algorithms.run.recorder import run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress
 from algorithms.run.session import new_run_id
 from algorithms.analysis.tensorboard import export_run
 from algorithms.studies import children
-from algorithms.tables import number, text_table
+from algorithms.tables import number, text_table, wrapped
 
 TABLE_ACCURACY = 0.9  # the table's time-to-accuracy columns, unless --target_accuracy names another
 
@@ -59,6 +59,12 @@ def parse_suite_args(argv):
         "is the run-to-run band the verdicts rest on (default: one run at --seed)",
     )
     parser.add_argument(
+        "--no_epoch_check",
+        action="store_true",
+        help="skip each framework's epoch check (the run's first steps again on epochs of 3 batches, a few "
+        "seconds each: what lets the compare judge the epoch boundaries; see --epoch_check in any script's --help)",
+    )
+    parser.add_argument(
         "--verbose",
         action="store_true",
         help="show every line the frameworks write to stderr, their start-up notices (TensorFlow's absl and "
@@ -75,6 +81,8 @@ def parse_suite_args(argv):
             parser.error(f"--seeds {args.seeds}: give two or more different seeds")
         if "--seed" in forwarded:
             parser.error("--seeds and --seed: give one of them")
+    if not args.no_epoch_check and "--epoch_check" not in forwarded:
+        forwarded = forwarded + ["--epoch_check"]
     return children.framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded, args.verbose
 
 
@@ -119,19 +127,22 @@ def main(argv=None) -> int:
             )
     first_run = runs[0][1]
     csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
-    print_agreement(config, csv_paths, first_run)
+    agreement = print_agreement(config, csv_paths, first_run, names)
     if len(csv_paths) >= 2:
         specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
         report = build_report(specs, [0.5, 0.8, 0.9], BASELINE_DIR)
+        report["agreement"] = agreement
         prefix = default_prefix(os.path.join(config.results_dir, "compare"), report["runs"])
         png, page = write_outputs(report, prefix, localisation_png(config.results_dir, run_id))
-        print("\n" + format_against_first(report))
-        print("\n" + format_checks(report["baseline"]))
+        print("\n" + format_against_first(report, verbose))
+        print("\n" + format_checks(report["baseline"], verbose))
         for note in agreement_notes(report):
-            print(note)
+            print("\n".join(wrapped(note)))
         print(
-            f"\ncurves: {png}\nthe report (every pair's verdict and its evidence, for a browser): {page}\n"
-            f"any two CSVs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
+            "\nthe evidence: the report (every pair's verdict, its yardstick and numbers, the rule of the verdicts), "
+            f"for a browser:\n  {page}\nthe curves:\n  {png}\n"
+            f"per-step rows: {config.results_dir}/{config.network.name}_*.csv (run {first_run}); summaries: "
+            f"{config.results_log}\nany two runs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
         )
     for _, this_run in runs:
         finished = [path for path in csv_paths if this_run in run_ids(path)]
@@ -149,17 +160,21 @@ def seed_text(seed) -> str:
     return "" if seed is None else f", seed {seed}"
 
 
-def print_agreement(config, csv_paths: list, run_id: str) -> None:
-    """The pairwise agreement of the finished runs' test predictions (when the test set was predicted)."""
+def print_agreement(config, csv_paths: list, run_id: str, names: list):
+    """The agreement matrix of the finished runs' test predictions (when the test set was
+    predicted); returns (names, pairs, images) for the report, or None."""
     predictions = {}
-    for path in csv_paths:
+    for name in names:
+        path = children.results_csv(config.results_dir, config.network.name, name)
         prediction_file = predictions_path(config.results_dir, path, run_id)
-        if os.path.exists(prediction_file):
-            rows = read_rows(path, run_id)
-            predictions[f"{rows[0]['framework']}/{rows[0]['backend']}"] = read_predictions(prediction_file)
-    if len(predictions) >= 2:
-        images = len(next(iter(predictions.values())))
-        print("\n" + format_agreement(pairwise_agreement(predictions), images))
+        if path in csv_paths and os.path.exists(prediction_file):
+            predictions[name] = read_predictions(prediction_file)
+    if len(predictions) < 2:
+        return None
+    images = len(next(iter(predictions.values())))
+    pairs = pairwise_agreement(predictions)
+    print("\n" + format_agreement(pairs, images, list(predictions)))
+    return list(predictions), pairs, images
 
 
 def framework_log(flags: list, name: str) -> str:
@@ -173,11 +188,12 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
     accuracy = config.target_accuracy or TABLE_ACCURACY
     header += tuple(f"{what} to {accuracy:g}" for what in ("steps", "s", "samples"))
-    lines, finished = [], []
+    lines, finished, not_run_lines = [], [], []
     for name in names:
         framework, backend = get(name).framework, get(name).backend
         if isinstance(outcomes[name], NotRun):
-            lines.append((framework, backend, str(outcomes[name])))
+            lines.append((framework, backend, "not run (below)"))
+            not_run_lines += wrapped(f"{framework}/{backend} {outcomes[name]}", "  ", "    ")
             continue
         code, wall = outcomes[name]
         path = children.results_csv(config.results_dir, config.network.name, name)
@@ -201,12 +217,8 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
             )
         )
     print(f"{config.network.name} · run {run_id} · batch {config.batch_size} · {config.num_epochs} epochs")
-    for line in text_table(header, lines, left=2, rule=True):
+    for line in text_table(header, lines, left=2, rule=True) + not_run_lines:
         print(line)
-    print(
-        f"\nper-step rows: {config.results_dir}/{config.network.name}_*.csv (run_id {run_id}); "
-        f"summaries: {config.results_log}"
-    )
     return finished
 
 
