@@ -5,6 +5,15 @@ Caffe's tools.
 
 Caffe has no zero-padding layer: a ZeroPad2D followed by a convolution becomes
 that convolution's `pad`. Only fields of BVLC Caffe 1.0 are emitted.
+
+Caffe's own Dropout layer draws its mask from Caffe's RNG. The train net applies the
+uniforms fed with the rows instead (algorithms/spec/dropout.py), with standard layers:
+each Dropout layer's uniforms come in through an Input blob (`uniforms<k>`,
+channels-first), a Threshold makes the keep mask (1 where u > rate: the mask rule's
+comparison, in float32), a Power scales it by float32(1 / (1 - rate)), and an Eltwise
+PROD multiplies the activation by it (one float32 multiply, as in every framework); its
+`propagate_down: false` on the mask, and Input layers that never need one, keep every
+gradient out of the uniforms. The deploy net has no dropout.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 from caffe.proto import caffe_pb2
 from google.protobuf import text_format
 
+from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
 from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 LOGITS = "logits"
@@ -38,14 +48,38 @@ def layer_tops(network: Network) -> dict:
     return tops
 
 
-def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.NetParameter:
+def uniform_blob(position: int) -> str:
+    """The train net's Input blob of the uniforms of the network's `position`-th Dropout
+    layer (0-based, layer order: the order of a step's uniforms)."""
+    return f"uniforms{position + 1}"
+
+
+def uniform_blobs(network: Network) -> list:
+    return [uniform_blob(position) for position in range(len(dropout_layers(network)))]
+
+
+def channels_first(shape: tuple) -> list:
+    """A spec shape without the batch, as a Caffe blob holds it: (H, W, C) -> [C, H, W]."""
+    return [shape[2], shape[0], shape[1]] if len(shape) == 3 else list(shape)
+
+
+def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool = True) -> caffe_pb2.NetParameter:
+    """The train net (Input blobs for the data, the labels and, with `dropout`, each
+    Dropout layer's uniforms; the loss and accuracy) or, with `deploy`, the net that ends
+    in the logits (no dropout)."""
     height, width, channels = network.input_shape
     net = caffe_pb2.NetParameter(name=network.name)
     data = net.layer.add(name="data", type="Input", top=["data"])
     data.input_param.shape.add(dim=[batch_size, channels, height, width])
+    dropout = dropout and not deploy
     if not deploy:
         label = net.layer.add(name="label", type="Input", top=["label"])
         label.input_param.shape.add(dim=[batch_size])
+    uniforms = uniform_blobs(network) if dropout else []
+    for name, (_, _, shape) in zip(uniforms, dropout_layers(network)):
+        blob = net.layer.add(name=name, type="Input", top=[name])
+        blob.input_param.shape.add(dim=[batch_size, *channels_first(shape)])
+    next_uniforms = iter(uniforms)  # each Dropout layer takes the next
     names = layer_tops(network)
     bottom, pending_pad, counts = "data", 0, {}
 
@@ -84,9 +118,10 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
             fc.inner_product_param.num_output = layer.units
             bottom = name
         elif isinstance(layer, Dropout):
-            name = fresh("drop")
-            drop = net.layer.add(name=name, type="Dropout", bottom=[bottom], top=[bottom])  # in place
-            drop.dropout_param.dropout_ratio = layer.rate
+            if index and isinstance(network.layers[index - 1], Flatten):  # its blob is still (N, C, H, W)
+                raise ValueError(f"caffe_wrapper: a Dropout right after a Flatten (layer {index}) is not translated")
+            if dropout:
+                bottom = add_dropout(net, bottom, next(next_uniforms), layer.rate)
             continue
         else:
             raise TypeError(f"caffe_wrapper cannot translate {layer!r}")
@@ -103,6 +138,21 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
         net.layer.add(name="loss", type="SoftmaxWithLoss", bottom=[LOGITS, "label"], top=["loss"])
         net.layer.add(name="accuracy", type="Accuracy", bottom=[LOGITS, "label"], top=["accuracy"])
     return net
+
+
+def add_dropout(net: caffe_pb2.NetParameter, bottom: str, uniforms: str, rate: float) -> str:
+    """The mask rule on `bottom` from the `uniforms` blob (Threshold, Power, Eltwise PROD);
+    returns the dropped blob's name."""
+    number = uniforms.removeprefix("uniforms")
+    keep, mask, dropped = f"keep{number}", f"mask{number}", f"drop{number}"
+    threshold = net.layer.add(name=keep, type="Threshold", bottom=[uniforms], top=[keep])
+    threshold.threshold_param.threshold = rate  # 1 where u > rate, else 0
+    power = net.layer.add(name=mask, type="Power", bottom=[keep], top=[mask])
+    power.power_param.scale = float(dropout_scale(rate))  # (0 + scale * keep) ** 1
+    product = net.layer.add(name=dropped, type="Eltwise", bottom=[bottom, mask], top=[dropped])
+    product.eltwise_param.operation = caffe_pb2.EltwiseParameter.PROD
+    product.propagate_down.extend([True, False])  # the activation's gradient only: none into the mask
+    return dropped
 
 
 def solver_parameter(optimizer, train_net_path: str, seed: int, snapshot_prefix: str = "") -> caffe_pb2.SolverParameter:

@@ -15,6 +15,7 @@ import caffe
 import numpy as np
 
 from algorithms.bench.probe import NativeLoop, hand_step_harness
+from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
 
 STEPS_PER_CALL = 1
@@ -26,13 +27,15 @@ def apply_threads(config) -> str:
 
 class Native(NativeLoop):
     def __init__(self, config, dataset, schedule):
-        self.solver = build_trainer(config).solver
-        self.batches = {
-            id(parts): (
-                np.ascontiguousarray(dataset.train_x[parts[0]], np.float32),
-                dataset.train_y[parts[0]].astype(np.float32),
+        trainer = build_trainer(config)
+        self.solver = trainer.solver
+        self.batches = {  # as the trainer converts them: float32 images and labels, channels-first uniforms
+            id(parts): trainer.to_batch(
+                dataset.train_x[parts[0]],
+                dataset.train_y[parts[0]],
+                uniforms(config.network, config.seed, epoch, parts[0]),
             )
-            for _, parts in schedule
+            for epoch, parts in schedule
         }
         self.losses: list = []  # None each: the loss stays in the net's blob
 
@@ -91,7 +94,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
     layers = list(zip(range(len(net.layers)), net._layer_names, net.layers))
     update_ms = 0.0
     for _, parts in schedule[warmup:]:
-        timed("input feed (copy into the data and label blobs)", feed, net, *native.batches[id(parts)])
+        timed("input feed (copy into the data, label and uniforms blobs)", feed, net, *native.batches[id(parts)])
         for index, name, layer in layers:
             tops = shape_text([net.blobs[top].data.shape for top in net.top_names[name]])
             timed(f"forward {name} ({layer.type}) top {tops}", net._forward, index, index)

@@ -23,8 +23,8 @@ from algorithms.spec.weights import (
     initial_weights,
     output_from_channels_first,
 )
-from caffe_wrapper.model import LOGITS, layer_names, layer_tops
-from caffe_wrapper.trainer import build_trainer, feed, load_weights, write_definitions
+from caffe_wrapper.model import LOGITS, build_model, layer_names, layer_tops, write_prototxt
+from caffe_wrapper.trainer import build_trainer, feed, load_weights
 
 
 def describe_runtime() -> Runtime:
@@ -50,11 +50,8 @@ def train(session):
 
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
-    """Caffe's own SoftmaxWithLoss and logits of the shared initial weights (TEST phase: dropout off)."""
-    caffe.set_mode_cpu()
-    with tempfile.TemporaryDirectory() as directory:
-        paths = write_definitions(network, network.training.optimizer, len(images), seed, directory)
-        net = caffe.Net(paths["train"], caffe.TEST)
+    """Caffe's own SoftmaxWithLoss and logits of the shared initial weights, dropout off."""
+    net = spec_net(network, len(images), caffe.TEST)
     load_weights(net, network, initial_weights(network, seed))
     feed(net, images, labels)
     outputs = net.forward()
@@ -62,11 +59,13 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
 
 
 def spec_net(network, batch_size: int, phase):
-    """The train prototxt of `network` as a pycaffe Net in `phase`, read from a scratch folder."""
+    """The train net of `network` without its dropout (the loss and logits of the weights
+    as they are) as a pycaffe Net in `phase`, read from a scratch folder."""
     caffe.set_mode_cpu()
     with tempfile.TemporaryDirectory() as directory:
-        paths = write_definitions(network, network.training.optimizer, batch_size, 0, directory)
-        return caffe.Net(paths["train"], phase)
+        path = os.path.join(directory, "train.prototxt")
+        write_prototxt(build_model(network, batch_size, deploy=False, dropout=False), path)
+        return caffe.Net(path, phase)
 
 
 def model_parameters(network) -> list:
@@ -82,7 +81,7 @@ def model_parameters(network) -> list:
 
 
 def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
-    """Net.forward then Net.backward in the TRAIN phase (the network has no dropout):
+    """Net.forward then Net.backward in the TRAIN phase (dropout off):
     the blobs after the forward pass and the parameter diffs after the backward one."""
     net = spec_net(network, len(images), caffe.TRAIN)
     load_weights(net, network, weights)

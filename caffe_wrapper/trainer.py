@@ -1,6 +1,7 @@
 """Caffe's trainer (contract.Trainer): the spec's prototxt (model.py) trained by
 Caffe's own solver (caffe.get_solver), one `solver.step(1)` per batch of the shared
-batch order."""
+batch order, its dropout uniforms copied into the train net's Input blobs with the
+rows."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from caffe.proto import caffe_pb2
 
 from algorithms.run.contract import StepResult
 from algorithms.spec.weights import initial_weights, to_channels_first
-from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, write_prototxt
+from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, uniform_blob, write_prototxt
 
 
 def write_definitions(
@@ -37,16 +38,26 @@ def load_weights(net, network, weights: list) -> None:
         params[1].data[...] = weights.bias
 
 
-def feed(net, images: np.ndarray, labels=None) -> None:
-    """Copy a batch into the net's input blobs (Caffe's data loading), reshaping them for a smaller last batch."""
-    if net.blobs["data"].data.shape[0] != len(images):  # the last, smaller batch
-        net.blobs["data"].reshape(len(images), *net.blobs["data"].data.shape[1:])
-        if labels is not None:
-            net.blobs["label"].reshape(len(images))
-        net.reshape()
+def reshape_inputs(net, batch_size: int) -> None:
+    """Every Input blob of `net` (data, label, uniforms) to `batch_size` rows, then the
+    net with them (every layer's top blobs reallocated)."""
+    for name in net.inputs:
+        blob = net.blobs[name]
+        blob.reshape(batch_size, *blob.data.shape[1:])
+    net.reshape()
+
+
+def feed(net, images: np.ndarray, labels=None, uniforms=()) -> None:
+    """Copy a batch into the net's input blobs (Caffe's data loading): the images, the
+    labels and each Dropout layer's uniforms (channels-first, as to_batch makes them);
+    the blobs reshaped for a batch of another size (the smaller last one)."""
+    if net.blobs["data"].data.shape[0] != len(images):
+        reshape_inputs(net, len(images))
     net.blobs["data"].data[...] = images[:, None]
     if labels is not None:
         net.blobs["label"].data[...] = labels
+    for position, values in enumerate(uniforms):
+        net.blobs[uniform_blob(position)].data[...] = values
 
 
 class CaffeTrainer:
@@ -54,7 +65,6 @@ class CaffeTrainer:
 
     def __init__(self, network, optimizer, seed: int, batch_size: int, directory: str, checkpoint_root: str = ""):
         caffe.set_mode_cpu()
-        caffe.set_random_seed(seed)  # dropout masks
         self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
         paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
         self.solver = caffe.get_solver(paths["solver"])
@@ -63,13 +73,17 @@ class CaffeTrainer:
         self.deploy.share_with(self.solver.net)  # same weight blobs, no copy
         self.base_lr = optimizer.learning_rate
 
-    def to_batch(self, images, labels):
-        """The arrays Caffe's input blobs take: float32 images, float labels."""
-        return np.ascontiguousarray(images, np.float32), labels.astype(np.float32)
+    def to_batch(self, images, labels, uniforms):
+        """The arrays Caffe's input blobs take: float32 images, float labels, the uniforms
+        channels-first ((N, H, W, C) maps transposed to (N, C, H, W))."""
+        uniforms = tuple(
+            np.ascontiguousarray(u.transpose(0, 3, 1, 2) if u.ndim == 4 else u, np.float32) for u in uniforms
+        )
+        return np.ascontiguousarray(images, np.float32), labels.astype(np.float32), uniforms
 
     def step(self, batches: list) -> StepResult:
-        ((images, labels),) = batches  # one batch: Caffe does not declare --accumulate
-        feed(self.solver.net, images, labels)
+        ((images, labels, uniforms),) = batches  # one batch: Caffe does not declare --accumulate
+        feed(self.solver.net, images, labels, uniforms)
         self.solver.step(1)
         blobs = self.solver.net.blobs
         return StepResult(float(blobs["loss"].data), float(blobs["accuracy"].data))
@@ -100,12 +114,9 @@ class CaffeTrainer:
         self.solver.restore(os.path.join(folder, "snapshot.solverstate"))  # weights, history, iteration
 
     def prepare_batch(self, batch_size: int) -> None:
-        """Caffe's blobs have a fixed batch: the train net's input blobs reshaped to the
-        new one, and the net with them (every layer's top blobs reallocated)."""
-        net = self.solver.net
-        net.blobs["data"].reshape(batch_size, *net.blobs["data"].data.shape[1:])
-        net.blobs["label"].reshape(batch_size)
-        net.reshape()
+        """Caffe's blobs have a fixed batch: the train net's input blobs (data, label,
+        uniforms) reshaped to the new one, and the net with them."""
+        reshape_inputs(self.solver.net, batch_size)
 
     def logits(self, images):
         feed(self.deploy, images)

@@ -1,6 +1,12 @@
 """The spec translated to Lasagne layers (NCHW). Weights come from algorithms/spec/weights.py,
 converted to the channels-first layout (OIHW kernels, CHW flatten); Lasagne's dense
-kernels are (in, out), so the converted (out, in) ones are transposed back."""
+kernels are (in, out), so the converted (out, in) ones are transposed back.
+
+Dropout is a `SharedUniformDropout`, never Lasagne's DropoutLayer (Theano's random
+streams): its mask comes from the uniforms fed with the rows (algorithms/spec/dropout.py),
+each Dropout layer's an input variable of the graph (`uniform_variables`), so every
+framework drops the same units; a deterministic pass (the logits) leaves it out and needs
+no uniforms."""
 
 from __future__ import annotations
 
@@ -13,10 +19,12 @@ import theano.tensor as T
 from lasagne import layers
 from lasagne.nonlinearities import identity, rectify
 
+from algorithms.spec.dropout import scale as dropout_scale
 from algorithms.spec.weights import to_channels_first
 from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 ACTIVATIONS = {"relu": rectify, None: identity}
+UNIFORM_TYPES = {2: T.matrix, 4: T.tensor4}  # a Dropout's input: (N, units) or an (N, C, H, W) map
 
 
 def cross_correlation(input, filters, image_shape=None, **kwargs):
@@ -58,10 +66,56 @@ def build_model(network: Network, weights: list, input_var=None):
                 net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias), nonlinearity=activation, name=name
             )
         elif isinstance(layer, Dropout):
-            net = layers.DropoutLayer(net, p=layer.rate, name=name)
+            if _after_flatten(network, index):
+                raise TypeError(f"lasagne_wrapper: a Dropout right after a Flatten (layer {index}) is not translated")
+            variable = UNIFORM_TYPES[len(net.output_shape)](f"uniforms_{index}")
+            uniforms = layers.InputLayer(net.output_shape, input_var=variable, name=f"uniforms_{index}")
+            net = SharedUniformDropout(net, uniforms, layer.rate, name=name)
         else:
             raise TypeError(f"lasagne_wrapper cannot translate {layer!r}")
     return net
+
+
+class SharedUniformDropout(layers.MergeLayer):
+    """Inverted dropout by the shared mask rule (spec/dropout.py): x times float32(1 / (1 -
+    rate)) where the row's uniform (the second incoming layer, channels-first) exceeds the
+    rate, 0 elsewhere; the identity when deterministic."""
+
+    def __init__(self, incoming, uniforms, rate: float, **kwargs):
+        super().__init__([incoming, uniforms], **kwargs)
+        self.rate = rate
+
+    def get_output_shape_for(self, input_shapes):
+        return input_shapes[0]
+
+    def get_output_for(self, inputs, deterministic=False, **kwargs):
+        x, uniforms = inputs
+        if deterministic:
+            return x
+        mask = T.switch(T.gt(uniforms, np.float32(self.rate)), dropout_scale(self.rate), np.float32(0.0))
+        return x * mask
+
+
+def uniform_variables(output) -> list:
+    """The uniforms' input variables of every SharedUniformDropout under `output`, in
+    layer order: what a training function takes after the images and labels."""
+    return [
+        layer.input_layers[1].input_var
+        for layer in lasagne.layers.get_all_layers(output)
+        if isinstance(layer, SharedUniformDropout)
+    ]
+
+
+def uniforms_channels_first(uniforms: tuple) -> list:
+    """The spec-layout uniforms (N, units) or (N, H, W, C) as the graph takes them: float32,
+    maps transposed to (N, C, H, W)."""
+    return [np.ascontiguousarray(u.transpose(0, 3, 1, 2) if u.ndim == 4 else u, dtype=np.float32) for u in uniforms]
+
+
+def _after_flatten(network: Network, index: int) -> bool:
+    """Whether layer `index` takes a map flattened in Lasagne's (C, H, W) order, where the
+    spec's uniforms are in (H, W, C) order (no network here has a Dropout there)."""
+    return index > 0 and isinstance(network.layers[index - 1], Flatten) and len(network.input_shapes()[index - 1]) == 3
 
 
 def layer_name(index: int) -> str:

@@ -15,6 +15,7 @@ import theano
 import theano.tensor as T
 
 from algorithms.bench.probe import NativeLoop, hand_step_harness
+from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
 from lasagne_wrapper.trainer import build_trainer
 
@@ -32,13 +33,18 @@ class Native(NativeLoop):
     def __init__(self, config, dataset, schedule):
         self.trainer = build_trainer(config)
         self.batches = {
-            id(parts): self.trainer.to_batch(dataset.train_x[parts[0]], dataset.train_y[parts[0]])
-            for _, parts in schedule
+            id(parts): self.trainer.to_batch(
+                dataset.train_x[parts[0]],
+                dataset.train_y[parts[0]],
+                uniforms(config.network, config.seed, epoch, parts[0]),
+            )
+            for epoch, parts in schedule
         }
         self.losses: list = []
 
     def native_step(self, batch):
-        return self.trainer._train(*batch)[0]
+        images, labels, uniforms = batch
+        return self.trainer._train(images, labels, *uniforms)[0]
 
 
 Harness = hand_step_harness(build_trainer)

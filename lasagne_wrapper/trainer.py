@@ -1,5 +1,6 @@
 """Lasagne's trainer (contract.Trainer): compiled Theano functions, one train step
-with the preset's updates and one deterministic forward pass."""
+with the preset's updates (its inputs the images, the labels and each Dropout layer's
+uniforms) and one deterministic forward pass (the images only)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import theano.tensor as T
 
 from algorithms.run.contract import StepResult
 from algorithms.spec.weights import initial_weights
-from lasagne_wrapper.model import build_model, make_updates
+from lasagne_wrapper.model import build_model, make_updates, uniform_variables, uniforms_channels_first
 
 
 def cross_entropy(logits, labels):
@@ -24,9 +25,9 @@ def cross_entropy(logits, labels):
 
 class LasagneTrainer:
     def __init__(self, network, optimizer_spec, seed: int):
-        lasagne.random.set_rng(np.random.RandomState(seed))  # seeds the dropout streams
         images, labels = T.tensor4("images"), T.ivector("labels")
         self.output = build_model(network, initial_weights(network, seed), input_var=images)
+        uniforms = uniform_variables(self.output)  # the dropout masks' numbers, fed with the rows
         train_logits = lasagne.layers.get_output(self.output)
         loss = cross_entropy(train_logits, labels)
         accuracy = T.mean(T.eq(T.argmax(train_logits, axis=1), labels), dtype=theano.config.floatX)
@@ -37,15 +38,17 @@ class LasagneTrainer:
         self.learning_rate = theano.shared(np.float32(optimizer_spec.learning_rate), name="learning_rate")
         updates = make_updates(optimizer_spec, loss, params, self.learning_rate)
         self.state_variables = list(updates.keys())  # weights and optimizer slots, in a fixed order
-        self._train = theano.function([images, labels], [loss, accuracy], updates=updates)
+        self._train = theano.function([images, labels, *uniforms], [loss, accuracy], updates=updates)
         self._logits = theano.function([images], lasagne.layers.get_output(self.output, deterministic=True))
 
-    def to_batch(self, images, labels):
-        return np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32)
+    def to_batch(self, images, labels, uniforms):
+        """NCHW float32 images, int32 labels, the uniforms channels-first."""
+        images = np.ascontiguousarray(images[:, None], dtype=np.float32)
+        return images, labels.astype(np.int32), uniforms_channels_first(uniforms)
 
     def step(self, batches: list) -> StepResult:
-        ((images, labels),) = batches  # one batch: Lasagne does not declare --accumulate
-        loss, accuracy = self._train(images, labels)
+        ((images, labels, uniforms),) = batches  # one batch: Lasagne does not declare --accumulate
+        loss, accuracy = self._train(images, labels, *uniforms)
         return StepResult(float(loss), float(accuracy))
 
     def set_learning_rate(self, learning_rate: float) -> None:

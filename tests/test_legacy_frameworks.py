@@ -56,6 +56,6 @@ def test_main_env_python_reexecutes_in_the_legacy_env(script, env, suffix, small
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rows(str(tmp_path / "results" / f"{NETWORK}_{suffix}.csv"), f"reexec-{suffix}")
-    assert [r["phase"] for r in rows] == ["train", "train", "val"]
+    assert [r["phase"] for r in rows] == ["init", "train", "train", "val"]  # init: the initial weights scored
     log = (tmp_path / "results.log").read_text()
     assert "numpy 1.23.5" in log and "THEANO_FLAGS=" in log  # it ran in .venv-legacy
