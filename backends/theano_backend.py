@@ -167,3 +167,33 @@ bridge_downsample()
 bridge_collections_abc()
 bridge_getargspec()
 bridge_cache_key_versions()
+
+
+# The spec's conventions at the kinks, which Theano's own ops do not keep. Every other
+# framework here takes ReLU'(0) = 0 and sends a max-pool window's gradient to its first
+# maximum (row-major) when several tie; Theano's T.nnet.relu has ReLU'(0) = 1/2 and its
+# pool gradient goes to every tied maximum. The digits' background is exactly 0, so with
+# zero initial biases whole windows tie at 0 and, once the biases move, at relu(bias):
+# Lasagne's and Keras 2's first update differed from every other framework's by 2e-4
+# (step 2) where float32 drift is 2e-6. Both wrappers build their ReLUs and pools from these.
+
+
+def relu(x):
+    """ReLU with the gradient 0 at 0: x * (x > 0) differentiates to (x > 0)."""
+    return x * (x > 0)
+
+
+def max_pool(x, size: int):
+    """Max-pooling of NCHW `x` over size x size windows, stride `size`, a partial last window
+    dropped (the spec's floor mode), whose gradient goes to each window's first maximum
+    (row-major), as every other framework's: the window's values times the one-hot of their
+    argmax (which takes the first), summed; the argmax, an integer, has no gradient."""
+    import theano.tensor as T
+
+    rows, columns = x.shape[2] // size, x.shape[3] // size
+    cropped = x[:, :, : rows * size, : columns * size]
+    windows = cropped.reshape((x.shape[0], x.shape[1], rows, size, columns, size)).dimshuffle(0, 1, 2, 4, 3, 5)
+    windows = windows.reshape((x.shape[0], x.shape[1], rows, columns, size * size))
+    first = T.argmax(windows, axis=-1, keepdims=True)
+    one_hot = T.eq(T.arange(size * size).dimshuffle("x", "x", "x", "x", 0), first)
+    return (windows * one_hot).sum(axis=-1)

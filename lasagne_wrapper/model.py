@@ -17,13 +17,13 @@ import numpy as np
 import theano
 import theano.tensor as T
 from lasagne import layers
-from lasagne.nonlinearities import identity, rectify
+from lasagne.nonlinearities import identity
 
 from algorithms.spec.dropout import scale as dropout_scale
 from algorithms.spec.weights import to_channels_first
 from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
-ACTIVATIONS = {"relu": rectify, None: identity}
+ACTIVATIONS = {"relu": theano_backend.relu, None: identity}  # ReLU'(0) = 0, as everywhere (theano_backend)
 UNIFORM_TYPES = {2: T.matrix, 4: T.tensor4}  # a Dropout's input: (N, units) or an (N, C, H, W) map
 
 
@@ -57,7 +57,7 @@ def build_model(network: Network, weights: list, input_var=None):
                 name=name,
             )
         elif isinstance(layer, MaxPool2D):
-            net = layers.MaxPool2DLayer(net, layer.pool_size, name=name)
+            net = FirstMaxPool2DLayer(net, layer.pool_size, name=name)
         elif isinstance(layer, Flatten):
             net = layers.FlattenLayer(net, name=name)
         elif isinstance(layer, Dense):
@@ -74,6 +74,23 @@ def build_model(network: Network, weights: list, input_var=None):
         else:
             raise TypeError(f"lasagne_wrapper cannot translate {layer!r}")
     return net
+
+
+class FirstMaxPool2DLayer(layers.Layer):
+    """Max-pooling whose gradient goes to each window's first maximum, as every other
+    framework's (backends/theano_backend.max_pool; Lasagne's MaxPool2DLayer, Theano's pool,
+    sends it to every tied maximum)."""
+
+    def __init__(self, incoming, pool_size: int, **kwargs):
+        super().__init__(incoming, **kwargs)
+        self.pool_size = pool_size
+
+    def get_output_shape_for(self, input_shape):
+        size = self.pool_size
+        return (*input_shape[:2], *(None if side is None else side // size for side in input_shape[2:]))
+
+    def get_output_for(self, input, **kwargs):
+        return theano_backend.max_pool(input, self.pool_size)
 
 
 class SharedUniformDropout(layers.MergeLayer):
