@@ -67,6 +67,7 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
             conv.convolution_param.kernel_size.append(layer.kernel_size)
             if pending_pad + same:
                 conv.convolution_param.pad.append(pending_pad + same)
+            frozen_bias(conv, layer)
             pending_pad, bottom = 0, name
         elif isinstance(layer, MaxPool2D):
             name = names[index]
@@ -82,6 +83,7 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
             name = names[index]
             fc = net.layer.add(name=name, type="InnerProduct", bottom=[bottom], top=[name])
             fc.inner_product_param.num_output = layer.units
+            frozen_bias(fc, layer)
             bottom = name
         elif isinstance(layer, Dropout):
             name = fresh("drop")
@@ -103,6 +105,13 @@ def build_model(network: Network, batch_size: int, deploy: bool) -> caffe_pb2.Ne
         net.layer.add(name="loss", type="SoftmaxWithLoss", bottom=[LOGITS, "label"], top=["loss"])
         net.layer.add(name="accuracy", type="Accuracy", bottom=[LOGITS, "label"], top=["accuracy"])
     return net
+
+
+def frozen_bias(caffe_layer, layer) -> None:
+    """--fault frozen:...: the bias blob's lr_mult 0, so Caffe computes no diff for it."""
+    if layer.bias_frozen:
+        caffe_layer.param.add(lr_mult=1)
+        caffe_layer.param.add(lr_mult=0)
 
 
 def solver_parameter(optimizer, train_net_path: str, seed: int, snapshot_prefix: str = "") -> caffe_pb2.SolverParameter:

@@ -43,7 +43,9 @@ class SpecModel(tf.Module):
         for w in weights:
             with self._on_device(w.layer_index):
                 self.kernels[w.layer_index] = tf.Variable(w.kernel, name=f"kernel_{w.layer_index}")
-                self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
+                # a frozen bias (--fault frozen:...) is no trainable variable: a tape does not watch it
+                trainable = not network.layers[w.layer_index].bias_frozen
+                self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}", trainable=trainable)
         self.seed = seed
         # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool
         self.folded_pads = network.pads_folded_as_same()

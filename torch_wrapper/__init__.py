@@ -74,6 +74,8 @@ def supported() -> Support:
             "--noise_scale",
             "--fault bias",
             "--fault loss",
+            "--fault frozen",
+            "--fault shape",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={

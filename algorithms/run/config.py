@@ -43,12 +43,23 @@ OPTIONAL_FLAGS = (
     "--ps_endpoint",
     "--fault bias",
     "--fault loss",
+    "--fault frozen",
+    "--fault shape",
 )
 # variants no other framework has, so the capability table gives them no column: torch's one
 # process driving N GPUs (nn.DataParallel, a variant of --strategy data), its parameter
-# server across hosts (--ps_endpoint), and two known errors only its build path and trainer
-# put in (--fault bias:LAYER, --fault loss:sum; the other --fault kinds run everywhere)
-WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint", "--fault bias", "--fault loss")
+# server across hosts (--ps_endpoint), two known errors only its build path and trainer put
+# in (--fault bias:LAYER, --fault loss:sum; the other --fault kinds run everywhere), and two
+# the localisation alone takes (python -m algorithms.studies.localise --fault
+# FRAMEWORK:frozen:LAYER, FRAMEWORK:shape:LAYER), which only some build paths translate
+WITHOUT_TABLE_COLUMN = (
+    "--dp_impl dataparallel",
+    "--ps_endpoint",
+    "--fault bias",
+    "--fault loss",
+    "--fault frozen",
+    "--fault shape",
+)
 
 
 @dataclass(frozen=True)
