@@ -104,9 +104,9 @@ def worst(cells: list) -> Cell:
 def compare_pass(network: Network, reference, outputs: dict, gradients: dict, complete: bool = True) -> dict:
     """{(layer index, "forward" | "backward"): Cell} of one pass of one framework;
     `backward` holds the worse of a layer's kernel and bias gradients. A gradient given as
-    None (as a wrapper's LayerProbe gives it) is a NO_GRADIENT cell. `complete=False`: the framework's process
-    stopped in this pass, so an output after the last one given and a gradient not given
-    were never reached (NOT_REACHED), not left out by design (NOT_HELD)."""
+    None (as a wrapper's LayerProbe gives it) is a NO_GRADIENT cell. `complete=False`: the
+    framework's process stopped in this pass, so an output after the last one given and a
+    gradient not given were never reached (NOT_REACHED), not left out by design (NOT_HELD)."""
     cells, last_output = {}, max(outputs, default=-1)
     for index in range(len(network.layers)):
         cell = compare_arrays(outputs.get(index), reference.outputs[index], FORWARD_TOLERANCE)
@@ -136,8 +136,8 @@ def compare_pass(network: Network, reference, outputs: dict, gradients: dict, co
 def first_faulty(network: Network, cells: dict) -> Optional[tuple]:
     """(layer named, direction, layer seen at, span) where the difference entered: the
     first layer of the forward pass beyond tolerance (of the layers back to the output
-    before it, the first with weights, but a shape where it is seen), else the first parameter the
-    backward pass reaches (the last layer first) beyond it; None when every cell is within."""
+    before it, the first with weights; a shape where it is seen), else the first parameter
+    the backward pass reaches (the last layer first) beyond it; None when every cell is within."""
     for index in range(len(network.layers)):
         kind = cells.get((index, "forward"), Cell(NOT_HELD)).kind
         if kind in FAULTY:
