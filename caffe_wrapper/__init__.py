@@ -34,7 +34,7 @@ def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single",),
-        flags=("--checkpoint_every", "--execution graph"),
+        flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
         tuning=Tuning("caffe", (BLAS_ONE_THREAD, OPENBLAS_AVX512), measured=MEASURED),
         advice=GRAPH_ONLY_FP32
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}

@@ -101,6 +101,7 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
             conv.convolution_param.kernel_size.append(layer.kernel_size)
             if pending_pad + same:
                 conv.convolution_param.pad.append(pending_pad + same)
+            frozen_bias(conv, layer)
             pending_pad, bottom = 0, name
         elif isinstance(layer, MaxPool2D):
             name = names[index]
@@ -116,6 +117,7 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
             name = names[index]
             fc = net.layer.add(name=name, type="InnerProduct", bottom=[bottom], top=[name])
             fc.inner_product_param.num_output = layer.units
+            frozen_bias(fc, layer)
             bottom = name
         elif isinstance(layer, Dropout):
             if index and isinstance(network.layers[index - 1], Flatten):  # its blob is still (N, C, H, W)
@@ -153,6 +155,13 @@ def add_dropout(net: caffe_pb2.NetParameter, bottom: str, uniforms: str, rate: f
     product.eltwise_param.operation = caffe_pb2.EltwiseParameter.PROD
     product.propagate_down.extend([True, False])  # the activation's gradient only: none into the mask
     return dropped
+
+
+def frozen_bias(caffe_layer, layer) -> None:
+    """--fault frozen:...: the bias blob's lr_mult 0, so Caffe computes no diff for it."""
+    if layer.bias_frozen:
+        caffe_layer.param.add(lr_mult=1)
+        caffe_layer.param.add(lr_mult=0)
 
 
 def solver_parameter(optimizer, train_net_path: str, seed: int, snapshot_prefix: str = "") -> caffe_pb2.SolverParameter:

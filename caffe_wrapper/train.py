@@ -16,13 +16,7 @@ import numpy as np
 
 from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_hand
-from algorithms.spec.weights import (
-    LayerWeights,
-    by_role,
-    from_channels_first,
-    initial_weights,
-    output_from_channels_first,
-)
+from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from caffe_wrapper.model import LOGITS, build_model, layer_names, layer_tops, write_prototxt
 from caffe_wrapper.trainer import build_trainer, feed, load_weights
 
@@ -80,9 +74,11 @@ def model_parameters(network) -> list:
     return found
 
 
-def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
-    """Net.forward then Net.backward in the TRAIN phase (dropout off):
-    the blobs after the forward pass and the parameter diffs after the backward one."""
+def layer_outputs_and_gradients(network, weights, images, labels, on_output=None) -> LayerProbe:
+    """Net.forward then Net.backward in the TRAIN phase (dropout off): the blobs after the
+    forward pass (each handed to `on_output` before the backward one) and the parameter
+    diffs after it. A blob whose ParamSpec has lr_mult 0 (frozen) is one Caffe computes no
+    diff for (Net::Init sets its param_propagate_down false): None."""
     net = spec_net(network, len(images), caffe.TRAIN)
     load_weights(net, network, weights)
     for blobs in net.params.values():
@@ -90,13 +86,23 @@ def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
             blob.diff[...] = 0  # Caffe adds each backward pass's gradients to the diffs
     feed(net, images, labels)
     loss = float(net.forward()["loss"])
-    net.backward()
     outputs = {
         index: output_from_channels_first(network, index, net.blobs[top].data.copy())
         for index, top in layer_tops(network).items()
     }
-    gradients = [
-        LayerWeights(index, net.params[name][0].diff.copy(), net.params[name][1].diff.copy())
+    for index, output in outputs.items():
+        if on_output is not None:
+            on_output(index, output)
+    net.backward()
+    frozen = {
+        (layer.name, position)
+        for layer in build_model(network, len(images), deploy=False).layer  # the message spec_net's Net was read from
+        for position, spec in enumerate(layer.param)
+        if spec.lr_mult == 0
+    }
+    gradients = {
+        (index, role): None if (name, position) in frozen else net.params[name][position].diff.copy()
         for index, name in layer_names(network).items()
-    ]
-    return LayerProbe(loss, outputs, by_role(from_channels_first(network, gradients)))
+        for position, role in enumerate(("kernel", "bias"))
+    }
+    return LayerProbe(loss, outputs, gradients_from_channels_first(network, gradients))

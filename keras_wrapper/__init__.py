@@ -22,7 +22,7 @@ from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
 
-KERAS_3_FLAGS = LR_SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every")
+KERAS_3_FLAGS = LR_SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every", "--fault frozen")
 # why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
 JAX_ONLY = (
     "Keras's tensor parallel (keras.distribution.ModelParallel) runs on jax only; use KERAS_BACKEND=jax, "
@@ -174,7 +174,7 @@ def supported() -> Support:
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
-        flags=("--checkpoint_every", "--execution graph"),
+        flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
         tuning=tuning("theano"),
         advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
         | NO_WORKER_STRATEGIES

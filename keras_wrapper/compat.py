@@ -33,6 +33,15 @@ def conv_kernel(kernel: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(kernel[::-1, ::-1]) if BACKEND == "theano" else kernel
 
 
+def freeze(layer, variable) -> None:
+    """One weight of a built layer left out of its trainable weights (--fault frozen:...)."""
+    if KERAS_2:
+        layer._trainable_weights = [weight for weight in layer._trainable_weights if weight is not variable]
+        layer._non_trainable_weights.append(variable)
+    else:
+        variable.trainable = False
+
+
 def shape_of(variable) -> tuple:
     """A weight variable's shape (Keras 2 on Theano: a shared variable's value's)."""
     return tuple(keras.backend.int_shape(variable)) if KERAS_2 else tuple(variable.shape)

@@ -11,28 +11,37 @@ import numpy as np
 
 
 def loss_and_gradients(model, images: np.ndarray, labels: np.ndarray) -> tuple:
-    """(mean cross-entropy, [numpy gradient of each of model.trainable_weights]), dropout off."""
+    """(mean cross-entropy, [numpy gradient of each of model.trainable_weights]), dropout off;
+    None for a weight the backend gives no gradient (disconnected from the loss: Theano's
+    disconnected input, a tape's None, torch's grad None). jax differentiates every input it
+    is given, so a disconnected one reads zeros there."""
     loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_weights
     if compat.BACKEND == "theano":
+        import theano
         from keras import backend
 
         targets = backend.placeholder(ndim=1)
         loss = loss_object(targets, model.output)
-        run = backend.function([model.input, targets], [loss] + backend.gradients(loss, variables))
-        loss_value, *gradients = run([images, labels.astype(np.float32)])
-        return float(loss_value), [np.asarray(gradient) for gradient in gradients]
+        symbolic = theano.grad(loss, variables, disconnected_inputs="ignore", return_disconnected="None")
+        connected = [gradient for gradient in symbolic if gradient is not None]
+        run = backend.function([model.input, targets], [loss] + connected)
+        loss_value, *values = run([images, labels.astype(np.float32)])
+        values = iter(values)
+        return float(loss_value), [None if gradient is None else np.asarray(next(values)) for gradient in symbolic]
     if compat.BACKEND == "tensorflow":
         import tensorflow as tf
 
         with tf.GradientTape() as tape:
             loss = loss_object(labels, model(images, training=False))
-        return float(loss), [gradient.numpy() for gradient in tape.gradient(loss, variables)]
+        gradients = tape.gradient(loss, variables)
+        return float(loss), [None if gradient is None else gradient.numpy() for gradient in gradients]
     if compat.BACKEND == "torch":
         logits = model(keras.ops.convert_to_tensor(images), training=False)
         loss = loss_object(keras.ops.convert_to_tensor(labels), logits)
         loss.backward()
-        return loss.item(), [variable.value.grad.numpy() for variable in variables]
+        gradients = [variable.value.grad for variable in variables]
+        return loss.item(), [None if gradient is None else gradient.numpy() for gradient in gradients]
     if compat.BACKEND == "jax":
         import jax
 

@@ -61,6 +61,8 @@ def build_model(network: Network, weights: list) -> keras.Model:
     for w in weights:
         kernel = compat.conv_kernel(w.kernel) if isinstance(network.layers[w.layer_index], Conv2D) else w.kernel
         by_index[w.layer_index].set_weights([kernel, w.bias])
+        if network.layers[w.layer_index].bias_frozen:  # --fault frozen:...
+            compat.freeze(by_index[w.layer_index], by_index[w.layer_index].bias)
     return model
 
 

@@ -81,13 +81,14 @@ def model_parameters(network) -> list:
 
 
 def layer_variables(layer) -> list:
-    """(variable, role, layout) for each weight of a Keras layer (a conv or dense layer's kernel and bias)."""
+    """(variable, role, layout) for each weight of a Keras layer (a conv or dense layer's
+    kernel and bias), a frozen one (not trainable) too."""
     kernel_layout = "HWIO" if isinstance(layer, keras.layers.Conv2D) else "IO"
     roles = {
         id(getattr(layer, "kernel", None)): ("kernel", kernel_layout),
         id(getattr(layer, "bias", None)): ("bias", "O"),
     }
-    return [(variable, *roles.get(id(variable), ("", "?"))) for variable in layer.trainable_weights]
+    return [(variable, *roles.get(id(variable), ("", "?"))) for variable in layer.weights]
 
 
 def layer_index(layer) -> int:
@@ -96,21 +97,26 @@ def layer_index(layer) -> int:
     return int(number) if prefix == "layer" and number.isdigit() else -1
 
 
-def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+def layer_outputs_and_gradients(network, weights, images, labels, on_output=None) -> LayerProbe:
     """Every layer's output from one model whose outputs are all the layers' (Keras builds
-    no fused layers: each spec layer is held), the gradients from the backend's own call."""
+    no fused layers: each spec layer is held), each handed to `on_output` before the
+    gradients are taken; the gradients from the backend's own call, None for a weight
+    left out of the trainable ones (frozen) or given none by the backend (disconnected)."""
     model = build_model(network, weights)
     inputs = np.ascontiguousarray(images[..., None], np.float32)
     taps = keras.Model(model.inputs, [layer.output for layer in model.layers])
     values = taps.predict(inputs, batch_size=len(inputs), verbose=0)
+    outputs = {layer_index(layer): np.asarray(value) for layer, value in zip(model.layers, values)}
+    for index, output in outputs.items():
+        if on_output is not None:
+            on_output(index, output)
     loss, gradients = loss_and_gradients(model, inputs, labels)
     by_variable = {id(variable): gradient for variable, gradient in zip(model.trainable_weights, gradients)}
     found = {}
     for layer in model.layers:
         for variable, role, _ in layer_variables(layer):
-            gradient = by_variable[id(variable)]
-            if role == "kernel" and isinstance(network.layers[layer_index(layer)], Conv2D):
+            gradient = by_variable.get(id(variable))
+            if gradient is not None and role == "kernel" and isinstance(network.layers[layer_index(layer)], Conv2D):
                 gradient = compat.conv_kernel(gradient)  # Theano's flipped kernel back to everyone else's
             found[(layer_index(layer), role)] = gradient
-    outputs = {layer_index(layer): np.asarray(value) for layer, value in zip(model.layers, values)}
     return LayerProbe(loss, outputs, found)

@@ -73,6 +73,8 @@ def build_model(network: Network, weights: list, input_var=None):
             net = SharedUniformDropout(net, uniforms, layer.rate, name=name)
         else:
             raise TypeError(f"lasagne_wrapper cannot translate {layer!r}")
+        if getattr(layer, "bias_frozen", False):  # --fault frozen:...: the bias is no trainable parameter
+            net.params[net.b].discard("trainable")
     return net
 
 

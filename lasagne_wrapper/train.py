@@ -11,13 +11,7 @@ import theano
 import theano.tensor as T
 
 from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
-from algorithms.spec.weights import (
-    LayerWeights,
-    by_role,
-    from_channels_first,
-    initial_weights,
-    output_from_channels_first,
-)
+from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
 from lasagne_wrapper.model import build_model
 from lasagne_wrapper.trainer import build_trainer, cross_entropy
@@ -55,11 +49,12 @@ def spec_layers(output) -> list:
 
 
 def model_parameters(network) -> list:
-    """The shared variables of the model build_model makes: each layer's W (OIHW, or (in, out)) and b."""
+    """The shared variables of the model build_model makes: each layer's W (OIHW, or (in,
+    out)) and b, a frozen one (no `trainable` tag) too."""
     found = []
     for index, layer in spec_layers(build_model(network, initial_weights(network, 0))):
         roles = {id(getattr(layer, "W", None)): "kernel", id(getattr(layer, "b", None)): "bias"}
-        for variable in layer.get_params(trainable=True):
+        for variable in layer.get_params():
             role = roles.get(id(variable), "")
             shape = variable.get_value().shape
             layout = "O" if role == "bias" else "OIHW" if len(shape) == 4 else "IO"
@@ -68,26 +63,41 @@ def model_parameters(network) -> list:
     return found
 
 
-def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
-    """One compiled Theano function: every layer's output, the loss and its gradients."""
+def layer_outputs_and_gradients(network, weights, images, labels, on_output=None) -> LayerProbe:
+    """One compiled Theano function: every layer's output (each then handed to
+    `on_output`), the loss and its gradients with respect to the trainable parameters, as
+    Lasagne's trainer takes them. None for a parameter without the `trainable` tag
+    (frozen) or disconnected from the loss (Theano's own verdict, not zeros)."""
     images_var, labels_var = T.tensor4("images"), T.ivector("labels")
     layers = spec_layers(build_model(network, weights, input_var=images_var))
     values = lasagne.layers.get_output([layer for _, layer in layers], deterministic=True)
     loss = cross_entropy(values[-1], labels_var)
     owners = [(index, layer) for index, layer in layers if hasattr(layer, "W")]
-    parameters = [variable for _, layer in owners for variable in (layer.W, layer.b)]
-    run = theano.function([images_var, labels_var], [loss] + values + T.grad(loss, parameters))
+    trainable = {id(variable) for _, layer in owners for variable in layer.get_params(trainable=True)}
+    parameters = {
+        (index, role): variable
+        for index, layer in owners
+        for role, variable in (("kernel", layer.W), ("bias", layer.b))
+        if id(variable) in trainable
+    }
+    symbolic = theano.grad(loss, list(parameters.values()), disconnected_inputs="ignore", return_disconnected="None")
+    connected = {key: gradient for key, gradient in zip(parameters, symbolic) if gradient is not None}
+    run = theano.function([images_var, labels_var], [loss] + values + list(connected.values()))
     results = run(np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32))
-    loss_value, outputs, gradients = results[0], results[1 : 1 + len(layers)], results[1 + len(layers) :]
-    channels_first = [  # Lasagne's dense kernels are (in, out): transposed to the channels-first (out, in)
-        LayerWeights(index, kernel if kernel.ndim == 4 else kernel.T, bias)
-        for (index, _), kernel, bias in zip(owners, gradients[0::2], gradients[1::2])
-    ]
-    return LayerProbe(
-        float(loss_value),
-        {
-            index: output_from_channels_first(network, index, np.asarray(output))
-            for (index, _), output in zip(layers, outputs)
-        },
-        by_role(from_channels_first(network, channels_first)),
-    )
+    loss_value, outputs = results[0], results[1 : 1 + len(layers)]
+    held = {
+        index: output_from_channels_first(network, index, np.asarray(output))
+        for (index, _), output in zip(layers, outputs)
+    }
+    for index, output in held.items():
+        if on_output is not None:
+            on_output(index, output)
+    computed = dict(zip(connected, results[1 + len(layers) :]))
+    gradients = {}
+    for index, layer in owners:
+        for role in ("kernel", "bias"):
+            gradient = computed.get((index, role))
+            if gradient is not None and gradient.ndim == 2:  # Lasagne's dense kernels are (in, out): to (out, in)
+                gradient = gradient.T
+            gradients[(index, role)] = gradient
+    return LayerProbe(float(loss_value), held, gradients_from_channels_first(network, gradients))

@@ -72,6 +72,7 @@ def supported() -> Support:
             "--execution eager",
             "--execution graph",
             "--noise_scale",
+            "--fault frozen",
         ),
         tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED),
         advice=worker_strategy_advice(

@@ -45,7 +45,9 @@ class SpecModel(tf.Module):
         for w in weights:
             with self._on_device(w.layer_index):
                 self.kernels[w.layer_index] = tf.Variable(w.kernel, name=f"kernel_{w.layer_index}")
-                self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}")
+                # a frozen bias (--fault frozen:...) is no trainable variable: a tape does not watch it
+                trainable = not network.layers[w.layer_index].bias_frozen
+                self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}", trainable=trainable)
         self.seed = seed
         self.dropout_position = {index: k for k, (index, _, _) in enumerate(dropout_layers(network))}
         # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool

@@ -57,7 +57,8 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
 
 
 def model_parameters(network) -> list:
-    """The variables of the model build_model makes, each with the layer whose kernel or bias it is."""
+    """The variables of the model build_model makes (a frozen one too), each with the layer
+    whose kernel or bias it is."""
     model = build_model(network, initial_weights(network, 0), 0)
     owners = {variable.ref(): (index, "kernel") for index, variable in model.kernels.items()}
     owners.update({variable.ref(): (index, "bias") for index, variable in model.biases.items()})
@@ -69,13 +70,15 @@ def model_parameters(network) -> list:
             tuple(variable.shape),
             layouts.get(variable.shape.rank, "?"),
         )
-        for variable in model.trainable_variables
+        for variable in model.variables
     ]
 
 
-def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+def layer_outputs_and_gradients(network, weights, images, labels, on_output=None) -> LayerProbe:
     """The model training builds (pads in the convolutions, ReLUs after the pools), so its
-    outputs are those at the boundaries where it holds the spec's values."""
+    outputs are those at the boundaries where it holds the spec's values, each handed to
+    `on_output` before the gradients are taken. A variable the tape gives no gradient (not
+    trainable, so not watched, or cut from the graph) has None."""
     model = build_model(network, weights, 0)
     taps = {}
     with tf.GradientTape() as tape:
@@ -83,12 +86,16 @@ def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
         loss = tf.reduce_mean(
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.convert_to_tensor(labels), logits=logits)
         )
+    held = set(range(len(network.layers))) - network.outputs_fused_away()
+    outputs = {index: taps[index].numpy() for index in sorted(held)}
+    for index, output in outputs.items():
+        if on_output is not None:
+            on_output(index, output)
     variables = {(index, "kernel"): model.kernels[index] for index in model.kernels}
     variables.update({(index, "bias"): model.biases[index] for index in model.biases})
     gradients = tape.gradient(loss, variables)
-    held = set(range(len(network.layers))) - network.outputs_fused_away()
     return LayerProbe(
         float(loss),
-        {index: taps[index].numpy() for index in held},
-        {key: gradient.numpy() for key, gradient in gradients.items()},
+        outputs,
+        {key: None if gradient is None else gradient.numpy() for key, gradient in gradients.items()},
     )

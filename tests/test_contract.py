@@ -128,7 +128,7 @@ SOUND = {
     "    return {'steps': session.config.max_steps}\n"
     "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
     "def model_parameters(network):\n    return []\n"
-    "def layer_outputs_and_gradients(network, weights, images, labels):\n    return None\n",
+    "def layer_outputs_and_gradients(network, weights, images, labels, on_output=None):\n    return None\n",
     "native.py": "STEPS_PER_CALL = 1\n"
     "def apply_threads(config):\n    return ''\n"
     "class Native:\n    def __init__(self, config, dataset, schedule):\n        pass\n"

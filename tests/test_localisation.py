@@ -1,8 +1,9 @@
 """The localisation's judgement and the structural check, with known answers and no
-framework process: each cell's class (within, beyond, shape, non-finite) from arrays
-made to be so, where a difference entered (forward first, then the backward pass's
-order), the non-finite class named against the finite frameworks, a bad --fault refused
-in one line."""
+framework process: each cell's class (within, beyond, shape, non-finite, no gradient,
+not reached) from arrays made to be so, where a difference entered (forward first, then
+the backward pass's order), the non-finite class named against the finite frameworks, a
+framework that stopped named by the last layer it reported, a bad --fault refused in one
+line."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ from algorithms.analysis.localisation import (
     BACKWARD_TOLERANCE,
     BEYOND,
     FORWARD_TOLERANCE,
+    NO_GRADIENT,
     NON_FINITE,
     NOT_HELD,
+    NOT_REACHED,
     SHAPE,
     UNCOMPARABLE,
     WITHIN,
     Cell,
     Localisation,
+    Stop,
     compare_arrays,
     compare_pass,
     first_faulty,
@@ -41,10 +45,13 @@ def test_each_cell_class_from_arrays_made_to_be_it():
     assert compare_arrays(expected * (1 + 1e-7), expected, FORWARD_TOLERANCE).kind == WITHIN
     off = compare_arrays(expected + 0.01, expected, FORWARD_TOLERANCE)
     assert off.kind == BEYOND and off.error == pytest.approx(0.01 / 2.0)  # over the tensor's largest magnitude
-    assert compare_arrays(expected[:, :3], expected, FORWARD_TOLERANCE).kind == SHAPE
+    assert compare_arrays(expected[:, :3], expected, FORWARD_TOLERANCE) == Cell(SHAPE, math.inf, "(3, 3), spec (3, 4)")
     with_nan = expected.copy()
     with_nan[1, 2] = np.nan
-    assert compare_arrays(with_nan, expected, FORWARD_TOLERANCE) == Cell(NON_FINITE, math.inf, "nan")
+    assert compare_arrays(with_nan, expected, FORWARD_TOLERANCE) == Cell(NON_FINITE, math.inf, "NaN")
+    assert compare_arrays(expected * np.inf, expected, FORWARD_TOLERANCE).note == "Inf"  # no element is 0
+    with_nan[0, 0] = -np.inf
+    assert compare_arrays(with_nan, expected, FORWARD_TOLERANCE).note == "NaN and Inf"
     assert compare_arrays(expected, with_nan, FORWARD_TOLERANCE).kind == UNCOMPARABLE
     assert compare_arrays(None, expected, FORWARD_TOLERANCE).kind == NOT_HELD
     assert compare_arrays(np.zeros(3), np.zeros(3), FORWARD_TOLERANCE).kind == WITHIN
@@ -96,10 +103,13 @@ def test_the_report_marks_the_first_layer_and_names_non_finite_values_as_their_o
     assert result.first_beyond("overflowing").cell.kind == NON_FINITE
     text = format_localisation(result)
     assert "healthy: within float32 tolerance at every layer" in text
-    assert "scaled: first beyond tolerance at step 1, layer 3 (Conv2D 48 3x3) forward: relative error 1.00e-01" in text
     assert (
-        "overflowing: non-finite (nan) from step 1, layer 9 (Dense 128) forward, where the reference and healthy, "
-        "scaled are finite: a class of its own, not drift" in text
+        "scaled: layer 3 Conv2D 48 3x3: relative error 1.00e-01 in the output, beyond the tolerance 2e-05 "
+        "(step 1, forward)" in text
+    )
+    assert (  # inf times a ReLU's zeros: NaN beside the Inf
+        "overflowing: layer 9 Dense 128: NaN and Inf in the output (step 1, forward), where the reference and "
+        "healthy, scaled are finite: a class of its own, not drift" in text
     )
     row = next(line for line in text.splitlines() if line.startswith(" 3 Conv2D 48 3x3"))
     assert "[1.0e-01!]" in row  # the first cell beyond, bracketed
@@ -114,6 +124,53 @@ def test_the_first_step_with_a_difference_is_the_one_named():
     assert (finding.step, finding.layer) == (2, 7)
 
 
+def test_a_parameter_given_no_gradient_is_a_finding_on_its_layer_never_zeros():
+    """None is how a wrapper says its framework computed no gradient (frozen, detached)."""
+    reference = reference_pass()
+    outputs = dict(enumerate(reference.outputs))
+    frozen_bias = {**reference.gradients, (9, "bias"): None}
+    cells = compare_pass(NETWORK, reference, outputs, frozen_bias)
+    assert cells[(9, "backward")] == Cell(NO_GRADIENT, math.inf, part="bias")
+    assert first_faulty(NETWORK, cells)[:3] == (9, "backward", 9)
+    frozen_layer = {**frozen_bias, (1, "kernel"): None, (1, "bias"): None}
+    result = Localisation(NETWORK, 1, ["frozen"])
+    result.cells = {"frozen": [compare_pass(NETWORK, reference, outputs, frozen_layer)]}
+    assert result.cells["frozen"][0][(1, "backward")].part == "kernel and bias"
+    text = format_localisation(result)
+    # the backward pass reaches layer 9 before layer 1
+    assert "frozen: layer 9 Dense 128 bias: no gradient (step 1, backward)" in text
+    backward_row = [line for line in text.splitlines() if line.startswith(" 9 Dense 128")][-1]
+    assert backward_row.endswith("[no grad]")
+    assert not result.healthy()
+
+
+def test_a_framework_that_stopped_is_judged_as_far_as_it_got_and_named_by_its_last_layer():
+    reference = reference_pass()
+    held = {index: value for index, value in enumerate(reference.outputs) if index <= 4}
+    result = Localisation(NETWORK, 2, ["died", "crashed", "scaled_then_died"])
+    result.cells = {
+        "died": faked(reference, {}) + [compare_pass(NETWORK, reference, held, {}, complete=False)],
+        "scaled_then_died": [compare_pass(NETWORK, reference, {**held, 4: held[4] * 1.1}, {}, complete=False)],
+    }
+    second = result.cells["died"][1]
+    assert [second[(index, "forward")].kind for index in (4, 5, 10)] == [WITHIN, NOT_REACHED, NOT_REACHED]
+    assert second[(1, "backward")].kind == NOT_REACHED
+    result.failures = {
+        "died": Stop(2, 4, "exit 70: the last line it wrote", log="Traceback (most recent call last):\n..."),
+        "crashed": Stop(1, None, "exit 1: ModuleNotFoundError: No module named 'caffe'"),
+        "scaled_then_died": Stop(1, 4, "exit -11: (no message)"),
+    }
+    assert result.first_beyond("died") is None and not result.healthy()
+    text = format_localisation(result)
+    assert "died: stopped in step 2 after layer 4 MaxPool2D 2, the last output it reported: exit 70: the last" in text
+    assert "crashed: not run: exit 1: ModuleNotFoundError: No module named 'caffe'" in text
+    assert "scaled_then_died: layer 4 MaxPool2D 2: relative error 1.00e-01 in the output" in text  # its finding first
+    assert "scaled_then_died: stopped in step 1 after layer 4 MaxPool2D 2" in text
+    row = next(line for line in text.splitlines() if line.startswith("10 Dense 128"))
+    assert row.split()[3:] == ["stopped", "not", "run", "stopped"]  # the worst of its two steps, then the others
+    assert "Traceback" not in text
+
+
 @pytest.mark.parametrize(
     "text, reason",
     [
@@ -122,6 +179,10 @@ def test_the_first_step_with_a_difference_is_the_one_named():
         ("padding:4:2", "is not a convolution after a ZeroPad2D"),
         ("padding:1:1.5", "whole number of pixels"),
         ("shift:1:1", "expected KIND:LAYER:VALUE"),
+        ("frozen:8", "layer 8 (Flatten) has no weights"),
+        ("shape:3", "layer 3 (Conv2D) is not a MaxPool2D"),
+        ("die:12", "layer 12 (Dropout) does not run here"),
+        ("die:4:1", "expected KIND:LAYER:VALUE (bias/frozen/shape/die:LAYER)"),
     ],
 )
 def test_a_fault_that_does_not_fit_the_network_is_refused(text, reason):

@@ -81,6 +81,8 @@ def supported() -> Support:
             "--fault momentum_reset",
             "--fault lr_late",
             "--fault accuracy_labels",
+            "--fault frozen",
+            "--fault shape",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={

@@ -92,14 +92,15 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             conv = nn.Conv2d(in_shape[-1], stop - start, layer.kernel_size, padding=padding, bias=layer.bias)
             if fused:
                 conv = conv.to(memory_format=torch.channels_last)
-            modules = [_load(conv, loaded[index], start, stop)]
+            modules = [_load(conv, loaded[index], start, stop, layer.bias_frozen)]
         elif isinstance(layer, MaxPool2D):
-            modules = [nn.MaxPool2d(layer.pool_size)]
+            modules = [nn.MaxPool2d(layer.pool_size, padding=layer.padding)]  # padding: --fault shape:...
         elif isinstance(layer, Flatten):
             modules = [nn.Flatten()]
         elif isinstance(layer, Dense):
             start, stop = channels.get(index, (0, layer.units))
-            modules = [_load(nn.Linear(in_shape[0], stop - start, bias=layer.bias), loaded[index], start, stop)]
+            dense = nn.Linear(in_shape[0], stop - start, bias=layer.bias)
+            modules = [_load(dense, loaded[index], start, stop, layer.bias_frozen)]
         elif isinstance(layer, Dropout):
             modules = [SharedDropout(layer.rate, positions[index])]
         else:
@@ -151,11 +152,13 @@ class Checkpointed(nn.Module):
 TAKES_UNIFORMS = (SharedDropout, SpecStack, Checkpointed)
 
 
-def _load(module: nn.Module, weights, start: int, stop: int) -> nn.Module:
+def _load(module: nn.Module, weights, start: int, stop: int, bias_frozen: bool = False) -> nn.Module:
     with torch.no_grad():
         module.weight.copy_(torch.from_numpy(weights.kernel[start:stop]))
         if module.bias is not None:  # None: a layer built without its bias (--fault bias:...)
             module.bias.copy_(torch.from_numpy(weights.bias[start:stop]))
+    if bias_frozen:  # --fault frozen:...: autograd leaves the bias out
+        module.bias.requires_grad_(False)
     return module
 
 

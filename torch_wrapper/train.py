@@ -11,13 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
-from algorithms.spec.weights import (
-    LayerWeights,
-    by_role,
-    from_channels_first,
-    initial_weights,
-    output_from_channels_first,
-)
+from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
 from backends.torch_backend import set_threads
 from algorithms.errors import PeerLost
@@ -110,9 +104,11 @@ def model_parameters(network) -> list:
     ]
 
 
-def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
+def layer_outputs_and_gradients(network, weights, images, labels, on_output=None) -> LayerProbe:
     """The fused model training builds (pads in the convolutions, ReLUs after the pools),
-    so its outputs are those at the boundaries where it holds the spec's values."""
+    so its outputs are those at the boundaries where it holds the spec's values, each
+    handed to `on_output` as the forward pass reaches it. A parameter autograd gave no
+    gradient (requires_grad off, or cut from the graph) has None."""
     layers = layer_modules(network, weights)
     held = set(range(len(network.layers))) - network.outputs_fused_away()
     x, outputs = torch.from_numpy(np.ascontiguousarray(images[:, None], np.float32)), {}
@@ -121,15 +117,14 @@ def layer_outputs_and_gradients(network, weights, images, labels) -> LayerProbe:
             x = module(x)
         if index in held:
             outputs[index] = output_from_channels_first(network, index, x.detach().numpy().copy())
+            if on_output is not None:
+                on_output(index, outputs[index])
     loss = F.cross_entropy(x, torch.from_numpy(labels.astype(np.int64)))
     loss.backward()
-    gradients = [
-        LayerWeights(
-            index,
-            modules[0].weight.grad.numpy(),
-            None if modules[0].bias is None else modules[0].bias.grad.numpy(),  # None: --fault bias:...
-        )
-        for index, modules in enumerate(layers)
-        if modules and isinstance(modules[0], (nn.Conv2d, nn.Linear))
-    ]
-    return LayerProbe(loss.item(), outputs, by_role(from_channels_first(network, gradients)))
+    gradients = {}
+    for index, modules in enumerate(layers):
+        if modules and isinstance(modules[0], (nn.Conv2d, nn.Linear)):
+            for role, parameter in (("kernel", modules[0].weight), ("bias", modules[0].bias)):
+                if parameter is not None:  # None: a layer built without its bias (--fault bias:...)
+                    gradients[(index, role)] = None if parameter.grad is None else parameter.grad.numpy()
+    return LayerProbe(loss.item(), outputs, gradients_from_channels_first(network, gradients))

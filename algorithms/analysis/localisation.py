@@ -6,12 +6,17 @@ a person reads. algorithms/studies/localise.py runs the frameworks and fills it.
 The error of a tensor is its largest difference from the reference over the reference's
 largest magnitude, max|x - r| / max|r|: the error relative to the tensor's scale, so an
 element near zero (a ReLU's output, a small gradient) neither hides nor inflates it.
+
+What is not a number to compare is a finding of its own, on its layer: an output of
+another shape, NaN or Inf where the reference is finite, a parameter the framework gave
+no gradient for (frozen, detached), and a framework whose process stopped (the layers
+it never reached, the last one it reported, and why).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -29,23 +34,26 @@ from algorithms.spec.networks import Dropout, Network, layer_label
 FORWARD_TOLERANCE = 2e-5
 BACKWARD_TOLERANCE = 1e-4
 
-WITHIN, BEYOND, NON_FINITE, SHAPE, NOT_HELD, UNCOMPARABLE = (
+WITHIN, BEYOND, NON_FINITE, SHAPE, NO_GRADIENT, NOT_HELD, NOT_REACHED, UNCOMPARABLE = (
     "within",
     "beyond",
     "non-finite",
     "shape",
-    "not held",
+    "no gradient",  # the framework holds the parameter and computed no gradient for it
+    "not held",  # by design: a fused layer, a parameter the model does not have
+    "not reached",  # the framework's process stopped before it
     "reference non-finite",
 )
-FAULTY = (BEYOND, NON_FINITE, SHAPE)  # a cell of these kinds is where a difference shows
-SEVERITY = {NOT_HELD: 0, UNCOMPARABLE: 0, WITHIN: 1, BEYOND: 2, NON_FINITE: 3, SHAPE: 4}
+FAULTY = (BEYOND, NON_FINITE, SHAPE, NO_GRADIENT)  # a cell of these kinds is where a difference shows
+SEVERITY = {NOT_HELD: 0, UNCOMPARABLE: 0, WITHIN: 1, NOT_REACHED: 2, BEYOND: 3, NO_GRADIENT: 4, NON_FINITE: 5, SHAPE: 6}
 
 
 @dataclass(frozen=True)
 class Cell:
     kind: str
     error: float = math.nan
-    note: str = ""  # the shape that differs; why a layer's output is not held
+    note: str = ""  # the shapes that differ, "NaN" or "Inf", why a layer's output is not held
+    part: str = ""  # a gradient's: "kernel", "bias" or "kernel and bias", the parameters the cell is of
 
 
 @dataclass(frozen=True)
@@ -79,11 +87,12 @@ def compare_arrays(got: Optional[np.ndarray], expected: np.ndarray, tolerance: f
     if got is None:
         return Cell(NOT_HELD)
     if got.shape != expected.shape:
-        return Cell(SHAPE, math.inf, f"{got.shape[1:] if got.ndim > 1 else got.shape} not {expected.shape[1:]}")
+        return Cell(SHAPE, math.inf, f"{got.shape}, spec {expected.shape}")
     if not np.all(np.isfinite(expected)):
         return Cell(UNCOMPARABLE)
     if not np.all(np.isfinite(got)):
-        return Cell(NON_FINITE, math.inf, "nan" if np.isnan(got).any() else "inf")
+        nan, inf = bool(np.isnan(got).any()), bool(np.isinf(got).any())
+        return Cell(NON_FINITE, math.inf, " and ".join(name for name, held in (("NaN", nan), ("Inf", inf)) if held))
     error = relative_error(got, expected, allowance)
     return Cell(BEYOND if error > tolerance else WITHIN, error)
 
@@ -92,45 +101,70 @@ def worst(cells: list) -> Cell:
     return max(cells, key=lambda cell: (SEVERITY[cell.kind], -1.0 if math.isnan(cell.error) else cell.error))
 
 
-def compare_pass(network: Network, reference, outputs: dict, gradients: dict) -> dict:
+def compare_pass(network: Network, reference, outputs: dict, gradients: dict, complete: bool = True) -> dict:
     """{(layer index, "forward" | "backward"): Cell} of one pass of one framework;
-    `backward` holds the worse of a layer's kernel and bias gradients."""
-    cells = {}
+    `backward` holds the worse of a layer's kernel and bias gradients. A gradient given as
+    None (as a wrapper's LayerProbe gives it) is a NO_GRADIENT cell. `complete=False`: the
+    framework's process stopped in this pass, so an output after the last one given and a
+    gradient not given were never reached (NOT_REACHED), not left out by design (NOT_HELD)."""
+    cells, last_output = {}, max(outputs, default=-1)
     for index in range(len(network.layers)):
         cell = compare_arrays(outputs.get(index), reference.outputs[index], FORWARD_TOLERANCE)
-        cells[(index, "forward")] = (
-            Cell(NOT_HELD, note=not_held_reason(network, index)) if cell.kind == NOT_HELD else cell
-        )
+        if cell.kind == NOT_HELD:
+            reached = complete or index < last_output
+            cell = Cell(NOT_HELD, note=not_held_reason(network, index)) if reached else Cell(NOT_REACHED)
+        cells[(index, "forward")] = cell
     for index, _, _ in network.parametric_layers():
-        cells[(index, "backward")] = worst(
-            [
-                compare_arrays(
-                    gradients.get((index, role)),
-                    reference.gradients[(index, role)],
-                    BACKWARD_TOLERANCE,
-                    reference.allowances[(index, role)],
-                )
-                for role in ("kernel", "bias")
-            ]
-        )
+        by_role = {}
+        for role in ("kernel", "bias"):
+            given = gradients.get((index, role))
+            if given is None and (index, role) in gradients:
+                cell = Cell(NO_GRADIENT, math.inf)
+            elif given is None and not complete:
+                cell = Cell(NOT_REACHED)
+            else:
+                expected = reference.gradients[(index, role)]
+                cell = compare_arrays(given, expected, BACKWARD_TOLERANCE, reference.allowances[(index, role)])
+            by_role[role] = replace(cell, part=role)
+        cell = worst(list(by_role.values()))
+        if cell.kind == NO_GRADIENT and all(other.kind == NO_GRADIENT for other in by_role.values()):
+            cell = replace(cell, part=" and ".join(by_role))  # both of the layer's parameters
+        cells[(index, "backward")] = cell
     return cells
 
 
 def first_faulty(network: Network, cells: dict) -> Optional[tuple]:
     """(layer named, direction, layer seen at, span) where the difference entered: the
-    first layer of the forward pass beyond tolerance, else the first parameter the
-    backward pass reaches (the last layer first) beyond it; None when every cell is within."""
+    first layer of the forward pass beyond tolerance (of the layers back to the output
+    before it, the first with weights; a shape where it is seen), else the first parameter
+    the backward pass reaches (the last layer first) beyond it; None when every cell is within."""
     for index in range(len(network.layers)):
-        if cells.get((index, "forward"), Cell(NOT_HELD)).kind in FAULTY:
+        kind = cells.get((index, "forward"), Cell(NOT_HELD)).kind
+        if kind in FAULTY:
             start = index
             while start > 0 and cells.get((start - 1, "forward"), Cell(NOT_HELD)).kind == NOT_HELD:
                 start -= 1
             weighted = [i for i, _, _ in network.parametric_layers() if start <= i <= index]
-            return (weighted[0] if weighted else index), "forward", index, (start, index)
+            # a shape is named where it is seen: a pad, a conv or a pool in the span may change it
+            named = weighted[0] if weighted and kind != SHAPE else index
+            return named, "forward", index, (start, index)
     for index, _, _ in reversed(network.parametric_layers()):
         if cells.get((index, "backward"), Cell(NOT_HELD)).kind in FAULTY:
             return index, "backward", index, (index, index)
     return None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A framework whose process failed: the step it was in (None: after its last step was
+    done), the last layer whose output it reported in that step (None: none) and why, in
+    one line (its exit status and the error it caught, or its stderr's last line); `log`
+    its whole stderr, the traceback included, which the table never shows."""
+
+    step: Optional[int]
+    last_output: Optional[int]
+    reason: str
+    log: str = ""
 
 
 @dataclass
@@ -142,7 +176,7 @@ class Localisation:
     steps: int
     frameworks: list
     cells: dict = field(default_factory=dict)  # framework -> [one dict per step: (layer, direction) -> Cell]
-    failures: dict = field(default_factory=dict)  # framework -> why it gave no cells
+    failures: dict = field(default_factory=dict)  # framework -> Stop: its process ended early (cells kept)
     structure: dict = field(default_factory=dict)  # framework -> the structural check's problems
     structure_layers: dict = field(default_factory=dict)  # framework -> the first layer they name, or None
     faults: dict = field(default_factory=dict)  # framework -> the fault put into it (text)
@@ -159,9 +193,19 @@ class Localisation:
         return worst([cells[key] for cells in self.cells.get(framework, []) if key in cells] or [Cell(NOT_HELD)])
 
     def rows(self) -> list:
-        """(framework, step, layer, label, direction, kind, error, note) for every cell: the table as data."""
+        """(framework, step, layer, label, direction, kind, error, note, part) for every cell: the table as data."""
         return [
-            (name, step, layer, layer_label(self.network.layers[layer]), direction, cell.kind, cell.error, cell.note)
+            (
+                name,
+                step,
+                layer,
+                layer_label(self.network.layers[layer]),
+                direction,
+                cell.kind,
+                cell.error,
+                cell.note,
+                cell.part,
+            )
             for name in self.frameworks
             for step, cells in enumerate(self.cells.get(name, []), start=1)
             for (layer, direction), cell in sorted(cells.items())
@@ -188,12 +232,29 @@ def not_held_reason(network: Network, index: int) -> str:
 def cell_text(cell: Cell, first: bool) -> str:
     if cell.kind == NOT_HELD:
         return cell.note or "-"
+    if cell.kind == NOT_REACHED:
+        return "stopped"
     if cell.kind == SHAPE:
         text = "shape"
+    elif cell.kind == NO_GRADIENT:
+        text = "no grad"
     elif cell.kind == NON_FINITE:
-        text = cell.note
+        text = cell.note.lower().replace(" and ", "+")  # nan, inf, nan+inf
     elif cell.kind == UNCOMPARABLE:
         text = "ref n/f"
     else:
         text = f"{cell.error:.1e}" + ("!" if cell.kind == BEYOND else " ")
     return f"[{text.strip()}]" if first else text
+
+
+def what_was_found(cell: Cell, direction: str) -> str:
+    """A faulty cell's finding, after its layer's name: "no gradient", "NaN in the output"."""
+    held = "output" if direction == "forward" else "gradient"
+    if cell.kind == NO_GRADIENT:
+        return "no gradient"
+    if cell.kind == SHAPE:
+        return f"{held} shape {cell.note}"
+    if cell.kind == NON_FINITE:
+        return f"{cell.note} in the {held}"
+    tolerance = FORWARD_TOLERANCE if direction == "forward" else BACKWARD_TOLERANCE
+    return f"relative error {cell.error:.2e} in the {held}, beyond the tolerance {tolerance:g}"

@@ -1,7 +1,8 @@
 """The localisation as a person reads it: two tables (each layer's output, each layer's
 parameter gradients; a column per framework; the worst over the steps), a line per
-framework saying where its first difference entered, the heatmap PNG and the CSV of every
-cell (algorithms/analysis/localisation.py holds the data)."""
+framework saying where its first difference entered and, for one whose process stopped,
+the last layer it reported and why, the heatmap PNG and the CSV of every cell
+(algorithms/analysis/localisation.py holds the data)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ import numpy as np
 
 from algorithms.analysis.localisation import (
     BACKWARD_TOLERANCE,
+    BEYOND,
     FORWARD_TOLERANCE,
+    NO_GRADIENT,
     NON_FINITE,
     NOT_HELD,
+    NOT_REACHED,
     SHAPE,
     WITHIN,
     Localisation,
     cell_text,
+    what_was_found,
 )
 from algorithms.spec.networks import layer_label
 from algorithms.tables import text_table
@@ -28,7 +33,9 @@ TITLES = {
     "backward": f"backward: each layer's kernel and bias gradients, the worse (tolerance {BACKWARD_TOLERANCE:g})",
 }
 LEGEND = (
-    "!: beyond tolerance; [ ]: where the framework's first difference entered; in conv: a pad folded into the "
+    "!: beyond tolerance; [ ]: where the framework's first difference entered; shape: another shape than the "
+    "spec's; nan, inf: non-finite where the reference is finite; no grad: the framework gave no gradient for a "
+    "parameter it holds; stopped: its process ended before this layer; in conv: a pad folded into the "
     "convolution; pre-relu: the ReLU runs after the pool, so the conv's output is not the spec's there; -: no "
     "blob of its own (Caffe's flatten). Dropout is off: its layers are left out."
 )
@@ -49,7 +56,7 @@ def _table_rows(localisation: Localisation, direction: str) -> list:
     for layer in localisation.table_layers(direction):
         row = [f"{layer:>2} {layer_label(localisation.network.layers[layer])}"]
         for name in localisation.frameworks:
-            if name in localisation.failures:
+            if not localisation.cells.get(name):
                 row.append("not run")
                 continue
             first = firsts[name]
@@ -60,63 +67,82 @@ def _table_rows(localisation: Localisation, direction: str) -> list:
 
 
 def summary_lines(localisation: Localisation) -> list:
-    """One line per framework: its fault, its structural problems, where its first difference entered."""
+    """Per framework: its structural problems, then where its first difference entered
+    ("layer 9 Dense 128 bias: no gradient"), and where its process stopped, if it did."""
     lines = []
     for name in localisation.frameworks:
         fault = f" (fault put in: {localisation.faults[name]})" if name in localisation.faults else ""
         lines += [f"structure: {problem}" for problem in localisation.structure.get(name, [])]
-        if name in localisation.failures:
-            lines.append(f"{name}{fault}: not run: {localisation.failures[name]}")
+        stop = localisation.failures.get(name)
+        if stop is not None and not localisation.cells.get(name):
+            lines.append(f"{name}{fault}: not run: {stop.reason}")
             continue
         finding = localisation.first_beyond(name)
-        if finding is None:
-            structural = localisation.structure_layers.get(name)
-            lines.append(
-                f"{name}{fault}: "
-                + (
-                    f"its parameters differ from the spec's first at layer {structural} "
-                    f"({layer_label(localisation.network.layers[structural])}: structure above); every value it holds "
-                    "is within float32 tolerance"
-                    if structural is not None
-                    else "within float32 tolerance at every layer, forward and backward"
-                )
+        if finding is not None:
+            lines.append(f"{name}{fault}: {finding_line(localisation, name, finding)}")
+        elif stop is None:
+            lines.append(f"{name}{fault}: {healthy_line(localisation, name)}")
+        if stop is not None and stop.step is None:
+            lines.append(f"{name}{fault}: its process failed after its last step: {stop.reason}")
+        elif stop is not None:
+            layers = localisation.network.layers
+            after = (
+                f"after layer {stop.last_output} {layer_label(layers[stop.last_output])}, the last output it reported"
+                if stop.last_output is not None
+                else "before its first output"
             )
-            continue
-        layers = localisation.network.layers
-        where = f"step {finding.step}, layer {finding.layer} ({layer_label(layers[finding.layer])}) {finding.direction}"
-        if finding.seen_at != finding.layer:
-            after = f" after layer {finding.span[0] - 1}" if finding.span[0] > 0 else ""
-            where += (
-                f", seen at layer {finding.seen_at} ({layer_label(layers[finding.seen_at])}), the first output "
-                f"{name} holds{after}"
-            )
-        if finding.cell.kind == NON_FINITE:
-            finite = [
-                other
-                for other in localisation.frameworks
-                if other != name
-                and other in localisation.cells
-                and localisation.cells[other][finding.step - 1].get((finding.layer, finding.direction), None)
-                and localisation.cells[other][finding.step - 1][(finding.layer, finding.direction)].kind != NON_FINITE
-            ]
-            lines.append(
-                f"{name}{fault}: non-finite ({finding.cell.note}) from {where}, where the reference"
-                + (f" and {', '.join(finite)} are" if finite else " is")
-                + " finite: a class of its own, not drift"
-            )
-        elif finding.cell.kind == SHAPE:
-            lines.append(f"{name}{fault}: first difference at {where}: shape {finding.cell.note}")
-        else:
-            lines.append(f"{name}{fault}: first beyond tolerance at {where}: relative error {finding.cell.error:.2e}")
+            lines.append(f"{name}{fault}: stopped in step {stop.step} {after}: {stop.reason}")
     return lines
+
+
+def finding_line(localisation: Localisation, name: str, finding) -> str:
+    """The first difference on its layer: "layer 9 Dense 128 bias: no gradient (step 1, backward)"."""
+    layers = localisation.network.layers
+    part = f" {finding.cell.part}" if finding.direction == "backward" else ""
+    where = f"step {finding.step}, {finding.direction}"
+    after = f" after layer {finding.span[0] - 1}" if finding.span[0] > 0 else ""
+    if finding.seen_at != finding.layer:
+        where += f"; seen at layer {finding.seen_at} {layer_label(layers[finding.seen_at])}, the first output"
+        where += f" {name} holds{after}"
+    elif finding.span[0] < finding.layer:
+        where += f"; the first output {name} holds{after}"
+    line = f"layer {finding.layer} {layer_label(layers[finding.layer])}{part}: "
+    line += f"{what_was_found(finding.cell, finding.direction)} ({where})"
+    if finding.cell.kind == NON_FINITE:
+        finite = [
+            other
+            for other in localisation.frameworks
+            if other != name
+            and len(localisation.cells.get(other, [])) >= finding.step
+            and localisation.cells[other][finding.step - 1].get((finding.seen_at, finding.direction))
+            and localisation.cells[other][finding.step - 1][(finding.seen_at, finding.direction)].kind
+            in (WITHIN, BEYOND)
+        ]
+        line += (
+            ", where the reference"
+            + (f" and {', '.join(finite)} are" if finite else " is")
+            + " finite: a class of its own, not drift"
+        )
+    return line
+
+
+def healthy_line(localisation: Localisation, name: str) -> str:
+    structural = localisation.structure_layers.get(name)
+    if structural is None:
+        return "within float32 tolerance at every layer, forward and backward"
+    return (
+        f"its parameters differ from the spec's first at layer {structural} "
+        f"({layer_label(localisation.network.layers[structural])}: structure above); every value it holds "
+        "is within float32 tolerance"
+    )
 
 
 def write_cells_csv(localisation: Localisation, path: str) -> None:
     with open(path, "x", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["framework", "step", "layer", "label", "direction", "kind", "relative_error", "note"])
+        writer.writerow(["framework", "step", "layer", "label", "direction", "kind", "relative_error", "note", "part"])
         for row in localisation.rows():
-            writer.writerow([*row[:6], repr(row[6]), row[7]])
+            writer.writerow([*row[:6], repr(row[6]), *row[7:]])
 
 
 def plot_heatmap(localisation: Localisation, path: str) -> None:
@@ -147,12 +173,13 @@ def plot_heatmap(localisation: Localisation, path: str) -> None:
         for row, name in enumerate(names):
             first = localisation.first_beyond(name)
             for column, layer in enumerate(layers):
-                if name in localisation.failures:
+                if not localisation.cells.get(name):
                     continue
                 cell = localisation.worst_over_steps(name, (layer, direction))
-                if cell.kind == NOT_HELD:
-                    axis.text(column, row, cell.note, ha="center", va="center", fontsize=6, color="dimgray")
-                if cell.kind == NOT_HELD or math.isnan(cell.error):
+                if cell.kind in (NOT_HELD, NOT_REACHED):
+                    text = cell.note if cell.kind == NOT_HELD else "stopped"
+                    axis.text(column, row, text, ha="center", va="center", fontsize=6, color="dimgray")
+                if cell.kind in (NOT_HELD, NOT_REACHED) or math.isnan(cell.error):
                     continue
                 values[row, column] = math.log10(min(max(cell.error, floor), ceiling))
                 if cell.kind != WITHIN:
@@ -162,8 +189,9 @@ def plot_heatmap(localisation: Localisation, path: str) -> None:
                             (column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=3 if is_first else 1
                         )
                     )
-                if cell.kind in (NON_FINITE, SHAPE):
-                    axis.text(column, row, "n/f" if cell.kind == NON_FINITE else "shape", ha="center", fontsize=7)
+                if cell.kind in (NON_FINITE, SHAPE, NO_GRADIENT):
+                    text = {NON_FINITE: "n/f", SHAPE: "shape", NO_GRADIENT: "no grad"}[cell.kind]
+                    axis.text(column, row, text, ha="center", fontsize=7)
         colour_map = matplotlib.colormaps["viridis"].with_extremes(bad="#d9d9d9")
         image = axis.imshow(values, cmap=colour_map, vmin=math.log10(floor), vmax=0, aspect="auto")
         axis.set_xticks(

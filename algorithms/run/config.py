@@ -47,12 +47,16 @@ OPTIONAL_FLAGS = (
     "--fault momentum_reset",
     "--fault lr_late",
     "--fault accuracy_labels",
+    "--fault frozen",
+    "--fault shape",
 )
 # variants no other framework has, so the capability table gives them no column: torch's one
 # process driving N GPUs (nn.DataParallel, a variant of --strategy data), its parameter
-# server across hosts (--ps_endpoint), and the known errors only its build path and trainer
-# put in (--fault bias:LAYER, loss:sum, eval_dropout, momentum_reset, lr_late,
-# accuracy_labels; the other --fault kinds run everywhere)
+# server across hosts (--ps_endpoint), the known errors only its build path and trainer put
+# in (--fault bias:LAYER, loss:sum, eval_dropout, momentum_reset, lr_late, accuracy_labels;
+# the other training --fault kinds run everywhere), and two the localisation alone takes
+# (python -m algorithms.studies.localise --fault FRAMEWORK:frozen:LAYER,
+# FRAMEWORK:shape:LAYER), which only some build paths translate
 TORCH_ONLY_FAULTS = (
     "--fault bias",
     "--fault loss",
@@ -61,7 +65,13 @@ TORCH_ONLY_FAULTS = (
     "--fault lr_late",
     "--fault accuracy_labels",
 )
-WITHOUT_TABLE_COLUMN = ("--dp_impl dataparallel", "--ps_endpoint") + TORCH_ONLY_FAULTS
+WITHOUT_TABLE_COLUMN = (
+    "--dp_impl dataparallel",
+    "--ps_endpoint",
+    *TORCH_ONLY_FAULTS,
+    "--fault frozen",
+    "--fault shape",
+)
 
 
 @dataclass(frozen=True)

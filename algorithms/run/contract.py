@@ -109,8 +109,11 @@ class LayerProbe:
     """One forward and backward pass of a wrapper's model on one batch, dropout off, for
     the localisation (algorithms/studies/localise.py), in the spec's layout (numpy):
     `outputs` {layer index: the layer's output} for the layers whose output the model
-    holds, `gradients` {(layer index, role): d loss / d parameter} and the framework's own
-    mean cross-entropy."""
+    holds, `gradients` {(layer index, role): d loss / d parameter} for each parameter the
+    model holds, None where the framework's own objects say it computed none (a tensor
+    frozen or cut from the graph: torch's grad None, a TensorFlow tape's None, a variable
+    left out of Keras's trainable weights, a Theano input disconnected from the loss),
+    never zeros in its place, and the framework's own mean cross-entropy."""
 
     loss: float
     outputs: Mapping[int, np.ndarray]
@@ -307,9 +310,12 @@ class TrainModule(Protocol):
     def model_parameters(self, network) -> list:
         """Every parameter tensor (ModelParameter) of the model the wrapper builds of `network`."""
 
-    def layer_outputs_and_gradients(self, network, weights, images, labels) -> LayerProbe:
+    def layer_outputs_and_gradients(self, network, weights, images, labels, on_output=None) -> LayerProbe:
         """The model built of `network` (dropout-free) with `weights` (canonical
-        LayerWeights), run forward and backward on one batch with the framework's own loss."""
+        LayerWeights), run forward and backward on one batch with the framework's own loss;
+        `on_output(layer index, output)`, if given, gets each held output in the spec's layout
+        as soon as the wrapper has it, before the backward pass (the localisation's child
+        saves each at once, so a process that dies later still leaves it)."""
 
 
 class NativeModule(Protocol):

@@ -24,11 +24,17 @@ class Conv2D:
     padding: str = "valid"  # "valid" or "same" (stride 1, so "same" keeps H and W)
     activation: Optional[str] = "relu"
     bias: bool = True  # False only for a known error put in on purpose (--fault bias:..., spec/variants.py)
+    # True only for a known error put in on purpose (--fault frozen:..., spec/variants.py): the
+    # bias is built frozen, so the framework computes no gradient for it
+    bias_frozen: bool = False
 
 
 @dataclass(frozen=True)
 class MaxPool2D:
     pool_size: int
+    # 0 but for a known error put in on purpose (--fault shape:..., spec/variants.py): the pixels
+    # of -inf padded on each side before pooling, which changes the output's height and width
+    padding: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Dense:
     units: int
     activation: Optional[str] = "relu"  # "softmax" on the last layer: see Network.activation
     bias: bool = True  # False only for a known error put in on purpose (--fault bias:..., spec/variants.py)
+    bias_frozen: bool = False  # True only for a known error (--fault frozen:...), as Conv2D's
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,8 @@ def _output_shape(layer: Layer, shape: tuple) -> tuple:
         return (h - layer.kernel_size + 1, w - layer.kernel_size + 1, layer.filters)
     if isinstance(layer, MaxPool2D):
         h, w, c = shape
-        return (h // layer.pool_size, w // layer.pool_size, c)
+        k, p = layer.pool_size, layer.padding
+        return ((h + 2 * p - k) // k + 1, (w + 2 * p - k) // k + 1, c)
     if isinstance(layer, Flatten):
         return (prod(shape),)
     if isinstance(layer, Dense):

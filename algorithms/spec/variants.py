@@ -8,10 +8,19 @@ loop draws (`order`) or the spec's loss its trainer takes (`loss`); the referenc
 other framework or run keep the spec.
 
     weights:LAYER:FACTOR    the kernel of conv/dense layer LAYER times FACTOR (1.1: 10% off;
-                            1e39: overflows float32 to inf, a non-finite layer)
+                            1e39: overflows float32 to inf, a non-finite layer; nan: NaN)
     padding:LAYER:PIXELS    the ZeroPad2D before convolution LAYER pads PIXELS instead
     bias:LAYER              conv/dense layer LAYER built without its bias (torch builds
                             it; the other wrappers refuse it in one line)
+    frozen:LAYER            localisation only: conv/dense layer LAYER's bias built frozen, so
+                            the framework computes no gradient for it (torch requires_grad
+                            False, TensorFlow and Keras 3 a variable not trainable; the
+                            legacy wrappers and Caffe refuse it)
+    shape:LAYER             localisation only: the MaxPool2D LAYER pads one pixel each side,
+                            a map of another height and width (torch builds it)
+    die:LAYER               localisation only: the framework's process ends (os._exit) after
+                            layer LAYER's output, the first it holds from LAYER on, as a
+                            crashing framework would (every framework)
     dropout:LAYER:RATE      training runs only: the Dropout layer LAYER at RATE, and kept
                             in a --parity run (whose spec has no dropout: a rate of 0)
     loss:sum                training runs only: the gradient of the batch's summed loss, not
@@ -43,15 +52,20 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from algorithms.spec.networks import Conv2D, Dense, Dropout, Network, ZeroPad2D
+from algorithms.spec.networks import Conv2D, Dense, Dropout, MaxPool2D, Network, ZeroPad2D
 from algorithms.spec.weights import LayerWeights
 
-KINDS = ("weights", "padding", "bias")  # the layer faults: the localisation takes these
+LAYER_KINDS = ("weights", "padding", "bias")  # faults both the localisation and a training run take
+KINDS = LAYER_KINDS + ("frozen", "shape", "die")  # the localisation takes these
 # faults named by their kind alone: they act on a run's data order, evaluation, optimizer
 # state, schedule or metric, not on a layer
 BARE_KINDS = ("same_order", "eval_dropout", "momentum_reset", "lr_late", "accuracy_labels")
-TRAINING_KINDS = KINDS + ("dropout", "loss", "order") + BARE_KINDS  # an entry script's --fault takes these
-WITHOUT_VALUE = {"bias": 0.0, "loss": 0.0}  # KIND:LAYER (bias) and loss:sum carry no value
+# an entry script's --fault takes these
+TRAINING_KINDS = LAYER_KINDS + ("dropout", "loss", "order") + BARE_KINDS
+# KIND:LAYER (bias, frozen, shape, die) and loss:sum carry no value
+WITHOUT_VALUE = {"bias": 0.0, "frozen": 0.0, "shape": 0.0, "die": 0.0, "loss": 0.0}
+# a --fault die:LAYER child's exit status: not Python's for an error (1), nor a bad flag's (2)
+DIE_EXIT_STATUS = 70
 
 
 @dataclass(frozen=True)
@@ -65,8 +79,8 @@ class Fault:
             return self.kind
         if self.kind == "loss":
             return "loss:sum"
-        if self.kind == "bias":
-            return f"bias:{self.layer}"
+        if self.kind in WITHOUT_VALUE:
+            return f"{self.kind}:{self.layer}"
         return f"{self.kind}:{self.layer}:{self.value:g}"
 
 
@@ -76,7 +90,8 @@ def parse_fault(text: str, network: Network, kinds: tuple = KINDS) -> Fault:
     parts = text.split(":")
     if text in BARE_KINDS and text in kinds:
         return Fault(text, 0, 0.0)
-    expected = "KIND:LAYER:VALUE (bias:LAYER, loss:sum)" if "loss" in kinds else "KIND:LAYER:VALUE (bias:LAYER)"
+    short = "/".join(kind for kind in kinds if kind in WITHOUT_VALUE and kind != "loss")
+    expected = f"KIND:LAYER:VALUE ({short}:LAYER" + (", loss:sum)" if "loss" in kinds else ")")
     if parts[0] not in kinds or len(parts) != (2 if parts[0] in WITHOUT_VALUE else 3):
         raise ValueError(f"{text!r}: expected {expected} with KIND one of {', '.join(kinds)}")
     if parts[0] == "loss":
@@ -95,8 +110,12 @@ def parse_fault(text: str, network: Network, kinds: tuple = KINDS) -> Fault:
     if not 0 <= fault.layer < len(layers):
         raise ValueError(f"{text!r}: layer {fault.layer} is not one of {network.name}'s 0-{len(layers) - 1}")
     layer = layers[fault.layer]
-    if fault.kind in ("weights", "bias") and not isinstance(layer, (Conv2D, Dense)):
+    if fault.kind in ("weights", "bias", "frozen") and not isinstance(layer, (Conv2D, Dense)):
         raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) has no weights")
+    if fault.kind == "shape" and not isinstance(layer, MaxPool2D):
+        raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) is not a MaxPool2D")
+    if fault.kind == "die" and isinstance(layer, Dropout):
+        raise ValueError(f"{text!r}: layer {fault.layer} (Dropout) does not run here (dropout is off)")
     if fault.kind == "dropout" and not isinstance(layer, Dropout):
         raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) is not a Dropout")
     if fault.kind == "dropout" and not 0 <= fault.value < 1:
@@ -123,9 +142,15 @@ def apply_fault(fault: Fault, network: Network, weights: list) -> tuple:
         return network, weights
     if fault.kind == "loss":
         return replace(network, loss_reduction="sum"), weights
+    if fault.kind == "die":  # the localisation's child carries it out (localise_child.py)
+        return network, weights
     layers = list(network.layers)
     if fault.kind == "bias":
         layers[fault.layer] = replace(layers[fault.layer], bias=False)
+    elif fault.kind == "frozen":
+        layers[fault.layer] = replace(layers[fault.layer], bias_frozen=True)
+    elif fault.kind == "shape":
+        layers[fault.layer] = replace(layers[fault.layer], padding=1)
     elif fault.kind == "dropout":
         layers[fault.layer] = Dropout(fault.value, in_parity=True)
     else:

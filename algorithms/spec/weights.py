@@ -108,15 +108,15 @@ def output_from_channels_first(network: Network, layer_index: int, output: np.nd
     return np.ascontiguousarray(output.reshape(-1, c, h, wd).transpose(0, 2, 3, 1).reshape(len(output), -1))
 
 
-def by_role(weights: list) -> dict:
-    """LayerWeights (weights or gradients) as {(layer index, "kernel" | "bias"): array}; a
-    bias of None (a layer built without one: --fault bias:...) has no entry."""
-    return {
-        (w.layer_index, role): value
-        for w in weights
-        for role, value in (("kernel", w.kernel), ("bias", w.bias))
-        if value is not None
-    }
+def gradients_from_channels_first(network: Network, gradients: dict) -> dict:
+    """{(layer index, "kernel" | "bias"): gradient} of an NCHW framework in the canonical
+    layout; a gradient of None (the framework computed none) stays None."""
+    converted = {}
+    for (index, role), value in gradients.items():
+        if value is not None and role == "kernel":
+            value = from_channels_first(network, [LayerWeights(index, value, None)])[0].kernel
+        converted[(index, role)] = None if value is None else np.array(value)
+    return converted
 
 
 # A framework's parameter layouts, as the structural check reads them (each from the

@@ -2,7 +2,7 @@
 
     python -m algorithms.studies.localise [--only torch,caffe] [--steps 3] [--batch_size 8]
         [--network NAME] [--seed 0] [--train data/train.csv] [--structure_only]
-        [--fault torch:weights:3:1.1] [--results_dir results/localise]
+        [--fault torch:weights:3:1.1] [--no_dither] [--results_dir results/localise]
 
 First the structural check, which costs nothing: every framework's parameter tensors,
 their shapes (in its own layout) and count against the spec; a missing bias or a
@@ -17,11 +17,18 @@ error cannot compound: each step is a fresh look at one layer stack.
 
 Printed: a table per pass (framework x layer, the worst relative error over the steps),
 the first layer beyond float32 tolerance marked, and a line per framework saying where
-its difference entered (NaN or inf where the reference is finite: a class of its own).
+its difference entered, on its layer: beyond tolerance, another shape than the spec's
+("layer 4 MaxPool2D 2: output shape ..., spec ..."), NaN or Inf where the reference is
+finite, no gradient for a parameter the framework holds ("layer 9 Dense 128 bias: no
+gradient"). A framework whose process fails or dies is compared as far as it got, and a
+line names the last layer it reported, its exit status and its error's last line (its
+whole stderr in <id>.<framework>.log); a traceback never reaches the table.
 Written under --results_dir: <id>.png (the heatmap) and <id>.csv (every cell), never over
-an earlier run's. --fault FRAMEWORK:KIND:LAYER:VALUE puts a known error into one
-framework (algorithms/spec/variants.py: weights, padding, bias), to see it found.
-Exit status: 0 when every framework is within tolerance everywhere, 1 otherwise, 2 for a bad flag.
+an earlier run's. --fault FRAMEWORK:KIND:LAYER[:VALUE] puts a known error into one
+framework (algorithms/spec/variants.py: weights, padding, bias, frozen, shape, die), to
+see it found.
+Exit status: 0 when every framework is within tolerance everywhere, 1 for any finding (a
+framework that failed included), 2 for a bad flag.
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Optional
 
 import numpy as np
 
-from algorithms.analysis.localisation import Localisation, compare_pass
+from algorithms.analysis.localisation import Localisation, Stop, compare_pass
 from algorithms.analysis.localisation_report import format_localisation, plot_heatmap, write_cells_csv
 from algorithms.analysis.structure import first_structural_layer, structural_problems
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
@@ -99,12 +107,22 @@ def reference_trajectory(network, seed: int, chosen: list) -> tuple:
     return starts, passes
 
 
-def run_child(name: str, job: dict, scratch: str) -> tuple:
-    """(report dict, outputs npz path or None, failure text or None) of one framework's child."""
+@dataclass
+class ChildRun:
+    """One framework's child process: its exit status (None: killed at the timeout), its
+    stderr, its report (None: it wrote none) and the folder its arrays are in."""
+
+    status: Optional[int]
+    stderr: str
+    report: Optional[dict]
+    outputs: str
+
+
+def run_child(name: str, job: dict, scratch: str) -> ChildRun:
     framework = get(name)
     job = {**job, "package": framework.package}
-    paths = {key: os.path.join(scratch, f"{name}_{key}") for key in ("job.json", "report.json", "outputs.npz")}
-    job.update(report=paths["report.json"], outputs=paths["outputs.npz"])
+    paths = {key: os.path.join(scratch, f"{name}_{key}") for key in ("job.json", "report.json", "outputs")}
+    job.update(report=paths["report.json"], outputs=paths["outputs"])
     with open(paths["job.json"], "w") as handle:
         json.dump(job, handle)
     print(f"{name}: {os.path.basename(framework.python)} -m algorithms.studies.localise_child", flush=True)
@@ -117,13 +135,66 @@ def run_child(name: str, job: dict, scratch: str) -> tuple:
             text=True,
             timeout=CHILD_TIMEOUT_S,
         )
-    except subprocess.TimeoutExpired:
-        return None, None, f"no answer within {CHILD_TIMEOUT_S} s"
-    if proc.returncode != 0 or not os.path.exists(paths["report.json"]):
-        return None, None, f"exit {proc.returncode}: {last_line(proc.stderr, '(no message)')[:300]}"
-    with open(paths["report.json"]) as handle:
-        report = json.load(handle)
-    return report, paths["outputs.npz"] if not job["structure_only"] else None, None
+        status, stderr = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as expired:  # what it wrote before is still read
+        status, stderr = None, expired.stderr or ""
+        stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+    return ChildRun(status, stderr, read_json(paths["report.json"]), paths["outputs"])
+
+
+def read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def read_array(folder: str, name: str) -> Optional[np.ndarray]:
+    """An array the child wrote; None if it wrote none (or none numpy can read)."""
+    try:
+        return np.load(os.path.join(folder, name + ".npy"), allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+
+
+def read_child(child: ChildRun, network, kept: list, passes: list) -> tuple:
+    """(one dict per step the child reached: (spec layer index, direction) -> Cell; a Stop
+    where it ended before its last step was done, else None). A step it stopped in is
+    compared as far as it got: the arrays it wrote before are judged, the rest are cells
+    of their own (not reached)."""
+    per_step = []
+    for step, reference in enumerate(passes, start=1):
+        record = read_json(os.path.join(child.outputs, f"step_{step}.json")) or {}
+        outputs = {}
+        for index in range(len(network.layers)):
+            array = read_array(child.outputs, f"output_{step}_{index}")
+            if array is not None:
+                outputs[index] = array
+        gradients = {}
+        for index, _, _ in network.parametric_layers():
+            for role in ("kernel", "bias"):
+                array = read_array(child.outputs, f"gradient_{step}_{index}_{role}")
+                if array is not None:
+                    gradients[(index, role)] = array
+        gradients.update({(index, role): None for index, role in record.get("no_gradient", [])})
+        complete = bool(record.get("complete"))
+        if outputs or gradients or record:
+            cells = compare_pass(network, reference, outputs, gradients, complete)
+            per_step.append({(kept[index], direction): cell for (index, direction), cell in cells.items()})
+        if not complete:
+            last_output = kept[max(outputs)] if outputs else None
+            return per_step, Stop(step, last_output, stop_reason(child, record.get("error")), child.stderr)
+    if child.status != 0:  # every step done, then a failure
+        return per_step, Stop(None, None, stop_reason(child, None), child.stderr)
+    return per_step, None
+
+
+def stop_reason(child: ChildRun, error: Optional[str]) -> str:
+    """One line: the exit status and the error the child caught, or its stderr's last line."""
+    if child.status is None:
+        return f"no answer within {CHILD_TIMEOUT_S} s: {last_line(child.stderr, '(no message)')[:300]}"
+    return f"exit {child.status}: {(error or last_line(child.stderr, '(no message)'))[:300]}"
 
 
 def localise(
@@ -166,18 +237,31 @@ def localise(
             job["inputs"] = write_inputs(os.path.join(scratch, "inputs.npz"), chosen, starts)
         for name in names:
             fault, spec_fault = parsed.get(name), in_spec.get(name)
-            report, outputs, failure = run_child(
+            child = run_child(
                 name,
-                {**job, "fault": asdict(fault) if fault else None, "spec_fault": asdict(spec_fault) if fault else None},
+                {
+                    **job,
+                    "fault": asdict(fault) if fault else None,
+                    "spec_fault": asdict(spec_fault) if fault else None,
+                    "fault_text": faults.get(name, ""),
+                },
                 scratch,
             )
-            if failure:
-                result.failures[name] = failure
+            report = child.report or {}
+            if "parameters" in report:
+                result.structure[name] = structural_problems(name, spec, report["parameters"])
+                result.structure_layers[name] = first_structural_layer(name, spec, report["parameters"])
+            elif "parameters_error" in report:
+                result.structure[name] = [f"{name}: model_parameters failed: {report['parameters_error'][:300]}"]
+            if structure_only:
+                if child.status != 0:
+                    result.failures[name] = Stop(1, None, stop_reason(child, None), child.stderr)
                 continue
-            result.structure[name] = structural_problems(name, spec, report["parameters"])
-            result.structure_layers[name] = first_structural_layer(name, spec, report["parameters"])
-            if outputs:
-                result.cells[name] = read_cells(outputs, network, kept, passes)
+            cells, stop = read_child(child, network, kept, passes)
+            if cells:
+                result.cells[name] = cells
+            if stop:
+                result.failures[name] = stop
     return result
 
 
@@ -189,27 +273,6 @@ def write_inputs(path: str, chosen: list, starts: list) -> str:
             arrays.update({f"kernel_{step}_{w.layer_index}": w.kernel, f"bias_{step}_{w.layer_index}": w.bias})
     np.savez(path, **arrays)
     return path
-
-
-def read_cells(path: str, network, kept: list, passes: list) -> list:
-    """One dict per step, (spec layer index, direction) -> Cell, from a child's outputs."""
-    per_step = []
-    with np.load(path) as saved:
-        for step, reference in enumerate(passes, start=1):
-            outputs = {
-                index: saved[f"output_{step}_{index}"]
-                for index in range(len(network.layers))
-                if f"output_{step}_{index}" in saved.files
-            }
-            gradients = {
-                (index, role): saved[f"gradient_{step}_{index}_{role}"]
-                for index, _, _ in network.parametric_layers()
-                for role in ("kernel", "bias")
-                if f"gradient_{step}_{index}_{role}" in saved.files
-            }
-            cells = compare_pass(network, reference, outputs, gradients)
-            per_step.append({(kept[index], direction): cell for (index, direction), cell in cells.items()})
-    return per_step
 
 
 def unused_prefix(folder: str) -> str:
@@ -241,8 +304,10 @@ def parse_args(argv: list) -> argparse.Namespace:
         "--fault",
         action="append",
         default=[],
-        metavar="FRAMEWORK:KIND:LAYER:VALUE",
-        help="a known error in one framework: weights:LAYER:FACTOR or padding:LAYER:PIXELS (spec layer index)",
+        metavar="FRAMEWORK:KIND:LAYER[:VALUE]",
+        help="a known error in one framework (spec layer index): weights:LAYER:FACTOR (nan: NaN weights, 1e39: Inf), "
+        "padding:LAYER:PIXELS, bias:LAYER, frozen:LAYER (the bias gets no gradient), shape:LAYER (a max-pool "
+        "padded by one pixel), die:LAYER (the process ends after that layer's output)",
     )
     parser.add_argument("--results_dir", default=os.path.join(RESULTS_DIR, "localise"))
     args = parser.parse_args(argv)
@@ -280,12 +345,18 @@ def main(argv=None) -> int:
             problems = result.structure.get(name)
             failure = result.failures.get(name)
             print(
-                "\n".join(problems) if problems else f"{name}: " + (f"not run: {failure}" if failure else "as the spec")
+                "\n".join(problems)
+                if problems
+                else f"{name}: " + (f"not run: {failure.reason}" if failure else "as the spec")
             )
         return 0 if result.healthy() else 1
     print(format_localisation(result))
     prefix = unused_prefix(args.results_dir)
     write_cells_csv(result, prefix + ".csv")
+    for name, stop in result.failures.items():  # the traceback a stopped framework printed, kept whole
+        with open(f"{prefix}.{name}.log", "w") as handle:
+            handle.write(stop.log)
+        print(f"{name}'s stderr: {prefix}.{name}.log")
     if result.cells:
         plot_heatmap(result, prefix + ".png")
         print(f"\nheatmap: {prefix}.png  every cell: {prefix}.csv")
