@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -157,3 +158,29 @@ def pytest_collection_modifyitems(config, items):
         mine = 0 if netns else 1 if item.get_closest_marker("slow") else 2
         rank[item.path] = min(rank.get(item.path, 2), mine)
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests stay together, in their order
+
+
+@pytest.fixture
+def checkout_copy(tmp_path):
+    """The checkout's files (tracked and untracked, not ignored) without its venvs."""
+    listed = subprocess.run(
+        ["git", "-C", REPO_ROOT, "ls-files", "-z", "-co", "--exclude-standard"], capture_output=True, check=True
+    ).stdout.decode()
+    copy = tmp_path / "checkout"
+    for relative in filter(None, listed.split("\0")):
+        source = os.path.join(REPO_ROOT, relative)
+        if os.path.islink(source) or not os.path.isfile(source):
+            continue  # .venv and .venv-legacy are links to the shared envs
+        os.makedirs(copy / os.path.dirname(relative), exist_ok=True)
+        shutil.copy2(source, copy / relative)
+    assert not (copy / ".venv-legacy").exists()
+    return copy
+
+
+def outside_make() -> dict:
+    """This environment without an outer `make test`'s MAKEFLAGS and the variables its command
+    line set (make exports those too: `make test ARGS=...` leaves ARGS in every recipe's
+    environment): a make started here takes its variables (LEGACY_PYTHON, ARGS, XDIST) from
+    its own command line, not from the outer one."""
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "XDIST", "LEGACY_PYTHON")
+    return {k: v for k, v in os.environ.items() if k not in outer}

@@ -54,6 +54,8 @@ def write_run(
     recorded: bool = True,
     row_learning_rate: float = None,
     validations: int = 1,
+    accuracies=None,
+    check_losses=None,
     **settings,
 ) -> str:
     """One run of framework `name` ("torch/torch", "keras/jax") with these per-step losses
@@ -78,12 +80,17 @@ def write_run(
     if recorded:
         append_settings(path, run_id, framework, backend, values)
     writer = ResultsCsv(path, identity)
-    for step, loss in enumerate(np.asarray(losses, dtype=float), start=1):
-        writer.write(epoch=1, step=step, phase="train", loss=float(loss), accuracy=0.5, learning_rate=rate)
+    accuracies = np.full(len(losses), 0.5) if accuracies is None else np.asarray(accuracies, dtype=float)
+    for step, (loss, accuracy) in enumerate(zip(np.asarray(losses, dtype=float), accuracies), start=1):
+        writer.write(epoch=1, step=step, phase="train", loss=float(loss), accuracy=float(accuracy), learning_rate=rate)
     for epoch in range(1, validations + 1):
         step = len(losses) * epoch // validations
         writer.write(epoch=epoch, step=step, phase="val", loss=float(losses[step - 1]), accuracy=val_accuracy)
     writer.close()
+    if check_losses is not None:  # its epoch check (algorithms/run/epoch_check.py), in the folder beside it
+        check_folder = folder / "epoch_check"
+        check_folder.mkdir(exist_ok=True)
+        write_run(check_folder, name, run_id, check_losses, val_accuracy, recorded, part="epoch check", **settings)
     return path
 
 

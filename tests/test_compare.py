@@ -263,6 +263,6 @@ def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seed
     assert report["verdicts"][0].word == "run-to-run"
     band = report["yardsticks"].band(report["runs"][0])
     assert "the 2 runs given (seed0, seed1)" in band.source  # the inputs' own seeds come first
-    text = format_against_first(report)
+    text = " ".join(format_against_first(report, verbose=True).split())
     assert "yardsticks: 2 seeds of torch/torch from the 2 runs given" in text
     assert "verdicts: same = every aligned loss bit-identical" in text

@@ -182,17 +182,21 @@ def test_prefetcher_hands_out_each_steps_rows_gathered_ahead_or_not():
     rows = np.arange(40, dtype=np.float32).reshape(10, 2, 2)
     dataset = SimpleNamespace(train_x=rows, train_y=np.arange(10))
     steps = [[np.array([3, 1])], [np.array([0, 9]), np.array([4, 5])], [np.array([7])]]
-    prefetcher = Prefetcher(dataset)
+
+    def uniforms(epoch, indices):  # the rows' dropout uniforms: here, which epoch and rows they were asked for
+        return (epoch, indices.tolist())
+
+    prefetcher = Prefetcher(dataset, uniforms)
     try:
         for index, parts in enumerate(steps):  # as train_by_hand: each step gathers the next one ahead
-            arrays = prefetcher.take(parts, steps[index + 1] if index + 1 < len(steps) else None)
-            assert [labels.tolist() for _, labels in arrays] == [indices.tolist() for indices in parts]
-            for (images, labels), indices in zip(arrays, parts):
-                assert np.array_equal(images, rows[indices])
+            arrays = prefetcher.take(parts, 3, steps[index + 1] if index + 1 < len(steps) else None)
+            assert [labels.tolist() for _, labels, _ in arrays] == [indices.tolist() for indices in parts]
+            for (images, labels, drawn), indices in zip(arrays, parts):
+                assert np.array_equal(images, rows[indices]) and drawn == (3, indices.tolist())
         assert prefetcher.pending is None
-        prefetcher.take(steps[0], steps[1])  # the next call asks for other rows: gathered then, not the stale ones
-        ((images, labels),) = prefetcher.take(steps[2])
-        assert labels.tolist() == [7] and np.array_equal(images, rows[[7]])
+        prefetcher.take(steps[0], 3, steps[1])  # the next call asks for other rows: gathered then, not the stale ones
+        ((images, labels, drawn),) = prefetcher.take(steps[2], 4)
+        assert labels.tolist() == [7] and np.array_equal(images, rows[[7]]) and drawn == (4, [7])
     finally:
         prefetcher.close()
 
@@ -215,7 +219,7 @@ def test_a_trainer_that_converts_ahead_gets_its_batches_made_in_the_prefetch_thr
         def __init__(self):
             self.threads, self.stepped = [], []
 
-        def to_batch(self, images, labels):
+        def to_batch(self, images, labels, uniforms):
             self.threads.append(threading.current_thread().name)
             return ("batch", labels.tolist())
 
@@ -226,10 +230,15 @@ def test_a_trainer_that_converts_ahead_gets_its_batches_made_in_the_prefetch_thr
     class Behind(Ahead):
         CONVERT_AHEAD = False
 
-    session = SimpleNamespace(learning_rate=0.1, train_step=lambda *args, **kwargs: None)
+    session = SimpleNamespace(
+        learning_rate=0.1,
+        train_step=lambda *args, **kwargs: None,
+        dataset=dataset,
+        dropout_uniforms=lambda epoch, rows: (),
+    )
     steps = [[np.array([3, 1])], [np.array([0, 9])]]
     for trainer, first_thread in ((Ahead(), "prefetch_0"), (Behind(), "MainThread")):
-        prefetcher = prefetcher_for(trainer, dataset)
+        prefetcher = prefetcher_for(trainer, session)
         try:
             run_step(trainer, session, 0, steps[0], 0.1, prefetcher, steps[1])
             run_step(trainer, session, 0, steps[1], 0.1, prefetcher)

@@ -5,8 +5,6 @@ the checkout that has no .venv-legacy, built with LEGACY_PYTHON=/nonexistent/pyt
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 
@@ -14,32 +12,7 @@ import pytest
 
 from algorithms.registry.environments import apt_fix, check_caffe, reason_and_fix
 from algorithms.paths import REPO_ROOT
-
-
-@pytest.fixture
-def checkout_copy(tmp_path):
-    """The checkout's files (tracked and untracked, not ignored) without its venvs."""
-    listed = subprocess.run(
-        ["git", "-C", REPO_ROOT, "ls-files", "-z", "-co", "--exclude-standard"], capture_output=True, check=True
-    ).stdout.decode()
-    copy = tmp_path / "checkout"
-    for relative in filter(None, listed.split("\0")):
-        source = os.path.join(REPO_ROOT, relative)
-        if os.path.islink(source) or not os.path.isfile(source):
-            continue  # .venv and .venv-legacy are links to the shared envs
-        os.makedirs(copy / os.path.dirname(relative), exist_ok=True)
-        shutil.copy2(source, copy / relative)
-    assert not (copy / ".venv-legacy").exists()
-    return copy
-
-
-def outside_make() -> dict:
-    """This environment without an outer `make test`'s MAKEFLAGS and the variables its command
-    line set (make exports those too: `make test ARGS=...` leaves ARGS in every recipe's
-    environment): a make started here takes its variables (LEGACY_PYTHON, ARGS, XDIST) from
-    its own command line, not from the outer one."""
-    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "XDIST", "LEGACY_PYTHON")
-    return {k: v for k, v in os.environ.items() if k not in outer}
+from tests.conftest import outside_make
 
 
 def run_all_in(copy, small_data, results, only: str):
@@ -66,10 +39,11 @@ def test_a_legacy_env_that_cannot_be_built_leaves_the_others_running(checkout_co
     torch_row, lasagne_row = lines[header + 2], lines[header + 3]
     assert torch_row.split()[:2] == ["torch", "torch"] and float(torch_row.split()[3]) > 0
     log = tmp_path / "results" / "build" / "legacy-setup.log"
-    assert lasagne_row.split()[:2] == ["lasagne", "theano"]
-    assert lasagne_row.split(None, 2)[2] == (
-        "not run: .venv-legacy could not be built (LEGACY_PYTHON=/nonexistent/python3.11 cannot be run; "
-        f"log {log}); fix: make legacy-setup LEGACY_PYTHON=python3.11"
+    assert lasagne_row.split()[:2] == ["lasagne", "theano"] and lasagne_row.split(None, 2)[2] == "not run (below)"
+    below = " ".join(proc.stdout[proc.stdout.index("lasagne/theano not run") :].split())  # wrapped to 160 columns
+    assert below.startswith(
+        "lasagne/theano not run: .venv-legacy could not be built (LEGACY_PYTHON=/nonexistent/python3.11 cannot be "
+        f"run; log {log}); fix: make legacy-setup LEGACY_PYTHON=python3.11"
     )
     assert "cannot be run" in log.read_text() and not (checkout_copy / ".venv-legacy").exists()
 
@@ -78,7 +52,9 @@ def test_when_no_framework_could_run_the_exit_status_is_1(checkout_copy, small_d
     proc = run_all_in(checkout_copy, small_data, tmp_path / "results", "lasagne,keras_theano")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("lasagne ", "keras "))]
-    assert len(rows) == 2 and all("not run: .venv-legacy could not be built" in row for row in rows)
+    assert len(rows) == 2 and all(row.endswith("not run (below)") for row in rows)
+    reasons = [line for line in proc.stdout.splitlines() if line.startswith(("  lasagne/theano ", "  keras/theano "))]
+    assert len(reasons) == 2 and all("not run: .venv-legacy could not be built" in line for line in reasons)
     assert proc.stdout.count("[legacy-setup] creating") == 1  # built (tried) once for both
 
 

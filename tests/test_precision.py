@@ -86,6 +86,7 @@ def test_torch_fp16_skips_a_step_whose_gradients_overflow(small_data):
 
     from algorithms.run.config import parse_config
     from algorithms.spec.data import load_dataset
+    from algorithms.spec.dropout import uniforms
     from torch_wrapper.trainer import build_trainer
 
     config = parse_config(
@@ -95,7 +96,7 @@ def test_torch_fp16_skips_a_step_whose_gradients_overflow(small_data):
     )
     data = load_dataset(config.train, None, None, 0.2, 0)
     trainer = build_trainer(config)
-    batch = [trainer.to_batch(data.train_x[:8], data.train_y[:8])]
+    batch = [trainer.to_batch(data.train_x[:8], data.train_y[:8], uniforms(config.network, 0, 0, np.arange(8)))]
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)  # x 2^40: float16 gradients overflow
     before = [p.detach().clone() for p in trainer.model.parameters()]
     skipped = trainer.step(batch)

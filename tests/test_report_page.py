@@ -39,7 +39,7 @@ def comparison(tmp_path_factory):
     steps = np.arange(1, len(CURVE) + 1)
     parity = {**DEFAULT_SETTINGS, "parity": True}
     envelope = build_envelope({"run_to_run": [(steps, np.full(len(steps), 1e-7))]}, Settings(parity))
-    write_envelope(envelope, envelope_path(str(baseline), NETWORK))
+    write_envelope(envelope, envelope_path(str(baseline), NETWORK, "parity"))
     parity_b = CURVE.copy()
     parity_b[PARITY_STEP - 1 :] *= 1.01
     inputs = [
@@ -56,7 +56,7 @@ def comparison(tmp_path_factory):
 
 
 def written(stdout: str) -> str:
-    return re.search(r"^report: (.+\.html)$", stdout, re.M).group(1)
+    return re.search(r"^the report \(.*\n  (.+\.html)$", stdout, re.M).group(1)
 
 
 @pytest.mark.slow  # Chromium, which `make test` installs and `make test-fast` does not
@@ -105,7 +105,7 @@ def test_the_report_opens_in_chromium_fits_1280_px_and_colours_each_verdict_as_i
     for cell in table:
         assert cell["text"] in targets[cell["href"]] and "distance" in targets[cell["href"]]
     (parity,) = [targets[cell["href"]] for cell in table if cell["text"] == f"beyond drift at step {PARITY_STEP}"]
-    assert f"step k (first step beyond){PARITY_STEP}" in parity and "drift envelope of envelope_" in parity
+    assert f"step k (first step beyond){PARITY_STEP}" in parity and "drift envelope envelope_" in parity
     beyond = next(cell for cell in table if cell["text"].startswith("beyond spread"))
     assert (
         "p-value" in targets[beyond["href"]]

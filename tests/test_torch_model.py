@@ -64,7 +64,7 @@ def test_the_bias_and_summed_loss_faults_build_what_they_say(tmp_path):
     def first_step(extra):
         trainer = build_trainer(parse_config(flags + extra, "t", ""))
         before = [p.detach().clone() for p in trainer.model.parameters()]
-        result = trainer.step([trainer.to_batch(images, labels)])
+        result = trainer.step([trainer.to_batch(images, labels, ())])  # --parity: no dropout, no uniforms
         return result.loss, [p.detach() - b for p, b in zip(trainer.model.parameters(), before)], trainer.model
 
     mean_loss, mean_moves, model = first_step([])

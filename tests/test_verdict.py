@@ -123,7 +123,7 @@ def test_the_seed_regime_calls_a_draw_within_and_a_shifted_curve_or_accuracy_bey
     assert TAIL_DF == 4
     assert f"p={expected:.3g}" in next(line for line in wrong.evidence if line.startswith("final val accuracy gap"))
     # each verdict's band is five shipped seeds, and the baseline check agrees with the pair verdicts
-    assert "5 seeds of torch/torch from the shipped baselines" in format_against_first(report)
+    assert "5 seeds of torch/torch from the shipped baselines" in " ".join(format_against_first(report, True).split())
     checks = {check.run.run_id: check.verdict for check in report["baseline"]}
     assert checks == {"t": "within", "near": "within", "far": "outside", "wrong": "outside"}
 
@@ -170,7 +170,7 @@ def envelope_dir(tmp_path):
         {"cross_framework": [(steps, honest)]}, Settings({**DEFAULT_SETTINGS, **PARITY}), ("made by hand",)
     )
     folder = tmp_path / "baseline"
-    write_envelope(envelope, envelope_path(str(folder), DEFAULT_SETTINGS["network"]))
+    write_envelope(envelope, envelope_path(str(folder), DEFAULT_SETTINGS["network"], "parity"))
     return folder
 
 
@@ -192,7 +192,11 @@ def test_the_parity_regime_names_the_first_step_beyond_drift(envelope_dir, tmp_p
     hidden = write_run(runs, "keras/jax", "hidden", parity_curve(3, 1e-5), 0.9, **PARITY)
     report = build_report([f"{tf}@p", f"{torch}@p", f"{half}@lr045", f"{hidden}@hidden"], [], str(envelope_dir))
     verdicts = {(p.a.run_id, p.b.run_id): v for p, v in zip(report["pairs"], report["verdicts"])}
-    assert verdicts["p", "p"].word == "within drift"  # 3x the envelope: rounding, and 1 vs 2 threads is no setting
+    # 3x the envelope: rounding, and 1 vs 2 threads is no setting; judged to the horizon, step 17, where 10 x the
+    # envelope (1e-7 doubling each step) passes a 10% loss difference; no seed band for the steps after it
+    same = verdicts["p", "p"]
+    assert same.word == "within drift to step 17" and same.horizon == 17
+    assert same.text == "within drift to step 17; then not judged (no seed band at these settings)"
     lr = verdicts["p", "lr045"]
     assert lr.word == "beyond drift at step 2" and lr.settings_line == "settings differ: learning_rate 0.05 vs 0.045"
     # a 1e-5 error at step 3, settings recorded equal: the envelope there is 4e-7, the limit 4e-6
@@ -200,10 +204,13 @@ def test_the_parity_regime_names_the_first_step_beyond_drift(envelope_dir, tmp_p
     text = format_report(report)
     assert "tensorflow/tensorflow p  vs  torch/torch lr045: beyond drift at step 2" in text
     assert "  settings differ: learning_rate 0.05 vs 0.045" in text
-    assert "drift envelope of envelope_cnn2d_3layer_fullconnected_3layer.csv" in format_against_first(report)
+    assert "envelope_cnn2d_3layer_fullconnected_3layer_parity.csv (measured to step 30, judging to step 17)" in (
+        format_against_first(report, verbose=True)
+    )
     # the same error below ENVELOPE_FACTOR x the envelope is drift: the limit is what decides
     below = write_run(runs, "keras/jax", "below", parity_curve(3, 0.9 * ENVELOPE_FACTOR * 4e-7), 0.9, **PARITY)
-    assert judge(load_run(f"{tf}@p"), load_run(f"{below}@below"), report["yardsticks"]).word == "within drift"
+    verdict = judge(load_run(f"{tf}@p"), load_run(f"{below}@below"), report["yardsticks"])
+    assert verdict.word == "within drift to step 17"
 
 
 def test_parity_pairs_outside_the_envelope_get_no_verdict_from_it(envelope_dir, tmp_path):
@@ -367,9 +374,12 @@ def test_the_full_report_prints_the_regime_words_and_the_rule(envelope_dir, tmp_
     runs.mkdir()
     tf = write_run(runs, "tensorflow/tensorflow", "p", parity_curve(), 0.9, **PARITY)
     hidden = write_run(runs, "torch/torch", "p", parity_curve(4, 1e-3), 0.9, **PARITY)
-    text = format_report(build_report([f"{tf}@p", f"{hidden}@p"], [], str(envelope_dir)))
-    assert "tensorflow/tensorflow p  vs  torch/torch p: beyond drift at step 4" in text
-    assert f"({ENVELOPE_FACTOR:g} x the envelope)" in text and "Parity regime" in text and "Seed regime" in text
+    report = build_report([f"{tf}@p", f"{hidden}@p"], [], str(envelope_dir))
+    text = " ".join(format_report(report, verbose=True).split())
+    assert "tensorflow/tensorflow p vs torch/torch p: beyond drift at step 4" in text
+    assert f"({ENVELOPE_FACTOR:g} x the envelope)" in text and "Same-seed regime" in text and "Seed regime" in text
+    assert "Same-seed regime" not in format_report(report)  # the rule is in the report, and behind --verbose
+    assert all(len(line) < 160 for line in format_report(report, verbose=True).splitlines())
 
 
 def test_a_pair_beyond_spread_whose_runs_each_reproduce_their_baselines_says_both_hold(tmp_path):
@@ -387,7 +397,8 @@ def test_a_pair_beyond_spread_whose_runs_each_reproduce_their_baselines_says_bot
     keras = write_run(new, "keras/jax", "x", seed_draw(rng, 0.3), accuracy_draw(rng), seed=9)
     report = build_report([f"{torch}@x", f"{keras}@x"], [], str(tmp_path / "baseline"))
     assert report["verdicts"][0].beyond and [check.verdict for check in report["baseline"]] == ["within", "within"]
-    (note,) = [line for line in format_report(report).splitlines() if line.startswith("note:")]
+    text = format_report(report)
+    note = " ".join(text[text.index("note:") :].split())
     assert "each run reproduces its own baselines: both hold" in note
 
 

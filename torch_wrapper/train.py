@@ -39,7 +39,7 @@ def train(session):
     if session.config.strategy in ("async", "ps"):  # this process records; its children update
         return train_asynchronously(session)
     trainer = build_trainer(session.config)
-    trainer.steps_per_epoch = len(session.optimizer_batches(0))  # where --fault momentum_reset and lr_late act
+    trainer.steps_per_epoch = session.steps_per_epoch  # where --fault momentum_reset and lr_late act
     session.execution_note, session.precision_note = describe_modes(session.config)
     if dist.is_initialized():  # one process per device: a signal to any stops all after the same step
         session.signal_of_any_process = signal_of_any_rank(trainer.device)

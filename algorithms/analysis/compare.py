@@ -144,12 +144,13 @@ def build_report(specs: list, thresholds: list, baseline_dir: Optional[str] = No
     }
 
 
-def format_report(report: dict) -> str:
+def format_report(report: dict, verbose: bool = False) -> str:
+    """The compare command's text: the runs, then every pair's verdict and its evidence, the
+    baseline checks; with `verbose` the rule of the verdicts and each check's whole evidence
+    too. Every line fits CONSOLE_WIDTH (longer text wraps at word boundaries)."""
     lines = ["runs:"]
     thresholds = report["thresholds"]
-    header = ["run", "steps", "final val acc", "best val acc", "test acc"] + [
-        f"{what} to {t:g}" for t in thresholds for what in ("steps", "s", "samples")
-    ]
+    header = ["run", "steps", "final val acc", "best val acc", "test acc"]
     table = []
     for run in report["runs"]:
         val_acc = [accuracy for _, _, accuracy in run.val]
@@ -161,15 +162,23 @@ def format_report(report: dict) -> str:
                 number(max(val_acc) if val_acc else None),
                 number(run.test_accuracy),
             ]
+        )
+    lines += text_table(header, table, indent="  ")
+    if thresholds:
+        lines.append("time to accuracy (the first validation at or above it: steps, wall seconds, samples):")
+        header = ["run"] + [f"{what} to {t:g}" for t in thresholds for what in ("steps", "s", "samples")]
+        table = [
+            [run.label]
             + [
                 text
                 for t in thresholds
                 for text in (number(steps_to_accuracy(run, t), "d"), *_time_cells(time_to_accuracy(run, t)))
             ]
-        )
-    lines += text_table(header, table, indent="  ")
+            for run in report["runs"]
+        ]
+        lines += text_table(header, table, indent="  ")
     for pair, verdict in zip(report["pairs"], report["verdicts"]):
-        lines.append(f"\n{pair.a.label}  vs  {pair.b.label}: {verdict.text}")
+        lines += [""] + wrapped(f"{pair.a.label}  vs  {pair.b.label}: {verdict.text}")
         if pair.abs_diff.size == 0:
             lines.append("  no common steps")
             continue
@@ -178,18 +187,22 @@ def format_report(report: dict) -> str:
             f"mean {pair.abs_diff.mean():.3e}; correlation {number(pair.correlation, '.4f')}"
         )
         index = {int(s): i for i, s in enumerate(pair.common_steps)}
-        lines.append(
-            "  at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps))
+        lines += wrapped(
+            "at steps: " + ", ".join(f"{s}: {pair.abs_diff[index[s]]:.3e}" for s in checkpoints(pair.common_steps)),
+            "  ",
         )
-        lines += [f"  {signal}" for signal in verdict.evidence]
-    lines.append("\n" + RULE)
+        for signal in verdict.evidence:
+            lines += wrapped(signal, "  ", "    ")
+    if verbose:
+        lines += [""] + wrapped(RULE)
     if report.get("baseline"):
-        lines.append("\n" + format_checks(report["baseline"]))
-        lines += agreement_notes(report)
+        lines.append("\n" + format_checks(report["baseline"], verbose))
+        for note in agreement_notes(report):
+            lines += wrapped(note) if note else [""]
     network = report["runs"][0].backend_key[2]
     count, sums = summation_order(network)
-    lines.append(
-        f"\nfloat32 summation order ({network}'s initial kernels, {count:,} values; "
+    lines += [""] + wrapped(
+        f"float32 summation order ({network}'s initial kernels, {count:,} values; "
         "the same numbers added in another order give another float32 result):"
     )
     lines += [f"  {name:<24} {total:+.9e}  vs exact float64 sum: {delta:+.3e}" for name, total, delta in sums]
@@ -274,7 +287,13 @@ def write_outputs(report: dict, prefix: str, heatmap_png: Optional[str] = None) 
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     plot_png(report, prefix + ".png")
     write_page(
-        report, format_report(report), agreement_notes(report), key, prefix + ".html", prefix + ".png", heatmap_png
+        report,
+        format_report(report, verbose=True),
+        agreement_notes(report),
+        key,
+        prefix + ".html",
+        prefix + ".png",
+        heatmap_png,
     )
     return prefix + ".png", prefix + ".html"
 
@@ -330,6 +349,11 @@ def main(argv=None) -> int:
         "a file of another comparison is never replaced",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the rule of the verdicts and each baseline check's whole evidence too (both are in the report)",
+    )
+    parser.add_argument(
         "--heatmap",
         default=None,
         metavar="PNG",
@@ -358,8 +382,10 @@ def main(argv=None) -> int:
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    print(format_report(report))
-    print(f"\nplot: {png}\nreport: {page}")
+    print(format_report(report, args.verbose))
+    print(
+        f"\nthe curves:\n  {png}\nthe report (every pair's verdict and evidence, the rule of the verdicts):\n  {page}"
+    )
     return 0
 
 

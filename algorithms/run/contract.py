@@ -231,6 +231,7 @@ class WrapperSession(Protocol):
     run_id: str
     checkpoint_root: str  # where the run's checkpoint folders go (Caffe's solver snapshots there first)
     resume_from: Optional[str]  # the checkpoint folder a --resume run starts from, else None
+    steps_per_epoch: int  # the optimizer steps (updates, for ps and async) of the epoch about to run
     # set by train(session), in the framework's own words, for results.log: what --execution
     # and --precision became (eager, graph or compiled and how; compute dtype, loss scale)
     execution_note: str

@@ -49,7 +49,7 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.analysis.drift_envelope import relative_difference
+from algorithms.analysis.drift_envelope import MODES, relative_difference
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
@@ -385,6 +385,11 @@ def parse_args(argv: list) -> tuple:
         "--envelope_dir",
     )
     parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"with --envelope: the modes to measure, of {', '.join(MODES)} (default: both)",
+    )
+    parser.add_argument(
         "--envelope_dir",
         default=BASELINE_DIR,
         help="where --envelope writes drift/envelope_<network>_<mode>.csv (default: the shipped baselines')",
@@ -408,11 +413,16 @@ def parse_args(argv: list) -> tuple:
         forwarded += ["--results_dir", os.path.join(RESULTS_DIR, "drift")]
     if any(flag.startswith("--precision") for flag in forwarded):
         parser.error("--precision: drift runs float32 and --low_precision itself; pass --low_precision instead")
-    return names, args.steps, forwarded, args.low_precision, args.envelope and args.envelope_dir
+    modes = tuple(args.modes.split(","))
+    if set(modes) - set(MODES):
+        parser.error(f"--modes {args.modes}: give some of {', '.join(MODES)}")
+    return names, args.steps, forwarded, args.low_precision, args.envelope and args.envelope_dir, modes
 
 
 def main(argv=None) -> int:
-    names, steps, forwarded, low_precision, envelope_dir = parse_args(list(sys.argv[1:] if argv is None else argv))
+    names, steps, forwarded, low_precision, envelope_dir, modes = parse_args(
+        list(sys.argv[1:] if argv is None else argv)
+    )
     forwarded, strategy_flags, strategy = split_strategy(forwarded)
     forwarded += ([] if envelope_dir else ["--parity"]) + ["--max_steps", str(steps)]
     try:
@@ -439,7 +449,9 @@ def main(argv=None) -> int:
             print("error: --envelope and --strategy: the envelope is measured on one device", file=sys.stderr)
             return EXIT_INPUT_ERROR
         print(f"drift envelope {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}\n")
-        return measure_envelopes(names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir, steps)
+        return measure_envelopes(
+            names, forwarded, config.results_dir, config.network.name, run_id, envelope_dir, steps, modes
+        )
     print(
         f"drift {run_id}: {config.network.name}, {steps} steps at batch {config.batch_size}, "
         f"each of {', '.join(names)} twice in parity mode"

@@ -310,7 +310,7 @@ def format_confusion(rows: list, mode: str) -> str:
     lines = [
         f"confusion table, mode {mode} ({MODE_TEXT[mode]}; beyond drift: above {ENVELOPE_FACTOR:g}x the envelope):"
     ]
-    lines += text_table(["source", "is", "verdict", "localised at", ""], body, indent="  ")
+    lines += text_table(["source", "is", "verdict", "localised at", ""], body, left=5, indent="  ")
     checked = [row for row in drifts if row.checked]
     lines.append(
         f"real errors caught: {len(caught)} of {len(errors)}; drift sources called drift: "
