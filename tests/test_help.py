@@ -1,9 +1,11 @@
-"""Every entry script reads its flags before any framework loads: --help and a refused flag
-answer at once, without the frameworks' start-up notices."""
+"""Every entry script's --help: read before any framework loads (so it and a refused flag
+answer at once, without the frameworks' start-up notices), one default per flag, and
+only the strategies and --fault kinds its own framework runs."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 
 import pytest
@@ -13,6 +15,7 @@ from algorithms.registry.frameworks import FRAMEWORKS, Framework
 from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.paths import REPO_ROOT
 from algorithms.spec.parallel import STRATEGIES
+from algorithms.spec.variants import TRAINING_KINDS
 from tests.conftest import framework_param, script_env
 
 FRAMEWORK_MODULES = ("tensorflow", "keras", "torch", "jax", "theano", "lasagne", "caffe")
@@ -35,6 +38,7 @@ KERAS_TENSORFLOW_BACKEND = Framework(
 )
 SCRIPTS = [pytest.param(*framework_param(f).values, marks=framework_param(f).marks, id=f.name) for f in FRAMEWORKS]
 SCRIPTS.append(pytest.param(KERAS_TENSORFLOW_BACKEND, id="keras_tensorflow_backend.py"))
+MAIN_ENV = [pytest.param(f, id=f.name) for f in FRAMEWORKS if f.venv == "main" and f.name != "caffe"]
 
 
 def support_of(framework: Framework):
@@ -75,3 +79,41 @@ def test_help_and_a_refusal_come_before_any_framework_loads(framework):
     assert refused.returncode == 0 and refused.stderr.startswith("error: "), refused.stderr[-2000:]
     assert refused.stdout.strip().endswith("status 2 loaded none"), refused.stdout[-300:] + refused.stderr[-300:]
     assert "oneDNN" not in helped.stderr + refused.stderr and "absl" not in helped.stderr + refused.stderr
+
+
+def option_blocks(help_text: str) -> dict:
+    """--flag -> its whole help text, as argparse lays it out."""
+    blocks, flag = {}, None
+    for line in help_text.splitlines():
+        match = re.match(r"  (--\w+)", line)
+        if match:
+            flag = match.group(1)
+            blocks[flag] = line
+        elif flag and line.startswith("      "):
+            blocks[flag] += " " + line.strip()
+        else:
+            flag = None
+    return blocks
+
+
+@pytest.mark.parametrize("framework", MAIN_ENV)
+def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_script_runs(framework):
+    helped = run_in_place(framework, ["--help"])
+    blocks = option_blocks(helped.stdout)
+    assert "--strategy" in blocks and "--fault" in blocks, helped.stdout[-2000:]
+    for flag, text in blocks.items():
+        assert len(re.findall(r"\(default\b|\bDefault:", text)) <= 1 and "(default: None)" not in text, text
+    support = support_of(framework)
+    usage = re.search(r"--strategy \{([\w,]+)\}", helped.stdout).group(1).split(",")
+    assert usage == [s for s in STRATEGIES if s in support.strategies]
+    strategy_help = blocks["--strategy"]
+    for strategy in STRATEGIES:
+        assert (f"{strategy}:" in strategy_help) == (strategy in support.strategies), strategy_help
+    if len(support.strategies) < len(STRATEGIES):
+        assert "algorithms.registry.capabilities" in strategy_help
+    fault_help = blocks["--fault"]
+    for kind in TRAINING_KINDS:  # each kind named, with its syntax where this script puts it in
+        runs = f"--fault {kind}" not in OPTIONAL_FLAGS or f"--fault {kind}" in support.flags
+        assert kind in fault_help and (f"{kind}:" in fault_help) == runs, (kind, fault_help)
+    if "ps" not in support.strategies:  # a strategy's own flags go with it
+        assert "--ps_tasks" not in blocks and "--ps_sync" not in blocks

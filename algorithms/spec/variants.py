@@ -36,6 +36,15 @@ from algorithms.spec.weights import LayerWeights
 KINDS = ("weights", "padding", "bias")  # the layer faults: the localisation takes these
 TRAINING_KINDS = KINDS + ("dropout", "loss", "order")  # an entry script's --fault takes these
 WITHOUT_VALUE = {"bias": 0.0, "loss": 0.0}  # KIND:LAYER (bias) and loss:sum carry no value
+# each kind as --help says it
+KIND_HELP = {
+    "weights": "weights:LAYER:FACTOR (that layer's initial kernel times FACTOR)",
+    "padding": "padding:LAYER:PIXELS (the padding before that convolution)",
+    "bias": "bias:LAYER (that conv or dense layer without its bias)",
+    "dropout": "dropout:LAYER:RATE (that Dropout layer at RATE, kept in a --parity run)",
+    "loss": "loss:sum (the gradient of the batch's summed loss, not its mean)",
+    "order": "order:EPOCH:SEED (that epoch's batches in another order)",
+}
 
 
 @dataclass(frozen=True)
