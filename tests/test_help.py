@@ -16,7 +16,7 @@ from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.paths import REPO_ROOT
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.spec.variants import TRAINING_KINDS
-from tests.conftest import framework_param, script_env
+from tests.conftest import framework_param, run_module, script_env
 
 FRAMEWORK_MODULES = ("tensorflow", "keras", "torch", "jax", "theano", "lasagne", "caffe")
 
@@ -117,3 +117,10 @@ def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_scri
         assert kind in fault_help and (f"{kind}:" in fault_help) == runs, (kind, fault_help)
     if "ps" not in support.strategies:  # a strategy's own flags go with it
         assert "--ps_tasks" not in blocks and "--ps_sync" not in blocks
+
+
+def test_a_study_says_each_default_once_too():
+    proc = run_module("algorithms.studies.batch_study", ["--help"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for flag, text in option_blocks(proc.stdout).items():
+        assert len(re.findall(r"\(default\b|\bDefault:", text)) <= 1 and "(default: None)" not in text, text
