@@ -81,28 +81,30 @@ def test_help_and_a_refusal_come_before_any_framework_loads(framework):
     assert "oneDNN" not in helped.stderr + refused.stderr and "absl" not in helped.stderr + refused.stderr
 
 
-def option_blocks(help_text: str) -> dict:
-    """--flag -> its whole help text, as argparse lays it out."""
-    blocks, flag = {}, None
+def option_blocks(help_text: str) -> list:
+    """(--flag, its whole help text) of every option, in order, as argparse lays it out (a
+    study's --help lists its own flags, then the entry scripts': a flag may come twice)."""
+    blocks = []
     for line in help_text.splitlines():
         match = re.match(r"  (--\w+)", line)
         if match:
-            flag = match.group(1)
-            blocks[flag] = line
-        elif flag and line.startswith("      "):
-            blocks[flag] += " " + line.strip()
-        else:
-            flag = None
+            blocks.append((match.group(1), line))
+        elif blocks and line.startswith("      "):
+            blocks[-1] = (blocks[-1][0], blocks[-1][1] + " " + line.strip())
     return blocks
+
+
+def assert_one_default_each(help_text: str) -> None:
+    for flag, text in option_blocks(help_text):
+        assert len(re.findall(r"\(default\b|\bDefault:", text)) <= 1 and "(default: None)" not in text, text
 
 
 @pytest.mark.parametrize("framework", MAIN_ENV)
 def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_script_runs(framework):
     helped = run_in_place(framework, ["--help"])
-    blocks = option_blocks(helped.stdout)
+    blocks = dict(option_blocks(helped.stdout))
     assert "--strategy" in blocks and "--fault" in blocks, helped.stdout[-2000:]
-    for flag, text in blocks.items():
-        assert len(re.findall(r"\(default\b|\bDefault:", text)) <= 1 and "(default: None)" not in text, text
+    assert_one_default_each(helped.stdout)
     support = support_of(framework)
     usage = re.search(r"--strategy \{([\w,]+)\}", helped.stdout).group(1).split(",")
     assert usage == [s for s in STRATEGIES if s in support.strategies]
@@ -122,5 +124,4 @@ def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_scri
 def test_a_study_says_each_default_once_too():
     proc = run_module("algorithms.studies.batch_study", ["--help"])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for flag, text in option_blocks(proc.stdout).items():
-        assert len(re.findall(r"\(default\b|\bDefault:", text)) <= 1 and "(default: None)" not in text, text
+    assert_one_default_each(proc.stdout)
