@@ -127,6 +127,7 @@ class RunSession:
             "samples_seen": self.samples_seen,
             "last_val": self.last_val,
             "last_train": self.last_train,
+            **self.progress.state(),
         }
 
     def _restore(self, state: dict) -> None:
@@ -139,10 +140,13 @@ class RunSession:
         self.samples_seen = state.get("samples_seen", 0)
         self.last_val = tuple(state["last_val"]) if state["last_val"] else None
         self.last_train = tuple(state["last_train"]) if state["last_train"] else None
-        self.progress.say(
-            f"resuming run {self.run_id} at step {self.step + 1} (epoch {state['epoch'] + 1}) from {self.resume_from}",
-            flush=True,
-        )
+        self.progress.restore(state)
+        epoch, next_index = self.resume_position
+        if next_index < self._steps_per_epoch(self.config.batch_at(epoch)):
+            where = f"at step {self.step + 1} (epoch {epoch + 1})"
+        else:  # checkpointed after an epoch's last step: its validation comes first
+            where = f"after epoch {epoch + 1}'s last step (its validation, then step {self.step + 1})"
+        self.progress.say(f"resuming run {self.run_id} {where} from {self.resume_from}", flush=True)
 
     # ------------------------------------------------------------------ per step
     def wall(self) -> float:
