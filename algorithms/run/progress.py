@@ -41,7 +41,8 @@ class Progress:
         now = time.perf_counter()
         if self._tty:
             self.say("\r" + text, end="", flush=True)
-        elif now - self._last_line >= NON_TTY_PROGRESS_EVERY_S:
+        elif len(self._losses) < steps_per_epoch and now - self._last_line >= NON_TTY_PROGRESS_EVERY_S:
+            # (not at the epoch's last step: its epoch line follows at once, and says the same)
             self.say(f"Epoch {epoch + 1}/{self.num_epochs} -" + text, flush=True)
             self._last_line = now
 
