@@ -266,3 +266,21 @@ def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seed
     text = format_against_first(report)
     assert "yardsticks: 2 seeds of torch/torch from the 2 runs given" in text
     assert "verdicts: same = every aligned loss bit-identical" in text
+
+
+def test_a_run_that_only_stopped_sooner_names_its_epochs_not_another_baselines_batch(full_data, tmp_path):
+    """The README's `run_all.py --only torch,keras_jax --num_epochs 3` runs at the main
+    command's batch (100) for 3 epochs; the shipped baselines ran at batch 100 for 10
+    epochs and (older files) at batch 1000 for 3. Its check named the batch-1000 files
+    (`settings differ: batch 100 vs 1000`), which tie on the count of differences; a
+    difference in where a run stops is nearer than one in how it trains."""
+    from algorithms.analysis.baseline import check_run
+    from algorithms.analysis.runs import load_run
+
+    results = tmp_path / "results"
+    flags = ["--train", str(full_data / "train.csv"), "--test", "none", "--batch_size", "100", "--num_epochs", "3"]
+    proc = run_script("torch_script.py", flags + ["--max_steps", "3", "--results_dir", str(results), "--run_id", "r"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check = check_run(load_run(f"{results / NETWORK}_torch.csv@r"))
+    assert check.verdict == "not checked" and "settings differ: epochs 3 vs 10; max_steps 3 vs none" in check.detail
+    assert "batch 100 vs 1000" not in check.detail, check.detail
