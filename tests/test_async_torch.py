@@ -187,6 +187,11 @@ def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchr
     assert float(row["run_to_run_max"]) == pytest.approx((np.abs(second - first) / np.abs(first)).max())
     assert row["cross_max"] == ""  # an update of half a batch is not a one-device step
     assert "torch --strategy async --devices 2" in stdout
+    # the axes table says why the strategy's row has no cross-framework and no precision numbers
+    axes = [line for line in stdout.splitlines() if line.lstrip().startswith("torch --strategy async --devices 2")]
+    assert any("not run: an update of 1/N batch is not a one-device step" in line for line in axes), stdout
+    assert any("not run: the strategy's pair runs at float32 only" in line for line in axes), stdout
+    assert "no --precision here" not in stdout
 
 
 # --------------------------------------------------------------------------- scaling report
