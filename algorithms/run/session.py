@@ -19,7 +19,13 @@ from algorithms.run.checkpoint import Checkpoints
 from algorithms.run.clock import RunClock
 from algorithms.run.config import RunConfig
 from algorithms.run.contract import Runtime
-from algorithms.run.faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
+from algorithms.run.faults import (
+    EpochEvidence,
+    first_loss_problem,
+    near_chance_problem,
+    raise_if_stop_requested,
+    stuck_loss_problem,
+)
 from algorithms.run.noise_scale import NoiseScale
 from algorithms.run.progress import Progress
 from algorithms.run.recorder import results_csv_name, write_predictions
@@ -334,6 +340,8 @@ class RunSession:
         if test_loss is not None:
             self.rows.write("test", None, self.step, test_loss, test_accuracy, self.wall(), learning_rate=None)
         self.rows.close()
+        if status == "completed":  # a run stopped early says why on its status line instead
+            self.diagnose(self._near_chance(test_accuracy))
         predictions_path = None
         if test_predictions is not None and self.record:
             predictions_path = os.path.join(
@@ -347,6 +355,14 @@ class RunSession:
             self._write_log(status, summary)
             print_summary(self, summary)
         return summary
+
+    def _near_chance(self, test_accuracy: Optional[float]) -> Optional[str]:
+        """Whether the run ends where a net that learned nothing would (faults.near_chance_problem)."""
+        scores = [
+            ("validation", self.last_val[1] if self.last_val else None, self.dataset.val_y),
+            ("test", test_accuracy, self.dataset.test_y),
+        ]
+        return near_chance_problem(scores, self.config.network.num_classes, self.step)
 
     def fail(self, status: str) -> bool:
         """After a write failed (the disk full, read-only): the CSV closed, and the
