@@ -37,7 +37,7 @@ from algorithms.run.recorder import check_writable
 from algorithms.run.resources import check_resources, dataset_mb
 from algorithms.run.session import RunSession
 from algorithms.run.notices import startup_notices_dropped
-from algorithms.run.threads import set_malloc, set_thread_environment
+from algorithms.run.threads import process_threads, set_malloc, set_thread_environment
 from algorithms.run.tuning import apply_tuned, resolve_tuned
 
 
@@ -104,7 +104,7 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
         print(note, flush=True)
     package.launch(config, argv)
-    set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
+    set_thread_environment(process_threads(config.threads))  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
     apply_tuned(config)  # XLA and TensorFlow read their flags at import
     with startup_notices_dropped():  # the framework loads here (its determinism switches first)
