@@ -200,7 +200,8 @@ def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchr
 def test_the_scaling_report_runs_async_at_equal_samples_with_throughput_from_wall_time(small_data, tmp_path):
     results, steps = tmp_path / "results", 4
     argv = flags(frameworks="torch", strategy="async", devices=2, max_steps=steps, run_id="scaling-async")
-    argv += torch_flags(small_data, results, quiet=False)  # the report sets --quiet itself
+    argv += flags(threads_per_device=1)  # the report gives each run --threads: 1 per device
+    argv += run_flags(small_data / "train.csv", results, quiet=False, batch_size=32)  # it sets --quiet itself
     proc = run_script("scaling_report.py", argv, ONE_THREAD)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(results / "scaling" / "scaling-async.csv") as handle:

@@ -33,11 +33,12 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES
+from algorithms.registry.frameworks import NAMES, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
 from algorithms.run.argv import without_flags
-from algorithms.run.recorder import WARMUP_STEPS, steady_state_ms, update_rates
+from algorithms.run.faults import NEAR_CHANCE
+from algorithms.run.recorder import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
 from algorithms.run.entry import prepare
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
@@ -69,6 +70,7 @@ class ScalingRow:
     val_accuracy: Optional[float] = None  # the last validation pass
     wall_s: Optional[float] = None  # from the session's start to its last row
     threads: Optional[int] = None  # the run's --threads: --threads_per_device x its devices
+    near_chance: bool = False  # the run ended where a net that learned nothing would (its results.log says so)
 
 
 ASYNCHRONOUS = ("ps", "async")  # each worker's 1/N share of a batch is an update of its own
@@ -133,9 +135,11 @@ def run_one(
     name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str, threads: int, network: str
 ):
     """One entry-script process at `threads` per device (--threads is a run's in total: its
-    processes or devices share them, threads each); returns (exit status, its rows)."""
+    processes or devices share them, threads each); returns (exit status, its rows, the
+    diagnostics line of its results.log block)."""
     results_dir = os.path.join(directory, f"{name}_x{devices}")
     run_id = f"{report_id}-{name}-x{devices}"
+    results_log = os.path.join(directory, "results.log")
     flags = [
         *(without_strategy_flags(forwarded) if devices == 1 else forwarded),
         "--threads",
@@ -147,7 +151,7 @@ def run_one(
         "--results_dir",
         results_dir,
         "--results_log",
-        os.path.join(directory, "results.log"),
+        results_log,
         "--run_id",
         run_id,
         "--quiet",
@@ -156,7 +160,9 @@ def run_one(
         steps = int(flags[flags.index("--max_steps") + 1]) * devices
         flags[flags.index("--max_steps") + 1] = str(steps)
     code, _ = children.run_framework(name, flags, f"  {name} x{devices}", quiet=True)
-    return code, children.run_rows(children.results_csv(results_dir, network, name), run_id)
+    framework = get(name)
+    diagnostics = read_log_field(results_log, run_id, f"{framework.framework}/{framework.backend}", "diagnostics")
+    return code, children.run_rows(children.results_csv(results_dir, network, name), run_id), diagnostics or ""
 
 
 def summarize(
@@ -167,9 +173,11 @@ def summarize(
     rows: list,
     param_count: int,
     group: int,
+    diagnostics: str = "",
     threads: Optional[int] = None,
 ) -> ScalingRow:
-    """`rows`: the run's rows (train and val); `threads`: the run's --threads."""
+    """`rows`: the run's rows (train and val); `diagnostics`: its results.log's line;
+    `threads`: the run's --threads."""
     train = [row for row in rows if row["phase"] == "train"]
     val = [row for row in rows if row["phase"] == "val"]
     if code != 0 or not train:
@@ -200,14 +208,16 @@ def summarize(
         val_accuracy=val[-1]["accuracy"] if val else None,
         wall_s=max(row["wall_time_s"] for row in rows if row["wall_time_s"] is not None),
         threads=threads,
+        near_chance=NEAR_CHANCE in diagnostics,
     )
 
 
 def add_speedups(rows: list) -> None:
-    """Speedup against the same framework's 1-device run (same global batch)."""
+    """Speedup against the same framework's 1-device run (same global batch); none where
+    either run ended near chance: a run that learned nothing is no training to speed up."""
     for row in rows:
         base = next((r for r in rows if r.framework == row.framework and r.devices == 1 and r.ms_per_step), None)
-        if base and row.ms_per_step:
+        if base and row.ms_per_step and not (row.near_chance or base.near_chance):
             row.speedup = base.ms_per_step / row.ms_per_step
             row.efficiency = row.speedup / row.devices
 
@@ -216,7 +226,15 @@ def verdicts(rows: list) -> list:
     lines = []
     for name in dict.fromkeys(row.framework for row in rows):
         two = next((r for r in rows if r.framework == name and r.devices == 2 and r.speedup), None)
-        if two is None:
+        chance = [r for r in rows if r.framework == name and r.near_chance]
+        if chance:
+            lines.append(
+                f"{name}: no speedup judged: "
+                + ", ".join(f"x{r.devices} ({r.strategy}, val acc {number(r.val_accuracy, '.4f')})" for r in chance)
+                + " ended near chance (their results.log says why): a run that learns nothing is no training to "
+                "speed up; give the runs more steps (--max_steps), or fix what stops them learning"
+            )
+        elif two is None:
             lines.append(f"{name}: no 1- and 2-device pair to judge")
         elif two.speedup < WORTH_IT_AT_TWO:
             lines.append(
@@ -268,7 +286,7 @@ def format_table(rows: list) -> str:
             cell(r.effective_mb_per_s, ".0f"),
             cell(r.updates_per_sec, ".1f"),
             "-" if r.staleness_median is None else f"{r.staleness_median:g}/{r.staleness_p95:g}",
-            cell(r.val_accuracy, ".4f"),
+            cell(r.val_accuracy, ".4f") + (" chance" if r.near_chance else ""),
             cell(r.wall_s, ".1f"),
             cell(r.threads, "d"),
         )
@@ -352,7 +370,9 @@ def main(argv=None) -> int:
     for name in frameworks:
         for count in devices:
             threads = args.threads_per_device
-            code, train = run_one(name, strategy, count, forwarded, directory, report_id, threads, config.network.name)
+            code, train, diagnostics = run_one(
+                name, strategy, count, forwarded, directory, report_id, threads, config.network.name
+            )
             rows.append(
                 summarize(
                     name,
@@ -362,6 +382,7 @@ def main(argv=None) -> int:
                     train,
                     config.network.param_count(),
                     config.plan.group,
+                    diagnostics,
                     threads * count,
                 )
             )
@@ -375,6 +396,8 @@ def main(argv=None) -> int:
         "communication: 'comm ms' is measured inside the framework's collectives (blank where it does not "
         "expose it); 'ring all-reduce MB' is 2 (K - 1) / K x the float32 gradient each replica sends per step"
     )
+    if any(row.near_chance for row in rows):
+        print("'chance': the run ended near chance (it learned nothing): its speedup is not judged")
     for line in verdicts(rows):
         print("verdict: " + line)
     csv_path, png_path = directory + ".csv", directory + ".png"
