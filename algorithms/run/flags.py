@@ -216,7 +216,9 @@ def build_parser(
         type=batch_size_or_auto,
         default=None,
         help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
-        "within --memory_budget_mb, found by trial runs of a few steps each (docs/batch-size.md)",
+        "within --memory_budget_mb, found by trial runs of a few whole-batch steps each, and never more "
+        "than a tenth of the training rows, so the run makes at least 10 optimizer steps an epoch "
+        "(docs/batch-size.md)",
     )
     training.add_argument(
         "--memory_budget_mb",

@@ -224,9 +224,13 @@ class RunSession:
         staleness: int = 0,
         loss_scale: Optional[float] = None,
         skipped: bool = False,
+        global_rows: Optional[int] = None,
     ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
-        the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
+        the CSV. `batch_size` is the rows it trained on, and the row's global_batch the
+        rows of its global batch: the same, or for an asynchronous worker's share of
+        one, `global_rows` (an epoch's short last step has its own, smaller count).
+        `comm_time_ms` is the part of step_time_ms spent communicating,
         where the strategy can measure it. `worker` is whose update this is and
         `staleness` how many other updates were applied between its read of the
         parameters and its own (0 for a synchronous strategy, whose rank 0 records)."""
@@ -241,6 +245,7 @@ class RunSession:
             loss,
             accuracy,
             self.wall(),
+            global_batch=global_rows or batch_size,
             learning_rate=learning_rate,
             step_time_ms=step_time_ms,
             data_time_ms=data_time_ms,
