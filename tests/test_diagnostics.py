@@ -119,6 +119,7 @@ def test_a_run_that_ends_near_chance_says_so_on_the_console_and_in_results_log(s
     assert line.startswith("diagnostics: ended near chance: the final validation accuracy"), line
 
 
+@pytest.mark.slow  # 30 steps: make test-fast leaves it out (its other half, the near-chance run, is fast)
 def test_a_short_healthy_run_is_not_called_near_chance(small_data, tmp_path):
     """Two epochs of the small data (30 steps) end well above guessing: nothing said."""
     err = _train(

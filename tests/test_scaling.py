@@ -63,6 +63,7 @@ def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
     assert "OMP_NUM_THREADS=1 " in two and "2 processes under torchrun, cpu, 1 thread each" in two
 
 
+@pytest.mark.slow  # the report and its run: make test-fast leaves it out
 def test_a_run_that_ends_near_chance_gets_no_speedup_and_says_why(small_data, tmp_path):
     """Two steps learn nothing: the run's results.log says it ended near chance, and the
     report marks its row and judges no speedup (it printed 1.00x, as if it were a training)."""
