@@ -6,18 +6,17 @@ solver) and Caffe's own solver steps over the shared batch order.
 Caffe is built from the PyPI sdist by `make caffe` (caffe_wrapper/build_caffe.sh).
 """
 
+import importlib.util
 import sys
 
 from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
-    import caffe_wrapper  # noqa: F401  (first: it sets Caffe's log level, which glog reads as pycaffe loads)
-
-    try:
-        import caffe  # noqa: F401  (checked before any work: the build is a separate step)
-    except ImportError as error:
+    # checked before any work (the build is a separate step), but found, not loaded: the flags
+    # are read first, and --help or a refused flag answers without Caffe
+    if importlib.util.find_spec("caffe") is None:
         print(
-            f"error: pycaffe is not installed in this environment ({error}); build it with 'make caffe' "
+            "error: pycaffe is not installed in this environment; build it with 'make caffe' "
             "(about 11 minutes the first time, then cached)",
             file=sys.stderr,
         )

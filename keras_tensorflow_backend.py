@@ -36,11 +36,9 @@ if __name__ == "__main__":
                 f"tensorflow; for {backend} run: KERAS_BACKEND={backend} python keras_script.py",
                 file=sys.stderr,
             )
+    # Keras reads KERAS_BACKEND before keras.json when it loads, which run_entry_point does
+    # only after the flags are read: --help and a refused flag answer without TensorFlow
     os.environ["KERAS_BACKEND"] = "tensorflow"
-    import keras  # noqa: E402  (after the backend is fixed)
-
-    if keras.backend.backend() != "tensorflow":
-        print(f"warning: Keras loaded the {keras.backend.backend()} backend, not tensorflow", file=sys.stderr)
     sys.exit(
         run_entry_point(
             "keras_wrapper.train",

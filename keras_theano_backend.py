@@ -23,12 +23,9 @@ if __name__ == "__main__":
             "keras_theano_backend.py runs Keras on theano",
             file=sys.stderr,
         )
+    # Keras 2 reads KERAS_BACKEND before keras.json when it loads, which run_entry_point does
+    # only after the flags are read: --help and a refused flag answer without Theano
     os.environ["KERAS_BACKEND"] = "theano"
-    from keras_wrapper import compat  # noqa: E402  (THEANO_FLAGS and the bridges, then keras)
-
-    if compat.BACKEND != "theano":
-        print(f"error: Keras loaded the {compat.BACKEND} backend, not theano", file=sys.stderr)
-        sys.exit(1)
     sys.exit(
         run_entry_point(
             "keras_wrapper.train", "keras_theano_backend.py", "Train a spec network with Keras 2 on the Theano backend."

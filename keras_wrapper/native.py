@@ -51,15 +51,23 @@ class Native(_FitBlocks):
 class Harness(_FitBlocks):
     def __init__(self, config, session):
         self.outside_step_ms: list = []  # fit's callback runs inside the timed call: nothing outside it
+        self.call_overhead_ms: list = []  # each fit call's time before its first step and after its last
         self.recorder = StepRecorder(session)
         super().__init__(config, session.dataset, self._recorder)
 
     def plan(self, schedule: list) -> None:
         """model.fit takes each block's batches at once: nothing to gather ahead."""
 
+    def run(self, steps: list) -> list:
+        times = super().run(steps)
+        span_ms = (self.recorder.last_end - self.recorder.first_begin) * 1000.0
+        self.call_overhead_ms.append(max(0.0, sum(times) - span_ms))
+        return times
+
     def _recorder(self, epoch, sizes):
         self.recorder.epoch, self.recorder.batch_sizes = epoch, sizes
         self.recorder._previous_end = None  # the native block ran in between: not this loop's data time
+        self.recorder.first_begin = None
         return [self.recorder]
 
 

@@ -27,6 +27,7 @@ class StepRecorder(keras.callbacks.Callback):
         self.epoch, self.batch_sizes = 0, []
         self.step_index = 0  # optimizer steps of this epoch done, counting those before a --resume
         self._begin = self._previous_end = self._step_begin = None
+        self.first_begin = self.last_end = None  # the span of a fit call's steps (the batch finder's trial)
         self._parts: list = []  # (loss, accuracy, rows) of this optimizer step's batches so far
         self.learning_rate = session.config.optimizer.learning_rate  # what the optimizer was compiled with
         self.scale_before = None  # fp16: the loss scale after the last step
@@ -36,12 +37,13 @@ class StepRecorder(keras.callbacks.Callback):
             self.learning_rate = self.session.learning_rate
             set_learning_rate(self.model, self.learning_rate)
         self._begin = time.perf_counter()
+        self.first_begin = self.first_begin or self._begin
         if not self._parts:
             self._step_begin = self._begin
 
     def on_train_batch_end(self, batch, logs=None):
         loss, accuracy = float(logs["batch_loss"]), float(logs["batch_accuracy"])  # waits for the step
-        end = time.perf_counter()
+        end = self.last_end = time.perf_counter()
         self._parts.append((loss, accuracy, self.batch_sizes[batch]))
         if len(self._parts) < self.accumulate:
             return

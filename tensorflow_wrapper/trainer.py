@@ -167,6 +167,11 @@ class TensorFlowTrainer:
 
     def _sum_across_replicas(self, per_replica):
         gradients, loss, correct = per_replica
+        # The gradients enter this function as inputs, which carry no device; TensorFlow
+        # then finds them on other devices than the variables and reduces one tensor at a
+        # time ("Efficient batch_reduce is not supported"). Pinned to their replicas, they
+        # are all-reduced in one batch.
+        gradients = self.strategy.run(lambda *parts: [tf.identity(part) for part in parts], args=tuple(gradients))
         with self.strategy.scope():
             summed = self.strategy.extended.batch_reduce_to(
                 tf.distribute.ReduceOp.SUM, list(zip(gradients, self.variables))

@@ -187,6 +187,11 @@ def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchr
     assert float(row["run_to_run_max"]) == pytest.approx((np.abs(second - first) / np.abs(first)).max())
     assert row["cross_max"] == ""  # an update of half a batch is not a one-device step
     assert "torch --strategy async --devices 2" in stdout
+    # the axes table says why the strategy's row has no cross-framework and no precision numbers
+    axes = [line for line in stdout.splitlines() if line.lstrip().startswith("torch --strategy async --devices 2")]
+    assert any("not run: an update of 1/N batch is not a one-device step" in line for line in axes), stdout
+    assert any("not run: the strategy's pair runs at float32 only" in line for line in axes), stdout
+    assert "no --precision here" not in stdout
 
 
 # --------------------------------------------------------------------------- scaling report
@@ -195,7 +200,8 @@ def test_the_drift_command_puts_a_strategys_pair_beside_the_bit_identical_synchr
 def test_the_scaling_report_runs_async_at_equal_samples_with_throughput_from_wall_time(small_data, tmp_path):
     results, steps = tmp_path / "results", 4
     argv = flags(frameworks="torch", strategy="async", devices=2, max_steps=steps, run_id="scaling-async")
-    argv += torch_flags(small_data, results, quiet=False)  # the report sets --quiet itself
+    argv += flags(threads_per_device=1)  # the report gives each run --threads: 1 per device
+    argv += run_flags(small_data / "train.csv", results, quiet=False, batch_size=32)  # it sets --quiet itself
     proc = run_script("scaling_report.py", argv, ONE_THREAD)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(results / "scaling" / "scaling-async.csv") as handle:

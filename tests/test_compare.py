@@ -266,3 +266,49 @@ def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seed
     text = " ".join(format_against_first(report, verbose=True).split())
     assert "yardsticks: 2 seeds of torch/torch from the 2 runs given" in text
     assert "verdicts: same = every aligned loss bit-identical" in text
+
+
+def test_a_run_that_only_stopped_sooner_names_its_epochs_not_another_baselines_batch(full_data, tmp_path):
+    """The README's `run_all.py --only torch,keras_jax --num_epochs 3` runs at the main
+    command's batch (100) for 3 epochs; the shipped baselines ran at batch 100 for 10
+    epochs and (older files) at batch 1000 for 3. Its check named the batch-1000 files
+    (`settings differ: batch 100 vs 1000`), which tie on the count of differences; a
+    difference in where a run stops is nearer than one in how it trains."""
+    from algorithms.analysis.baseline import check_run
+    from algorithms.analysis.runs import load_run
+
+    results = tmp_path / "results"
+    flags = ["--train", str(full_data / "train.csv"), "--test", "none", "--batch_size", "100", "--num_epochs", "3"]
+    proc = run_script("torch_script.py", flags + ["--max_steps", "3", "--results_dir", str(results), "--run_id", "r"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check = check_run(load_run(f"{results / NETWORK}_torch.csv@r"))
+    assert check.verdict == "not checked" and "settings differ: epochs 3 vs 10; max_steps 3 vs none" in check.detail
+    assert "batch 100 vs 1000" not in check.detail, check.detail
+
+
+def test_the_cases_example_compares_the_files_its_two_runs_write(monkeypatch):
+    """docs/comparing.md's `results/cases/` example: the compare command reads exactly the
+    CSVs and run ids the two runs before it write (it named files under results/cases/
+    that the runs, writing to results/, never made)."""
+    import os
+    import shlex
+
+    from algorithms.paths import REPO_ROOT
+    from algorithms.registry.frameworks import FRAMEWORKS
+    from algorithms.run.config import parse_config
+    from algorithms.run.recorder import results_csv_name
+
+    monkeypatch.chdir(REPO_ROOT)
+    with open(os.path.join(REPO_ROOT, "docs", "comparing.md")) as handle:
+        page = handle.read()
+    block = page.split("### Measured: the issue's cases, rerun", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines()]
+    written = set()
+    for command in commands[:-1]:
+        (framework,) = [f for f in FRAMEWORKS if f.script == command[1] and not f.env]
+        config = parse_config(command[2:], command[1], "")
+        csv_name = results_csv_name(config.network.name, framework.framework, framework.backend)
+        written.add(f"{os.path.join(config.results_dir, csv_name)}@{config.run_id}")
+    assert commands[-1][1:3] == ["-m", "algorithms.analysis.compare"]
+    read = {os.path.abspath(path.split("@")[0]) + "@" + path.split("@")[1] for path in commands[-1][3:]}
+    assert read == written and len(read) == 2, (read, written)

@@ -227,7 +227,7 @@ def test_the_run_session_is_the_session_the_contract_names(tmp_path):
     assert (
         "NarrowSession.train_step(epoch, loss, accuracy, step_time_ms, data_time_ms, batch_size): "
         "no parameter 'comm_time_ms'; no parameter 'worker'; no parameter 'staleness'; "
-        "no parameter 'loss_scale'; no parameter 'skipped' (contract: WrapperSession.train_step(epoch, loss, "
-        "accuracy, step_time_ms, data_time_ms, batch_size, comm_time_ms=None, worker=0, staleness=0, "
-        "loss_scale=None, skipped=False))"
+        "no parameter 'loss_scale'; no parameter 'skipped'; no parameter 'global_rows' (contract: "
+        "WrapperSession.train_step(epoch, loss, accuracy, step_time_ms, data_time_ms, batch_size, "
+        "comm_time_ms=None, worker=0, staleness=0, loss_scale=None, skipped=False, global_rows=None))"
     ) in problems

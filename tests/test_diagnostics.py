@@ -17,6 +17,7 @@ from algorithms.run.faults import (
     STUCK_MIN_UPDATES,
     EpochEvidence,
     first_loss_problem,
+    near_chance_problem,
     stuck_loss_problem,
 )
 from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
@@ -94,14 +95,67 @@ def test_labels_shuffled_apart_from_their_images_are_named(full_data, tmp_path):
 def test_a_learning_rate_of_10_is_named(full_data, tmp_path):
     err = _train(tmp_path, full_data / "train.csv", "--learning_rate", "10", "--num_epochs", "2")
     assert "warning: the loss became" in err and "the learning rate (10) is likely too high" in err, err
-    assert err.count("warning:") == 1, err  # named once, at the epoch it diverged
+    assert err.count("warning: the loss became") == 1, err  # named once, at the epoch it diverged
 
 
 @pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_learning_rate_of_10_is_named_after_one_epoch_of_the_small_data(small_data, tmp_path):
     err = _train(tmp_path, small_data / "train.csv", "--learning_rate", "10", "--batch_size", "32", "--num_epochs", "1")
     assert "warning: the loss became" in err and "the learning rate (10) is likely too high" in err, err
-    assert err.count("warning:") == 1, err
+    assert err.count("warning: the loss became") == 1, err
+
+
+# --------------------------------------------------------------------------- a run that ends near chance
+
+
+def test_a_run_that_ends_near_chance_says_so_on_the_console_and_in_results_log(small_data, tmp_path):
+    """Two steps learn nothing: the final validation and test accuracies are within 3
+    standard errors of guessing (the 'learned nothing' check above does not judge a run
+    this short; the end of a run is judged whatever its length)."""
+    err = _train(tmp_path, small_data / "train.csv", "--test", str(small_data / "test.csv"), "--max_steps", "2")
+    assert "warning: ended near chance: the final validation accuracy" in err and "and test accuracy" in err, err
+    assert "after 2 updates the net has learned nothing usable" in err
+    (line,) = [line for line in (tmp_path / "results.log").read_text().splitlines() if line.startswith("diagnostics:")]
+    assert line.startswith("diagnostics: ended near chance: the final validation accuracy"), line
+
+
+@pytest.mark.slow  # 30 steps: make test-fast leaves it out (its other half, the near-chance run, is fast)
+def test_a_short_healthy_run_is_not_called_near_chance(small_data, tmp_path):
+    """Two epochs of the small data (30 steps) end well above guessing: nothing said."""
+    err = _train(
+        tmp_path,
+        small_data / "train.csv",
+        "--test",
+        str(small_data / "test.csv"),
+        "--batch_size",
+        "32",
+        "--num_epochs",
+        "2",
+    )
+    assert "warning" not in err, err
+    assert "diagnostics: none" in (tmp_path / "results.log").read_text()
+
+
+def test_near_chance_is_guessing_plus_three_standard_errors_of_the_rows_scored():
+    labels = np.arange(800) % 10  # balanced: guessing scores 0.1; 3 standard errors on 800 rows: 0.0318
+    assert (
+        near_chance_problem(
+            [
+                (
+                    "validation",
+                    0.131,
+                    labels,
+                )
+            ],
+            10,
+            600,
+        )
+        is not None
+    )
+    assert near_chance_problem([("validation", 0.133, labels)], 10, 600) is None
+    skewed = np.array([0] * 300 + list(np.arange(500) % 10))  # the commonest class: 0.4375
+    assert "guessing scores 0.438" in near_chance_problem([("validation", 0.45, skewed)], 10, 600)
+    assert near_chance_problem([("validation", None, labels), ("test", 0.9, labels)], 10, 600) is None
 
 
 UNNORMALISED_RUN = """

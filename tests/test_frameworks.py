@@ -13,7 +13,7 @@ import pytest
 from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run.recorder import CSV_COLUMNS, read_rows, run_ids
-from tests.conftest import csv_suffix, framework_param, run_script
+from tests.conftest import csv_suffix, framework_param, run_python, run_script
 from tests.flags import run_flags
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
 from tests.training import assert_trains
@@ -90,6 +90,26 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
     rows = read_rows(str(tmp_path / "results" / f"{NETWORK}_keras_tensorflow.csv"))
     assert [r["step"] for r in rows if r["phase"] == "train"] == [1, 2, 3]
     assert [r["phase"] for r in rows] == ["train"] * 3 + ["val"]  # validated at the stop, no test set
+
+
+PROGRESS_AT_EVERY_STEP = """
+import sys
+import algorithms.run.progress as progress
+progress.NON_TTY_PROGRESS_EVERY_S = 0.0
+from algorithms.run.entry import run_entry_point
+sys.exit(run_entry_point("keras_wrapper.train", "keras_script.py", "", sys.argv[1:]))
+"""
+
+
+def test_an_epoch_is_reported_once_when_a_progress_line_falls_on_its_last_step(tiny_train, tmp_path):
+    """Off a terminal, a progress line comes every 15 s: Keras on jax's first epoch (its
+    compilation) often ends near one, and its last step's line said the epoch's numbers
+    just before its epoch line said them again. Here a line is due at every step."""
+    flags = run_flags(tiny_train, tmp_path / "results", quiet=False, batch_size=8, num_epochs=1)
+    proc = run_python(["-c", PROGRESS_AT_EVERY_STEP, *flags], {"KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("Epoch 1/1")]
+    assert len(lines) == 4 and [line.count("4/4") for line in lines] == [0, 0, 0, 1], proc.stdout
 
 
 @pytest.mark.caffe  # Caffe's initial outputs among the others

@@ -187,6 +187,16 @@ def test_data_parallel_trains_and_records_the_all_reduce_time(data_parallel_run)
     assert_trains([r["loss"] for r in rows])
 
 
+def test_data_parallel_all_reduces_its_gradients_in_one_batch(small_data, tmp_path):
+    """The gradients entered the all-reduce function without a device, so TensorFlow found
+    them on other devices than the variables, reduced them one tensor at a time and warned
+    `Efficient batch_reduce is not supported if destinations are different` on every run."""
+    flags = run_flags(small_data / "train.csv", tmp_path / "results", strategy="data", devices=2, max_steps=2)
+    proc = run_script("tensorflow_script.py", flags + ["--batch_size", str(BATCH)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "batch_reduce" not in proc.stderr, proc.stderr[-2000:]
+
+
 def test_model_parallel_trains(probed):
     run = probed[1] / "model"
     rows = train_rows(run / "results" / f"{NETWORK}_tensorflow.csv")

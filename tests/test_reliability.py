@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -421,7 +422,8 @@ def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_
     resumed = run_script("torch_script.py", flags + ["--resume", "cut"])
     resumed_life_s = time.perf_counter() - started
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resuming run cut at step {checkpoint + 1}" in resumed.stdout
+    next_step = rf"at step {checkpoint + 1} |after epoch \d+'s last step \(its validation, then step {checkpoint + 1}\)"
+    assert re.search(rf"resuming run cut ({next_step})", resumed.stdout), resumed.stdout[:500]
     rows = read_rows(csv_path, "cut")
     assert_wall_time_never_goes_back(rows)
     train = {row["step"]: row for row in rows if row["phase"] == "train"}
@@ -434,6 +436,27 @@ def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_
     assert reached_s >= sum(row["step_time_ms"] for row in train.values()) / 1000.0
     assert reached_s >= killed[checkpoint] + resumed_steps_s
     assert reached_s <= killed[checkpoint + 1] + resumed_life_s
+
+
+EPOCH_LINE = r"Epoch 2/3 - (\d+)/(\d+) steps - [\d.]+s - loss: ([\d.]+) - acc: ([\d.]+) - val_loss"
+
+
+def test_a_run_resumed_at_an_epochs_end_reports_that_epoch_whole(tiny_train, tmp_path):
+    """Checkpointed after epoch 2's last step (4 steps an epoch): the resumed run first
+    validates epoch 2 again, and its line for it reads as the uninterrupted run's did (the
+    epoch's steps, their mean loss and accuracy), not '0/4 steps', epoch 1's loss and nan
+    ms/step; the resume line names the step that comes next and its epoch."""
+    common = run_flags(tiny_train, tmp_path / "results", quiet=False, batch_size=8, num_epochs=3)
+    common += ["--checkpoint_every", "8"]
+    first = run_script("torch_script.py", common + ["--run_id", "r1", "--max_steps", "8"])
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = run_script("torch_script.py", common + ["--resume", "r1"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming run r1 after epoch 2's last step (its validation, then step 9) from" in resumed.stdout
+    (before,) = re.findall(EPOCH_LINE, first.stdout)
+    (after,) = re.findall(EPOCH_LINE, resumed.stdout)
+    assert after == before == ("4", "4", *before[2:]), resumed.stdout
+    assert "nan" not in resumed.stdout
 
 
 def test_a_checkpoint_state_of_an_earlier_version_resumes_with_its_clock_at_0(tmp_path):

@@ -2,6 +2,7 @@
 few steps): the table, the CSV, the PNG and the verdict; and the verdict rule."""
 
 import csv
+import re
 
 import pytest
 
@@ -27,8 +28,11 @@ def scaling_report(small_data, results, run_id: str, **report_flags):
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
     results = tmp_path / "results"
-    proc = scaling_report(small_data, results, "scaling-test", frameworks="torch", devices="1,2", max_steps=6)
+    proc = scaling_report(  # 30 steps: both runs learn (val 0.4-0.6), so their speedup means something
+        small_data, results, "scaling-test", frameworks="torch", devices="1,2", max_steps=30, threads_per_device=1
+    )
     assert "speedup" in proc.stdout and "efficiency" in proc.stdout
+    assert "1 thread(s) per device (each run: --threads 1 x its devices)" in proc.stdout
     (verdict,) = [line for line in proc.stdout.splitlines() if line.startswith("verdict: torch:")]
     with open(results / "scaling" / "scaling-test.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -37,6 +41,7 @@ def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
         ("torch", "2", "data", "ok"),
     ]
     one, two = rows
+    assert one["near_chance"] == two["near_chance"] == "False" and "chance" not in proc.stdout
     speedup = float(one["ms_per_step"]) / float(two["ms_per_step"])
     assert float(two["speedup"]) == pytest.approx(speedup)
     assert float(two["efficiency"]) == pytest.approx(speedup / 2)
@@ -47,6 +52,29 @@ def test_scaling_report_runs_torch_at_one_and_two_devices(small_data, tmp_path):
     assert one["comm_ms"] == "" and 0 < float(two["comm_ms"]) < float(two["ms_per_step"])
     png = (results / "scaling" / "scaling-test.png").read_bytes()
     assert png.startswith(b"\x89PNG")
+    # every run runs what the header says: one thread per device, so each process of each run has one
+    # (the 1-device run had the machine's cores, and each torchrun rank OMP_NUM_THREADS of them)
+    assert [r["threads"] for r in rows] == ["1", "2"]
+    log = (results / "scaling" / "scaling-test" / "results.log").read_text()
+    blocks = {block.split(" ", 1)[0]: block for block in log.split("=== ")[1:]}
+    one, two = blocks["scaling-test-torch-x1"], blocks["scaling-test-torch-x2"]
+    assert "threads:     --threads 1; OMP_NUM_THREADS=1 " in one and "devices:     cpu (1 thread)" in one
+    assert "threads:     --threads 2 (1 in this process: the run's processes on this machine share them); " in two
+    assert "OMP_NUM_THREADS=1 " in two and "2 processes under torchrun, cpu, 1 thread each" in two
+
+
+@pytest.mark.slow  # the report and its run: make test-fast leaves it out
+def test_a_run_that_ends_near_chance_gets_no_speedup_and_says_why(small_data, tmp_path):
+    """Two steps learn nothing: the run's results.log says it ended near chance, and the
+    report marks its row and judges no speedup (it printed 1.00x, as if it were a training)."""
+    results = tmp_path / "results"
+    proc = scaling_report(small_data, results, "chance", frameworks="torch", devices="1", max_steps=2)
+    with open(results / "scaling" / "chance.csv") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert row["status"] == "ok" and row["near_chance"] == "True" and row["speedup"] == row["efficiency"] == ""
+    (verdict,) = [line for line in proc.stdout.splitlines() if line.startswith("verdict: torch:")]
+    assert "no speedup judged: x1 (single, val acc" in verdict and "ended near chance" in verdict, verdict
+    assert re.search(r"torch +1 +single .* 0\.\d{4} chance ", proc.stdout), proc.stdout
 
 
 def test_verdict_follows_the_one_and_a_half_rule():

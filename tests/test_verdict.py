@@ -465,6 +465,12 @@ def test_false_alarms_are_counted_leaving_the_judged_seeds_out(tmp_path, capsys)
     assert all(line.rstrip().endswith("(0.000)") for line in rates.values()), first
     assert "0 of 5" in rates["`make compare` reports (first: keras_jax) with a false 'beyond'"]
     assert "0 of 20" in rates["two seeds of one framework called 'beyond' (against its other seeds)"]
+    # the second block judges one framework's seeds only for those the first did not measure (it
+    # repeated the first block's counts): caffe's 3 seeds are too few to judge one by the others
+    shared = {line.strip().split("  ")[0]: line for line in second.splitlines()[1:]}
+    for measurement in ("two seeds of one framework", "seeds called 'outside'"):
+        (line,) = [line for name, line in shared.items() if name.startswith(measurement)]
+        assert line.rstrip().endswith("none: 3 seeds of caffe, too few to judge one by the others"), second
 
     shifted = tmp_path / "shifted"
     shifted.mkdir()

@@ -27,13 +27,13 @@ from algorithms.run.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
+from algorithms.run.threads import process_threads
 from algorithms.run.tuning import tuned_options
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import (
     CommClock,
     GradientNormTotals,
     global_rank,
-    is_worker_process,
     join_process_group,
     make_layout,
     sum_gradients,
@@ -304,8 +304,7 @@ def whole_model_blocks(network, checkpointing: bool) -> tuple:
 
 
 def build_trainer(config):
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if is_worker_process() else 1
-    set_threads(max(1, config.threads // local_ranks))  # the ranks on this machine share its cores
+    set_threads(process_threads(config.threads))  # the ranks on this machine share its cores
     trainer = _build_trainer(config)
     trainer.network = config.network
     trainer.loss_reduction = config.network.loss_reduction

@@ -25,7 +25,13 @@ from typing import Optional
 
 
 from algorithms.analysis.runs import Run, load_run, setting_differences
-from algorithms.analysis.settings import NOT_COMPARED_ACROSS_SEEDS, differences_line, unknown_line, value_text
+from algorithms.analysis.settings import (
+    HORIZON,
+    NOT_COMPARED_ACROSS_SEEDS,
+    differences_line,
+    unknown_line,
+    value_text,
+)
 from algorithms.analysis.spread import reproduction_test
 from algorithms.paths import BASELINE_DIR
 from algorithms.tables import wrapped
@@ -90,6 +96,15 @@ def describe_settings(run: Run) -> str:
     )
 
 
+def closeness(differences: list) -> tuple:
+    """How far a baseline's settings are from a run's, closest first: a difference in how
+    it trains (batch, learning rate, ...) before one in where it stops (HORIZON: epochs,
+    --max_steps, ...), so a run that only stopped sooner names its epochs, not a batch
+    that some other baseline happens to share with it."""
+    training = [name for name, _, _ in differences if name not in HORIZON]
+    return len(training), len(differences)
+
+
 def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     framework, backend, network = run.backend_key
     every = baseline_runs(network, framework, backend, baseline_dir)
@@ -102,7 +117,7 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     baselines = matching_baselines(run, baseline_dir)
     if not baselines:
         ran = sorted({describe_settings(b) for b in every})
-        closest = min(every, key=lambda b: len(setting_differences(b, run, NOT_COMPARED_ACROSS_SEEDS)))
+        closest = min(every, key=lambda b: closeness(setting_differences(b, run, NOT_COMPARED_ACROSS_SEEDS)))
         differ = differences_line(setting_differences(run, closest, NOT_COMPARED_ACROSS_SEEDS))
         return BaselineCheck(
             run,

@@ -67,8 +67,10 @@ def one_framework_alarms(groups: dict) -> list:
     return alarms
 
 
-def measure(groups: dict) -> dict:
-    """name -> (beyond, judged) of each measurement in the module docstring."""
+def measure(groups: dict, own: dict = None) -> dict:
+    """name -> (beyond, judged) of each measurement in the module docstring; the two of one
+    framework's seeds against its others over `own` (default: every framework of `groups`)."""
+    own = groups if own is None else own
     names = list(groups)
     first = names[0]
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in groups.values())))
@@ -89,9 +91,9 @@ def measure(groups: dict) -> dict:
     for a, b in itertools.combinations(names, 2):
         for i, j in itertools.permutations(seeds, 2):
             count("other seeds", judge(groups[a][i], groups[b][j], Yardsticks(_without(groups, {i, j}))).beyond)
-    for beyond in one_framework_alarms(groups):
+    for beyond in one_framework_alarms(own):
         count("one framework", beyond)
-    for by_seed in groups.values():
+    for by_seed in own.values():
         for seed, run in by_seed.items():
             test = reproduction_test(run, [other for other_seed, other in by_seed.items() if other_seed != seed])
             if test is not None:
@@ -99,7 +101,7 @@ def measure(groups: dict) -> dict:
     return {name: tuple(value) for name, value in counts.items()}
 
 
-def format_rates(counts: dict, groups: dict) -> str:
+def format_rates(counts: dict, groups: dict, own: dict = None) -> str:
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in groups.values())))
     what = {
         "reports": f"`make compare` reports (first: {next(iter(groups))}) with a false 'beyond'",
@@ -112,9 +114,17 @@ def format_rates(counts: dict, groups: dict) -> str:
         f"false alarms, leave the judged seeds out: {len(groups)} frameworks ({', '.join(groups)}), "
         f"seeds {', '.join(map(str, seeds))}; stated rate of one verdict: {ALPHA:g}"
     ]
+    own = groups if own is None else own
     for name, (beyond, judged) in counts.items():
-        rate = f"{beyond / judged:.3f}" if judged else "-"
-        lines.append(f"  {what[name]:<75} {beyond:>4} of {judged:<4} ({rate})")
+        if judged:
+            lines.append(f"  {what[name]:<75} {beyond:>4} of {judged:<4} ({beyond / judged:.3f})")
+        elif name in ("one framework", "baseline check"):  # one framework's seeds judged by its own others
+            fewest = min((len(by_seed) for by_seed in own.values()), default=0)
+            lines.append(
+                f"  {what[name]:<75} none: {fewest} seeds of {', '.join(own)}, too few to judge one by the others"
+            )
+        else:
+            lines.append(f"  {what[name]:<75} none judged")
     return "\n".join(lines)
 
 
@@ -128,13 +138,21 @@ def main(argv=None) -> int:
     if len(groups) < 2:
         print(f"error: {args.baseline}: fewer than two frameworks with 3 or more seeds", file=sys.stderr)
         return 2
-    # the frameworks with the most seeds first, measured on all of their seeds; then every
-    # framework on the seeds all of them share (the rest have fewer: `make baseline` ran out of time)
+    print("\n\n".join(format_rates(measure(block, own), block, own) for block, own in blocks_of(groups)))
+    return 0
+
+
+def blocks_of(groups: dict) -> list:
+    """(frameworks, the frameworks whose own seeds are judged against each other) of each
+    block printed: the frameworks with the most seeds, on all of them; then, if others have
+    fewer (`make baseline` ran out of time for them), every framework on the seeds all of
+    them share, bands still from every other seed, and only the others' own seeds judged,
+    so no count of the first block is repeated in the second."""
     most = max(len(by_seed) for by_seed in groups.values())
     fullest = {name: by_seed for name, by_seed in groups.items() if len(by_seed) == most}
-    blocks = [groups] if len(fullest) < 2 or len(fullest) == len(groups) else [fullest, groups]
-    print("\n\n".join(format_rates(measure(block), block) for block in blocks))
-    return 0
+    if len(fullest) < 2 or len(fullest) == len(groups):
+        return [(groups, groups)]
+    return [(fullest, fullest), (groups, {name: by_seed for name, by_seed in groups.items() if name not in fullest})]
 
 
 if __name__ == "__main__":

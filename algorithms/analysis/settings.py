@@ -58,8 +58,7 @@ def from_rows(rows: list) -> Settings:
         "epochs": sum(1 for row in rows if row["phase"] == "val"),
         "fault": None,  # a file from before the settings record is from before --fault
     }
-    batches = sorted({(row["epoch"], row["global_batch"]) for row in train})
-    if len({batch for _, batch in batches}) == 1:
+    if len(set(epoch_batches(train).values())) == 1:
         values["batch_schedule"] = "none"
     rates = {row["learning_rate"] for row in train if row["learning_rate"] is not None}
     if len(rates) == 1:  # one rate on every step: no schedule, warm-up or plateau acted
@@ -67,6 +66,15 @@ def from_rows(rows: list) -> Settings:
         values["lr_schedule"] = "none"
         values["warmup_steps"] = 0
     return Settings(values, recorded=False)
+
+
+def epoch_batches(train: list) -> dict:
+    """epoch -> its global batch, from a run's train rows: the largest step of the epoch (a
+    row says the rows its step trained on, so an epoch's short last step shows fewer)."""
+    batches: dict = {}
+    for row in train:
+        batches[row["epoch"]] = max(batches.get(row["epoch"], 0), row["global_batch"])
+    return batches
 
 
 def from_key(config_key: tuple, epochs: int) -> Settings:

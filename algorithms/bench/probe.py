@@ -10,7 +10,10 @@ and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NativeMod
                                      framework itself on pre-loaded tensors of `schedule`,
                                      at the config's --precision as the wrapper trains in it
                                      (`NativeLoop` below times a hand-stepped one)
-    Harness(config, session)  .plan(schedule), .run(steps) -> per-step ms, .outside_step_ms
+    Harness(config, session)  .plan(schedule), .run(steps) -> per-step ms, .outside_step_ms,
+                                     .call_overhead_ms (per run() call, the part of it outside
+                                     its steps, which a run pays once an epoch: Keras's fit
+                                     setup; none for a hand-stepped loop)
                                      the wrapper's step as the entry script runs it
                                      (recorder on); `hand_step_harness(build_trainer)` below
                                      for wrappers driven by algorithms/run/loop.py's train_by_hand
@@ -67,6 +70,7 @@ class HandStepHarness:
         self.following: dict = {}  # id(parts) -> the schedule's next parts
         self.learning_rate = session.config.optimizer.learning_rate
         self.outside_step_ms: list = []  # batch copy, lr check, CSV row, progress: the loop's own cost
+        self.call_overhead_ms: list = []  # each step is timed whole, as its own call: none beside the steps
 
     def run(self, steps: list) -> list:
         times = []
@@ -120,11 +124,18 @@ class NativeLoop(ABC):
         return times
 
 
-def step_schedule(session: RunSession, count: int) -> list:
-    """The first `count` optimizer steps of the shared batch order, as (epoch, parts)."""
-    schedule, epoch = [], 0
+def step_schedule(session: RunSession, count: int, whole_only: bool = False) -> list:
+    """The first `count` optimizer steps of the shared batch order, as (epoch, parts);
+    `whole_only`: only steps of the whole batch (an epoch's short last step left out, so
+    a step timed at batch B trains B rows)."""
+    schedule, epoch, whole = [], 0, session.config.effective_batch
     while len(schedule) < count:
-        schedule += [(epoch, parts) for parts in session.optimizer_batches(epoch)]
+        steps = session.optimizer_batches(epoch)
+        if whole_only:
+            steps = [parts for parts in steps if sum(len(indices) for indices in parts) == whole]
+            if not steps:
+                raise ValueError(f"no step of {whole} rows in an epoch of {len(session.dataset.train_x)}")
+        schedule += [(epoch, parts) for parts in steps]
         epoch += 1
     return schedule[:count]
 
@@ -212,7 +223,7 @@ def measure(
     }
     session = RunSession(config, dataset, runtime)
     block = max(block, native_module.STEPS_PER_CALL)  # a call's setup is spread over its steps
-    schedule = step_schedule(session, steps + block * WARMUP_BLOCKS)
+    schedule = step_schedule(session, steps + block * WARMUP_BLOCKS, whole_only=mode == "trial")
     if mode == "trial":  # --batch_size auto (algorithms/run/batch_finder.py): the harness alone, and its memory
         return trial(native_module, config, session, schedule, block, result)
     if mode == "profile":  # where the native loop's time goes, by the framework's own profiler
@@ -256,14 +267,24 @@ def measure(
 
 
 def trial(native_module, config, session: RunSession, schedule: list, block: int, result: dict) -> dict:
-    """The wrapper's own step at the config's batch, a warm-up block then the rest
-    timed; the process's peak RSS and, on a GPU, the framework's peak allocation."""
+    """The wrapper's own steps at the config's batch, each of the whole batch (`schedule`
+    holds no short step): a warm-up block, then the rest timed in one call, as the run
+    makes them. harness_ms is what a step of the run costs: the median step, plus the
+    share of each of the run's epochs of what a call costs beside its steps (Keras:
+    model.fit's setup, paid once an epoch: `call_overhead_ms`). The process's peak RSS
+    and, on a GPU, the framework's peak allocation."""
     harness = native_module.Harness(config, session)
     harness.plan(schedule)
-    times = [ms for start in range(0, len(schedule), block) for ms in harness.run(schedule[start : start + block])]
+    warmup = block * WARMUP_BLOCKS
+    harness.run(schedule[:warmup])
+    before = len(harness.call_overhead_ms)
+    times = harness.run(schedule[warmup:])
+    overhead_ms = sum(harness.call_overhead_ms[before:])
+    run_steps_per_epoch = len(session.optimizer_batches(0))  # the run's call (Keras: fit) per epoch
     result.update(
-        harness_ms=statistics.median(times[block * WARMUP_BLOCKS :]),
-        steps_timed=len(times) - block * WARMUP_BLOCKS,
+        harness_ms=statistics.median(times) - overhead_ms / len(times) + overhead_ms / run_steps_per_epoch,
+        steps_timed=len(times),
+        call_overhead_ms=overhead_ms,
         device_memory=native_module.device_memory_mb(),
         peak_rss_mb=peak_rss_mb(),
     )

@@ -18,7 +18,7 @@ from algorithms.run.schedule import LearningRateSchedule, linear_scale
 from algorithms.run.tuning import Tuning
 from algorithms.spec.data import batch_size_at
 from algorithms.spec.networks import Network, Optimizer, get_network
-from algorithms.spec.parallel import ParallelPlan, make_plan
+from algorithms.spec.parallel import STRATEGIES, ParallelPlan, make_plan
 from algorithms.spec.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
 
 # The optional flags a wrapper declares in Support.flags (contract.py) and RunConfig.uses()
@@ -221,10 +221,23 @@ def _in_use(config: RunConfig, flag: str) -> bool:
     return held == value if value else held != _DEFAULTS[name]
 
 
-def parse_config(argv: Optional[list], prog: str, description: str) -> RunConfig:
+def help_scope(support) -> dict:
+    """What a script's --help lists of the strategies and --fault kinds: those its
+    wrapper's Support runs (contract.Support; None: every one, as a study passes them on)."""
+    if support is None:
+        return {}
+    kinds = tuple(
+        kind for kind in TRAINING_KINDS if f"--fault {kind}" not in OPTIONAL_FLAGS or f"--fault {kind}" in support.flags
+    )
+    strategies = tuple(strategy for strategy in STRATEGIES if strategy in support.strategies)
+    return {"strategies": strategies, "fault_kinds": kinds}
+
+
+def parse_config(argv: Optional[list], prog: str, description: str, support=None) -> RunConfig:
     """Flags to a RunConfig; argparse itself exits with status 2 on a malformed flag, and
-    flags that cannot run together (or a plan the devices cannot hold) are an InputError."""
-    args = build_parser(prog, description).parse_args(argv)
+    flags that cannot run together (or a plan the devices cannot hold) are an InputError.
+    `support`: the wrapper's contract.Support, whose strategies and faults --help lists."""
+    args = build_parser(prog, description, **help_scope(support)).parse_args(argv)
     network = get_network(args.network)
     fault = None
     if args.fault is not None:

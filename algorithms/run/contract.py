@@ -258,8 +258,11 @@ class WrapperSession(Protocol):
         staleness: int = 0,
         loss_scale: Optional[float] = None,
         skipped: bool = False,
+        global_rows: Optional[int] = None,
     ) -> None:
-        """Record one finished optimizer step (its CSV row); raises on a stop signal."""
+        """Record one finished optimizer step (its CSV row); raises on a stop signal.
+        `batch_size`: the rows this row's update trained on; `global_rows`: the rows of the
+        global batch it is part of, where that differs (an asynchronous worker's share)."""
 
     def dropout_uniforms(self, epoch: int, rows) -> tuple:
         """The dropout uniforms of these training rows in this epoch (spec/dropout.py): what a

@@ -38,14 +38,15 @@ from algorithms.run.recorder import check_writable
 from algorithms.run.resources import check_resources, dataset_mb
 from algorithms.run.session import RunSession
 from algorithms.run.notices import startup_notices_dropped
-from algorithms.run.threads import set_malloc, set_thread_environment
+from algorithms.run.threads import process_threads, set_malloc, set_thread_environment
 from algorithms.run.tuning import apply_tuned, resolve_tuned
 
 
-def prepare(argv: Optional[list], prog: str, description: str):
+def prepare(argv: Optional[list], prog: str, description: str, support: Optional[Support] = None):
     """Flags, data and the results' places, checked. Raises InputError for the
-    user's mistakes, ResourceError for results that cannot be written."""
-    config = parse_config(argv, prog, description)
+    user's mistakes, ResourceError for results that cannot be written. `support`: the
+    wrapper's, whose strategies and faults --help lists (None: every one)."""
+    config = parse_config(argv, prog, description, support)
     if config.train == DEFAULT_TRAIN:
         ensure_default_data(DEFAULT_DATA_DIR)
     config = replace(config, test_labels=config.test_labels or default_test_labels(config.test))
@@ -92,9 +93,9 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     auto's trials and its launch, this process's environment, the framework loaded;
     returns (the wrapper's train module, the RunSession). A problem the user can fix
     raises InputError, one the machine cannot meet ResourceError, before any row is written."""
-    config, dataset = prepare(argv, prog, description)
+    support = support_of(wrapper_module)  # the wrapper package: no framework loads
+    config, dataset = prepare(argv, prog, description, support)
     check_supported(config, wrapper_module, prog)
-    support = support_of(wrapper_module)
     config = resolve_tuned(config, support.tuning)
     notes = check_resources(config, support.footprint, dataset_mb(dataset)) if support.footprint else []
     if config.batch_size_auto:  # trial processes, before this one loads the framework
@@ -104,7 +105,7 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
         print(note, flush=True)
     package.launch(config, argv)
-    set_thread_environment(config.threads)  # before the framework loads its BLAS / OpenMP
+    set_thread_environment(process_threads(config.threads))  # before the framework loads its BLAS / OpenMP
     set_malloc(config.malloc)
     apply_tuned(config)  # XLA and TensorFlow read their flags at import
     with startup_notices_dropped():  # the framework loads here (its determinism switches first)

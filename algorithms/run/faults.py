@@ -227,3 +227,37 @@ def stuck_loss_problem(evidence: EpochEvidence, num_classes: int, learning_rate:
             "or input not normalised"
         )
     return None
+
+
+NEAR_CHANCE = "ended near chance"  # how the diagnostic begins: the scaling report reads it from results.log
+
+
+def guess_accuracy(labels: np.ndarray, num_classes: int) -> float:
+    """What a net that ignores its input scores on these labels: the better of a uniform
+    guess (1 / classes) and always naming the commonest class."""
+    return max(1.0 / num_classes, float(np.bincount(labels).max()) / len(labels))
+
+
+def near_chance_problem(scores: list, num_classes: int, updates: int) -> Optional[str]:
+    """Called once, when a run ends. `scores`: (what, final accuracy, its labels) of each
+    set the run was last scored on (validation, the labelled test set). A final accuracy
+    within CHANCE_MARGIN_SE standard errors of guessing (guess_accuracy, its binomial
+    standard error over those rows) says the run learned nothing usable, whatever the
+    cause (a learning rate far off, too few steps, a broken strategy), so its speed and
+    its curves describe no training: said on the console and on results.log's
+    diagnostics line, and the scaling report marks its row."""
+    near = []
+    for what, accuracy, labels in scores:
+        if accuracy is None or labels is None or len(labels) == 0:
+            continue
+        guess = guess_accuracy(labels, num_classes)
+        if accuracy <= guess + CHANCE_MARGIN_SE * math.sqrt(guess * (1 - guess) / len(labels)):
+            near.append(f"{what} accuracy {accuracy:.4f} ({len(labels)} rows; guessing scores {guess:.3f})")
+    if not near:
+        return None
+    verb = "is" if len(near) == 1 else "are"
+    return (
+        f"{NEAR_CHANCE}: the final {' and '.join(near)} {verb} within {CHANCE_MARGIN_SE:g} standard errors "
+        f"of guessing without looking: after {updates} updates the net has learned nothing usable "
+        "(too few steps, a learning rate far off, or a strategy that does not train)"
+    )

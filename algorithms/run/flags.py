@@ -15,10 +15,37 @@ from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
 from algorithms.run.threads import MALLOC_POLICIES
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS
 from algorithms.spec.parallel import INNER_STRATEGIES, STRATEGIES
+from algorithms.spec.variants import KIND_HELP, TRAINING_KINDS
 
 DEFAULT_SYNC_EVERY = 4
 PRECISIONS = ("fp32", "bf16", "fp16")
 EXECUTION_MODES = ("eager", "graph", "compiled")
+
+
+# what --help says of each strategy; a script lists only those it runs (Support.strategies)
+STRATEGY_HELP = {
+    "single": "one device",
+    "data": "replicas share the batch",
+    "model": "conv block | dense block on two devices",
+    "tensor": "each layer's output channels split",
+    "pipeline": "stages fed micro-batches",
+    "hybrid": "data x --inner",
+    "ps": "workers pull parameters from parameter servers and push gradients",
+    "async": "Hogwild, processes updating one shared model without locks",
+    "localsgd": "replicas step alone, averaged every --sync_every steps",
+}
+# flags that only one strategy takes: a script that does not run it leaves them out of --help
+STRATEGY_OF_FLAG = {
+    "--inner": "hybrid",
+    "--group": "hybrid",
+    "--dp_impl": "data",
+    "--ps_tasks": "ps",
+    "--micro_batches": "pipeline",
+    "--sync_every": "localsgd",
+    "--ps_endpoint": "ps",
+    "--remote_workers": "ps",
+    "--ps_sync": "ps",
+}
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -95,11 +122,51 @@ def epoch_table(cast: Callable, flag: str) -> Callable:
     return parse
 
 
-def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in --help, added only where a flag's own help does not already
+    say its default, and only a default worth saying (not None, a switch's False or '')."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, "") or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
+def strategy_help(strategies: tuple) -> str:
+    """--strategy's help: the strategies this script runs; the others are named elsewhere."""
+    own = "; ".join(f"{name}: {STRATEGY_HELP[name]}" for name in strategies)
+    if len(strategies) == len(STRATEGIES):
+        return own
+    return (
+        f"{own}. The other strategies run in other frameworks: "
+        "`python -m algorithms.registry.capabilities`, docs/parallel.md"
+    )
+
+
+def fault_help(kinds: tuple) -> str:
+    """--fault's help: every kind this script puts in (the others refused in one line)."""
+    others = [kind for kind in TRAINING_KINDS if kind not in kinds]
+    return (
+        "a known error put into this run on purpose, for the confusion table that proves the verdict "
+        "catches it (algorithms.studies.power; docs/comparing.md): "
+        + "; ".join(KIND_HELP[kind] for kind in kinds)
+        + "; LAYER indexes the spec's layers (a bad one lists them)"
+        + (f"; other frameworks only: {', '.join(others)}" if others else "")
+        + ". Recorded in results.log and the settings record, so no verdict mistakes it for an honest run"
+    )
+
+
+def build_parser(
+    prog: str, description: str, strategies: tuple = STRATEGIES, fault_kinds: tuple = TRAINING_KINDS
+) -> argparse.ArgumentParser:
+    """The shared flags; `strategies` and `fault_kinds`: what this script runs (its
+    wrapper's Support), which its --help lists (every one is still parsed, so the
+    wrapper's refusal names the fix)."""
     parser = OneLineErrorParser(
         prog=prog,
         description=description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
         epilog="Preset defaults (batch size, epochs, learning rate, optimizer) come from the network: "
         + "; ".join(
             f"{n.name}: batch {n.training.batch_size}, {n.training.epochs} epochs, "
@@ -149,7 +216,9 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         type=batch_size_or_auto,
         default=None,
         help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
-        "within --memory_budget_mb, found by trial runs of a few steps each (docs/batch-size.md)",
+        "within --memory_budget_mb, found by trial runs of a few whole-batch steps each, and never more "
+        "than a tenth of the training rows, so the run makes at least 10 optimizer steps an epoch "
+        "(docs/batch-size.md)",
     )
     training.add_argument(
         "--memory_budget_mb",
@@ -173,16 +242,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         default=None,
         help="SGD's Nesterov momentum on or off (default: the preset's, on); the Adam preset refuses it",
     )
-    training.add_argument(
-        "--fault",
-        default=None,
-        metavar="KIND:WHERE:VALUE",
-        help="a known error put into this run on purpose, for the confusion table that proves the verdict "
-        "catches it (algorithms.studies.power; docs/comparing.md): weights:LAYER:FACTOR (that layer's initial "
-        "kernel times FACTOR), padding:LAYER:PIXELS (the padding before that convolution), order:EPOCH:SEED "
-        "(that epoch's batches in another order); LAYER indexes the spec's layers (a bad one lists "
-        "them). Recorded in results.log and the settings record, so no verdict mistakes it for an honest run",
-    )
+    training.add_argument("--fault", default=None, metavar="KIND:WHERE:VALUE", help=fault_help(fault_kinds))
     training.add_argument(
         "--seed", type=int, default=0, help="seeds the weights, the validation split, the batch order and dropout"
     )
@@ -210,13 +270,9 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parallel.add_argument(
         "--strategy",
         choices=STRATEGIES,
+        metavar="{" + ",".join(strategies) + "}",
         default="single",
-        help="data: replicas share the batch; model: conv block | dense block on two devices; "
-        "tensor: each layer's output channels split; pipeline: stages fed micro-batches; "
-        "hybrid: data x --inner; ps: workers pull parameters from parameter servers and push "
-        "gradients (torch: one server over rpc; tensorflow: --ps_tasks servers, ParameterServerStrategy); "
-        "async: Hogwild, processes updating one shared model without locks; "
-        "localsgd: replicas step alone, averaged every --sync_every steps",
+        help=strategy_help(strategies),
     )
     parallel.add_argument(
         "--devices",
@@ -416,4 +472,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="continue run RUN_ID from its latest checkpoint, with the same flags",
     )
     output.add_argument("--quiet", action="store_true", help="print only the epoch lines and the summary")
+    for action in parallel._group_actions:  # a strategy's own flags, only where the script runs it
+        strategy = STRATEGY_OF_FLAG.get(action.option_strings[0])
+        if strategy and strategy not in strategies:
+            action.help = argparse.SUPPRESS
     return parser

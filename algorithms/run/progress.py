@@ -41,14 +41,31 @@ class Progress:
         now = time.perf_counter()
         if self._tty:
             self.say("\r" + text, end="", flush=True)
-        elif now - self._last_line >= NON_TTY_PROGRESS_EVERY_S:
+        elif len(self._losses) < steps_per_epoch and now - self._last_line >= NON_TTY_PROGRESS_EVERY_S:
+            # (not at the epoch's last step: its epoch line follows at once, and says the same)
             self.say(f"Epoch {epoch + 1}/{self.num_epochs} -" + text, flush=True)
             self._last_line = now
 
     @property
     def epoch_steps(self) -> int:
-        """Steps this process ran in the current epoch (0 when resumed at its end)."""
+        """Steps of the current epoch so far, a resumed run's before its checkpoint included."""
         return len(self._losses)
+
+    def state(self) -> dict:
+        """This epoch's steps so far, for a checkpoint: a run resumed from it reports the
+        whole epoch, the steps before the checkpoint included."""
+        return {
+            "epoch_losses": self._losses,
+            "epoch_accuracies": self._accuracies,
+            "epoch_step_ms": self._step_times_ms,
+        }
+
+    def restore(self, state: dict) -> None:
+        """`state()` of the checkpointed run (a checkpoint older than it has none: the epoch
+        line then covers the steps after the resume only)."""
+        self._losses = list(state.get("epoch_losses", []))
+        self._accuracies = list(state.get("epoch_accuracies", []))
+        self._step_times_ms = list(state.get("epoch_step_ms", []))
 
     def epoch_means(self) -> Optional[tuple]:
         """(mean train loss, mean accuracy) over this epoch's steps, None if it ran none."""
@@ -59,12 +76,12 @@ class Progress:
     def end_epoch(self, epoch: int, steps_per_epoch: int, train: Optional[tuple], val: tuple, extra: str = "") -> None:
         """The epoch's line (`train`: its mean loss and accuracy; `extra` appended), then a fresh epoch."""
         now = time.perf_counter()
-        ms_step = statistics.median(self._step_times_ms) if self._step_times_ms else float("nan")
+        ms_step = f"{statistics.median(self._step_times_ms):.1f}" if self._step_times_ms else "n/a"
         train_text = "n/a" if train is None else f"{train[0]:.4f} - acc: {train[1]:.4f}"
         line = (
             f"Epoch {epoch + 1}/{self.num_epochs} - {self.epoch_steps}/{steps_per_epoch} steps - "
             f"{now - self._epoch_start:.1f}s - loss: {train_text} - "
-            f"val_loss: {val[0]:.4f} - val_acc: {val[1]:.4f} - {ms_step:.1f} ms/step{extra}"
+            f"val_loss: {val[0]:.4f} - val_acc: {val[1]:.4f} - {ms_step} ms/step{extra}"
         )
         self.say(("\r" if self._tty and not self.quiet else "") + line, flush=True)
         self._losses, self._accuracies, self._step_times_ms = [], [], []

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from algorithms.run.recorder import WARMUP_STEPS, append_log_block, steady_state_ms
-from algorithms.run.threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb
+from algorithms.run.threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb, process_threads
 from algorithms.run.tuning import log_line as tuned_log_line
 
 
@@ -92,7 +92,7 @@ def write_log_block(session, status: str, summary: dict) -> None:
             ),
             ("execution", session.execution_note),
             ("precision", session.precision_note + _loss_scale_text(session.loss_scales, session.skipped_steps, step)),
-            ("threads", f"--threads {config.threads}; {environment_text(THREAD_VARIABLES)}"),
+            ("threads", _threads_text(config.threads)),
             ("malloc", f"--malloc {config.malloc}; {environment_text(MALLOC_VARIABLES)}"),
             ("tuned", tuned_log_line(config)),
             ("peak rss", f"{peak_rss_mb():.0f} MB (ru_maxrss of this process)"),
@@ -101,6 +101,13 @@ def write_log_block(session, status: str, summary: dict) -> None:
         ]
         + _schedule_lines(session),
     )
+
+
+def _threads_text(threads: int) -> str:
+    """--threads (the run's) and, where the ranks on this machine share them, this process's part."""
+    mine = process_threads(threads)
+    share = f" ({mine} in this process: the run's processes on this machine share them)" if mine != threads else ""
+    return f"--threads {threads}{share}; {environment_text(THREAD_VARIABLES)}"
 
 
 def _schedule_lines(session) -> list:

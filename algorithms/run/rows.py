@@ -15,7 +15,8 @@ class RunRows:
         self._csv = ResultsCsv(path, identity) if record else None
 
     def set_global_batch(self, global_batch: int) -> None:
-        """--batch_schedule: the rows from here on are at this epoch's batch."""
+        """--batch_schedule: the rows from here on are at this epoch's batch (a train row
+        says its own step's rows, write(global_batch=...))."""
         if self._csv is not None:
             self._csv.identity["global_batch"] = global_batch
 

@@ -19,7 +19,13 @@ from algorithms.run.checkpoint import Checkpoints
 from algorithms.run.clock import RunClock
 from algorithms.run.config import RunConfig
 from algorithms.run.contract import Runtime
-from algorithms.run.faults import EpochEvidence, first_loss_problem, raise_if_stop_requested, stuck_loss_problem
+from algorithms.run.faults import (
+    EpochEvidence,
+    first_loss_problem,
+    near_chance_problem,
+    raise_if_stop_requested,
+    stuck_loss_problem,
+)
 from algorithms.run.noise_scale import NoiseScale
 from algorithms.run.progress import Progress
 from algorithms.run.recorder import results_csv_name, write_predictions
@@ -128,6 +134,7 @@ class RunSession:
             "samples_seen": self.samples_seen,
             "last_val": self.last_val,
             "last_train": self.last_train,
+            **self.progress.state(),
         }
 
     def _restore(self, state: dict) -> None:
@@ -140,10 +147,13 @@ class RunSession:
         self.samples_seen = state.get("samples_seen", 0)
         self.last_val = tuple(state["last_val"]) if state["last_val"] else None
         self.last_train = tuple(state["last_train"]) if state["last_train"] else None
-        self.progress.say(
-            f"resuming run {self.run_id} at step {self.step + 1} (epoch {state['epoch'] + 1}) from {self.resume_from}",
-            flush=True,
-        )
+        self.progress.restore(state)
+        epoch, next_index = self.resume_position
+        if next_index < self._steps_per_epoch(self.config.batch_at(epoch)):
+            where = f"at step {self.step + 1} (epoch {epoch + 1})"
+        else:  # checkpointed after an epoch's last step: its validation comes first
+            where = f"after epoch {epoch + 1}'s last step (its validation, then step {self.step + 1})"
+        self.progress.say(f"resuming run {self.run_id} {where} from {self.resume_from}", flush=True)
 
     # ------------------------------------------------------------------ per step
     def wall(self) -> float:
@@ -217,9 +227,13 @@ class RunSession:
         staleness: int = 0,
         loss_scale: Optional[float] = None,
         skipped: bool = False,
+        global_rows: Optional[int] = None,
     ) -> None:
         """Record one finished optimizer step; `epoch` is 0-based here, 1-based in
-        the CSV. `comm_time_ms` is the part of step_time_ms spent communicating,
+        the CSV. `batch_size` is the rows it trained on, and the row's global_batch the
+        rows of its global batch: the same, or for an asynchronous worker's share of
+        one, `global_rows` (an epoch's short last step has its own, smaller count).
+        `comm_time_ms` is the part of step_time_ms spent communicating,
         where the strategy can measure it. `worker` is whose update this is and
         `staleness` how many other updates were applied between its read of the
         parameters and its own (0 for a synchronous strategy, whose rank 0 records)."""
@@ -234,6 +248,7 @@ class RunSession:
             loss,
             accuracy,
             self.wall(),
+            global_batch=global_rows or batch_size,
             learning_rate=learning_rate,
             step_time_ms=step_time_ms,
             data_time_ms=data_time_ms,
@@ -357,6 +372,8 @@ class RunSession:
         if test_loss is not None:
             self.rows.write("test", None, self.step, test_loss, test_accuracy, self.wall(), learning_rate=None)
         self.rows.close()
+        if status == "completed":  # a run stopped early says why on its status line instead
+            self.diagnose(self._near_chance(test_accuracy))
         predictions_path = None
         if test_predictions is not None and self.record and self.config.part == "run":
             predictions_path = os.path.join(
@@ -370,6 +387,14 @@ class RunSession:
             self._write_log(status, summary)
             print_summary(self, summary)
         return summary
+
+    def _near_chance(self, test_accuracy: Optional[float]) -> Optional[str]:
+        """Whether the run ends where a net that learned nothing would (faults.near_chance_problem)."""
+        scores = [
+            ("validation", self.last_val[1] if self.last_val else None, self.dataset.val_y),
+            ("test", test_accuracy, self.dataset.test_y),
+        ]
+        return near_chance_problem(scores, self.config.network.num_classes, self.step)
 
     def fail(self, status: str) -> bool:
         """After a write failed (the disk full, read-only): the CSV closed, and the

@@ -22,6 +22,12 @@ MALLOPT_CODES = {"MALLOC_MMAP_MAX_": -4, "MALLOC_TRIM_THRESHOLD_": -1}  # M_MMAP
 GLIBC_DEFAULTS = {"MALLOC_MMAP_MAX_": 65536, "MALLOC_TRIM_THRESHOLD_": 128 * 1024}
 
 
+def process_threads(threads: int) -> int:
+    """This process's share of --threads, which is the run's on this machine: the ranks a
+    launcher started here (torchrun's LOCAL_WORLD_SIZE) share them, as they share its cores."""
+    return max(1, threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
 def set_thread_environment(threads: int) -> str:
     """Before the framework is imported; returns what was set, for results.log."""
     for name in THREAD_VARIABLES:

@@ -12,7 +12,7 @@ run's steps); a `--ps_sync` pool takes whole steps (parts = 1) and applies each 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 
 from algorithms.run.contract import UpdatePool
 from algorithms.run.loop import batched_logits, evaluate_initial, finish_with_test, validate
@@ -35,15 +35,19 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
         # batch (eager torch; TensorFlow's closure has a None batch dimension)
         session.begin_epoch(epoch)
         jobs = deque(
-            indices[start:stop]
+            (indices[start:stop], len(indices))  # a share, and the rows of the global batch it is cut from
             for (indices,) in session.optimizer_batches(epoch)
             for start, stop in split_ranges(len(indices), pool.parts)
         )
         free, pending = list(range(pool.slots)), 0
+        # share size -> the rows of the global batches the shares in flight were cut from, in the
+        # order issued: an update says its rows, not its job (a pool's scheduler may pick its worker)
+        global_rows = defaultdict(deque)
         while jobs or pending:
             while free and jobs and issued < limit:
-                rows = jobs.popleft()
-                pool.submit(free.pop(0), rows, session.learning_rate, session.dropout_uniforms(epoch, rows))
+                share, rows = jobs.popleft()
+                pool.submit(free.pop(0), share, session.learning_rate, session.dropout_uniforms(epoch, share))
+                global_rows[len(share)].append(rows)
                 issued, pending = issued + 1, pending + 1
             if not pending:
                 break
@@ -63,6 +67,7 @@ def train_by_updates(pool: UpdatePool, session) -> dict:
                 update.comm_time_ms,
                 worker=update.worker,
                 staleness=update.staleness,
+                global_rows=global_rows[update.samples].popleft(),
             )
         validate(session, epoch, logits_fn)
         if session.should_stop():

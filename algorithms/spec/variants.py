@@ -66,6 +66,20 @@ TRAINING_KINDS = LAYER_KINDS + ("dropout", "loss", "order") + BARE_KINDS
 WITHOUT_VALUE = {"bias": 0.0, "frozen": 0.0, "shape": 0.0, "die": 0.0, "loss": 0.0}
 # a --fault die:LAYER child's exit status: not Python's for an error (1), nor a bad flag's (2)
 DIE_EXIT_STATUS = 70
+# each training kind as --help says it
+KIND_HELP = {
+    "weights": "weights:LAYER:FACTOR (that layer's initial kernel times FACTOR)",
+    "padding": "padding:LAYER:PIXELS (the padding before that convolution)",
+    "bias": "bias:LAYER (that conv or dense layer without its bias)",
+    "dropout": "dropout:LAYER:RATE (that Dropout layer at RATE, kept in a --parity run)",
+    "loss": "loss:sum (the gradient of the batch's summed loss, not its mean)",
+    "order": "order:EPOCH:SEED (that epoch's batches in another order)",
+    "same_order": "same_order (every epoch's batches in epoch 1's order)",
+    "eval_dropout": "eval_dropout (evaluated with dropout on)",
+    "momentum_reset": "momentum_reset (the optimizer's state cleared every epoch)",
+    "lr_late": "lr_late (each change of the learning rate applied an epoch late)",
+    "accuracy_labels": "accuracy_labels (the training accuracy counted on shifted labels)",
+}
 
 
 @dataclass(frozen=True)

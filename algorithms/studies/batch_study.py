@@ -13,7 +13,6 @@ other), read back from its CSV.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -22,6 +21,8 @@ from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.run.argv import without_flags
 from algorithms.run.recorder import read_rows
 from algorithms.run.entry import prepare
+from algorithms.analysis.settings import epoch_batches
+from algorithms.run.flags import DefaultsHelpFormatter
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table
@@ -32,7 +33,7 @@ def parse_study_args(argv: list):
         "python -m algorithms.studies.batch_study",
         __doc__.split("\n\n")[0],
         allow_abbrev=False,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument(
         "--framework",
@@ -84,7 +85,7 @@ def summarize_arm(rows: list) -> dict:
         "val": val[-1]["accuracy"] if val else None,
         "wall": rows[-1]["wall_time_s"] if rows else None,
         "val_curve": [(row["epoch"], row["step"], row["accuracy"]) for row in val],
-        "batches": sorted({row["global_batch"] for row in train}),
+        "batches": sorted(set(epoch_batches(train).values())),
         "rates": sorted({row["learning_rate"] for row in train}, reverse=True),
     }
 

@@ -108,6 +108,10 @@ def measure_strategy(results_dir: str, results_log: str, network: str, name: str
         "identical": bool(np.array_equal(a, b)),
         "precision_steps": empty.astype(int),
         "precision": empty,
+        "not_run": {  # why its axes other than run-to-run are empty
+            "cross": "an update of 1/N batch is not a one-device step",
+            "precision": "the strategy's pair runs at float32 only",
+        },
         "notes": read_log_field(results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity")
         or "",
     }
@@ -133,6 +137,13 @@ def measure(
         cross = relative_difference(ref, mine)
         low = train_losses(path, f"{run_id}-{low_precision}") if low_precision != "none" else (np.array([]),)
         precision_steps, full, reduced = aligned(first, low) if low[0].size else (np.array([], int), None, None)
+        not_run = {}
+        if low_precision != "none" and not low[0].size:
+            not_run["precision"] = (
+                f"its --precision {low_precision} run wrote no rows"
+                if runs_precision(name, low_precision)
+                else f"{name} has no --precision {low_precision}"
+            )
         measured.append(
             {
                 "name": name,
@@ -144,6 +155,7 @@ def measure(
                 "identical": bool(np.array_equal(a, b)),
                 "precision_steps": precision_steps,
                 "precision": relative_difference(full, reduced) if full is not None else np.array([]),
+                "not_run": not_run,
                 "notes": read_log_field(
                     results_log, run_id + "-a", f"{framework.framework}/{framework.backend}", "parity"
                 )
@@ -185,9 +197,10 @@ def table_rows(measured: list) -> list:
     return rows
 
 
-def axis_rows(rows: list, reference: str, low_precision: str) -> list:
+def axis_rows(rows: list, reference: str, low_precision: str, not_run: dict = None) -> list:
     """Each framework's drift as three rows, one per axis: its own summation order (run to
-    run), the other framework's (cross-framework), and `low_precision` against float32."""
+    run), the other framework's (cross-framework), and `low_precision` against float32.
+    `not_run`: framework -> {axis key: why it has no numbers} (measure's "not_run")."""
     axes = (
         ("run_to_run", "run-to-run (own summation order)"),
         ("cross", f"cross-framework (vs {reference})"),
@@ -209,21 +222,23 @@ def axis_rows(rows: list, reference: str, low_precision: str) -> list:
                     "max": largest,
                     "firsts": [row.get(f"{key}_first_above_{t:g}") for t in THRESHOLDS],
                     "ran": largest is not None,
+                    "why": (not_run or {}).get(row["framework"], {}).get(key, "no steps measured"),
                 }
             )
     return table
 
 
-def format_axes(rows: list, reference: str, low_precision: str) -> list:
+def format_axes(rows: list, measured: list, reference: str, low_precision: str) -> list:
+    not_run = {item["name"]: item.get("not_run", {}) for item in measured}
     body = [
         [
             item["framework"],
             item["axis"],
             _sci(item["step1"]) if item["ran"] else "",
-            _sci(item["max"]) if item["ran"] else "not run (no --precision here)",
+            _sci(item["max"]) if item["ran"] else f"not run: {item['why']}",
             "/".join(_step(step) for step in item["firsts"]) if item["ran"] else "",
         ]
-        for item in axis_rows(rows, reference, low_precision)
+        for item in axis_rows(rows, reference, low_precision, not_run)
     ]
     header = ["framework", "axis", "step 1", "max", "first >1e-6/1e-4/1e-2"]
     return ["the same differences by axis:"] + text_table(header, body, indent="  ")
@@ -262,7 +277,7 @@ def format_drift(rows: list, measured: list, reference: str, low_precision: str 
         )
     lines = ["relative loss difference |dloss|/loss per step, parity mode ('-': never crossed):"]
     lines += text_table(header, body, indent="  ")
-    lines += ["", *format_axes(rows, reference, low_precision)]
+    lines += ["", *format_axes(rows, measured, reference, low_precision)]
     lines.append("\nwhat each parity run could not make deterministic:")
     lines += [f"  {item['name']}: {item['notes'] or 'not recorded'}" for item in measured if not item["failed"]]
     return "\n".join(lines)

@@ -10,6 +10,11 @@ the seeds' rule: under 1.5x at 2 devices, adding devices does not pay.
 Works with any framework of the registry (algorithms/registry/frameworks.py) whose entry script accepts
 `--strategy STRATEGY --devices N`; a framework that refuses is reported, not fatal.
 
+Threads: on a CPU machine one device is --threads_per_device cores (T); each run gets
+--threads T x its devices, which its processes or logical devices share, T each (torchrun's
+ranks, Hogwild's and the parameter server's workers, TensorFlow's cluster tasks, one
+process's intra-op pool over N logical devices), as its results.log says.
+
 The asynchronous strategies (ps, async) apply N updates of 1/N batch per global batch,
 and their workers overlap: their --max_steps is N x the report's (the same samples
 seen), and their throughput comes from the rows' wall time (updates/s x samples per
@@ -28,11 +33,12 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES
+from algorithms.registry.frameworks import NAMES, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
 from algorithms.run.argv import without_flags
-from algorithms.run.recorder import WARMUP_STEPS, steady_state_ms, update_rates
+from algorithms.run.faults import NEAR_CHANCE
+from algorithms.run.recorder import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
 from algorithms.run.entry import prepare
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
@@ -63,6 +69,8 @@ class ScalingRow:
     staleness_p95: Optional[float] = None
     val_accuracy: Optional[float] = None  # the last validation pass
     wall_s: Optional[float] = None  # from the session's start to its last row
+    threads: Optional[int] = None  # the run's --threads: --threads_per_device x its devices
+    near_chance: bool = False  # the run ended where a net that learned nothing would (its results.log says so)
 
 
 ASYNCHRONOUS = ("ps", "async")  # each worker's 1/N share of a batch is an update of its own
@@ -97,8 +105,8 @@ def parse_args(argv: list):
         "--threads_per_device",
         type=int,
         default=None,
-        help="OMP_NUM_THREADS of every process: on a CPU machine one 'device' is this many "
-        "cores, so N devices use N x as many (default: cores / the largest device count)",
+        help="on a CPU machine one 'device' is this many cores: a run on N devices gets --threads N x this, "
+        "which its processes or devices share, this many each (default: cores / the largest device count)",
     )
     parser.add_argument(
         "--results_dir",
@@ -118,17 +126,24 @@ def parse_args(argv: list):
         args.threads_per_device = max(1, (os.cpu_count() or 1) // devices[-1])
     if args.threads_per_device < 1:
         parser.error(f"--threads_per_device {args.threads_per_device}: must be 1 or more")
+    if any(flag == "--threads" or flag.startswith("--threads=") for flag in forwarded):
+        parser.error("--threads: the report gives each run --threads_per_device x its devices; pass that instead")
     return frameworks, args, devices, forwarded
 
 
 def run_one(
     name: str, strategy: str, devices: int, forwarded: list, directory: str, report_id: str, threads: int, network: str
 ):
-    """One entry-script process; returns (exit status, its rows)."""
+    """One entry-script process at `threads` per device (--threads is a run's in total: its
+    processes or devices share them, threads each); returns (exit status, its rows, the
+    diagnostics line of its results.log block)."""
     results_dir = os.path.join(directory, f"{name}_x{devices}")
     run_id = f"{report_id}-{name}-x{devices}"
+    results_log = os.path.join(directory, "results.log")
     flags = [
         *(without_strategy_flags(forwarded) if devices == 1 else forwarded),
+        "--threads",
+        str(threads * devices),
         "--strategy",
         "single" if devices == 1 else strategy,
         "--devices",
@@ -136,7 +151,7 @@ def run_one(
         "--results_dir",
         results_dir,
         "--results_log",
-        os.path.join(directory, "results.log"),
+        results_log,
         "--run_id",
         run_id,
         "--quiet",
@@ -144,15 +159,25 @@ def run_one(
     if updates_per_batch(strategy, devices, forwarded) > 1:  # the same samples as the others' steps
         steps = int(flags[flags.index("--max_steps") + 1]) * devices
         flags[flags.index("--max_steps") + 1] = str(steps)
-    threads_env = {"OMP_NUM_THREADS": str(threads), "TF_NUM_INTRAOP_THREADS": str(threads * devices)}
-    code, _ = children.run_framework(name, flags, f"  {name} x{devices}", threads_env, quiet=True)
-    return code, children.run_rows(children.results_csv(results_dir, network, name), run_id)
+    code, _ = children.run_framework(name, flags, f"  {name} x{devices}", quiet=True)
+    framework = get(name)
+    diagnostics = read_log_field(results_log, run_id, f"{framework.framework}/{framework.backend}", "diagnostics")
+    return code, children.run_rows(children.results_csv(results_dir, network, name), run_id), diagnostics or ""
 
 
 def summarize(
-    name: str, strategy: str, devices: int, code: int, rows: list, param_count: int, group: int
+    name: str,
+    strategy: str,
+    devices: int,
+    code: int,
+    rows: list,
+    param_count: int,
+    group: int,
+    diagnostics: str = "",
+    threads: Optional[int] = None,
 ) -> ScalingRow:
-    """`rows`: the run's rows (train and val)."""
+    """`rows`: the run's rows (train and val); `diagnostics`: its results.log's line;
+    `threads`: the run's --threads."""
     train = [row for row in rows if row["phase"] == "train"]
     val = [row for row in rows if row["phase"] == "val"]
     if code != 0 or not train:
@@ -182,14 +207,17 @@ def summarize(
         **rates,
         val_accuracy=val[-1]["accuracy"] if val else None,
         wall_s=max(row["wall_time_s"] for row in rows if row["wall_time_s"] is not None),
+        threads=threads,
+        near_chance=NEAR_CHANCE in diagnostics,
     )
 
 
 def add_speedups(rows: list) -> None:
-    """Speedup against the same framework's 1-device run (same global batch)."""
+    """Speedup against the same framework's 1-device run (same global batch); none where
+    either run ended near chance: a run that learned nothing is no training to speed up."""
     for row in rows:
         base = next((r for r in rows if r.framework == row.framework and r.devices == 1 and r.ms_per_step), None)
-        if base and row.ms_per_step:
+        if base and row.ms_per_step and not (row.near_chance or base.near_chance):
             row.speedup = base.ms_per_step / row.ms_per_step
             row.efficiency = row.speedup / row.devices
 
@@ -198,7 +226,15 @@ def verdicts(rows: list) -> list:
     lines = []
     for name in dict.fromkeys(row.framework for row in rows):
         two = next((r for r in rows if r.framework == name and r.devices == 2 and r.speedup), None)
-        if two is None:
+        chance = [r for r in rows if r.framework == name and r.near_chance]
+        if chance:
+            lines.append(
+                f"{name}: no speedup judged: "
+                + ", ".join(f"x{r.devices} ({r.strategy}, val acc {number(r.val_accuracy, '.4f')})" for r in chance)
+                + " ended near chance (their results.log says why): a run that learns nothing is no training to "
+                "speed up; give the runs more steps (--max_steps), or fix what stops them learning"
+            )
+        elif two is None:
             lines.append(f"{name}: no 1- and 2-device pair to judge")
         elif two.speedup < WORTH_IT_AT_TWO:
             lines.append(
@@ -230,6 +266,7 @@ def format_table(rows: list) -> str:
         "stale p50/p95",
         "val acc",
         "wall s",
+        "threads",
     )
 
     def cell(value, spec):
@@ -249,8 +286,9 @@ def format_table(rows: list) -> str:
             cell(r.effective_mb_per_s, ".0f"),
             cell(r.updates_per_sec, ".1f"),
             "-" if r.staleness_median is None else f"{r.staleness_median:g}/{r.staleness_p95:g}",
-            cell(r.val_accuracy, ".4f"),
+            cell(r.val_accuracy, ".4f") + (" chance" if r.near_chance else ""),
             cell(r.wall_s, ".1f"),
+            cell(r.threads, "d"),
         )
         for r in rows
     ]
@@ -325,16 +363,29 @@ def main(argv=None) -> int:
     print(
         f"scaling report {report_id}: {config.network.name}, --strategy {strategy} at {devices} devices, "
         f"global batch {config.batch_size}, {max_steps} steps per run, {args.threads_per_device} thread(s) "
-        f"per device, {dataset.describe()}",
+        f"per device (each run: --threads {args.threads_per_device} x its devices), {dataset.describe()}",
         flush=True,
     )
     rows = []
     for name in frameworks:
         for count in devices:
-            code, train = run_one(
-                name, strategy, count, forwarded, directory, report_id, args.threads_per_device, config.network.name
+            threads = args.threads_per_device
+            code, train, diagnostics = run_one(
+                name, strategy, count, forwarded, directory, report_id, threads, config.network.name
             )
-            rows.append(summarize(name, strategy, count, code, train, config.network.param_count(), config.plan.group))
+            rows.append(
+                summarize(
+                    name,
+                    strategy,
+                    count,
+                    code,
+                    train,
+                    config.network.param_count(),
+                    config.plan.group,
+                    diagnostics,
+                    threads * count,
+                )
+            )
     add_speedups(rows)
     title = (
         f"{config.network.name} · {strategy} · global batch {config.batch_size} · "
@@ -345,6 +396,8 @@ def main(argv=None) -> int:
         "communication: 'comm ms' is measured inside the framework's collectives (blank where it does not "
         "expose it); 'ring all-reduce MB' is 2 (K - 1) / K x the float32 gradient each replica sends per step"
     )
+    if any(row.near_chance for row in rows):
+        print("'chance': the run ended near chance (it learned nothing): its speedup is not judged")
     for line in verdicts(rows):
         print("verdict: " + line)
     csv_path, png_path = directory + ".csv", directory + ".png"

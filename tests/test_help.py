@@ -1,0 +1,127 @@
+"""Every entry script's --help: read before any framework loads (so it and a refused flag
+answer at once, without the frameworks' start-up notices), one default per flag, and
+only the strategies and --fault kinds its own framework runs."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+
+import pytest
+
+from algorithms.registry.capabilities import environment
+from algorithms.registry.frameworks import FRAMEWORKS, Framework
+from algorithms.run.config import OPTIONAL_FLAGS
+from algorithms.paths import REPO_ROOT
+from algorithms.spec.parallel import STRATEGIES
+from algorithms.spec.variants import TRAINING_KINDS
+from tests.conftest import framework_param, run_module, script_env
+
+FRAMEWORK_MODULES = ("tensorflow", "keras", "torch", "jax", "theano", "lasagne", "caffe")
+
+# the script run as `python SCRIPT ARGS` would, then the framework modules it loaded
+LOADED_AFTER = """
+import runpy, sys
+sys.argv = [{script!r}, *{args!r}]
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except SystemExit as stop:
+    code = stop.code
+print("status", code, "loaded", ",".join(m for m in {modules!r} if m in sys.modules) or "none")
+"""
+
+# every script: keras_tensorflow_backend.py beside the registry's (which runs Keras on tensorflow
+# through keras_script.py), each with the environment its framework runs in
+KERAS_TENSORFLOW_BACKEND = Framework(
+    "keras_tensorflow", "keras_tensorflow_backend.py", {}, "keras", "tensorflow", "keras_wrapper", "main"
+)
+SCRIPTS = [pytest.param(*framework_param(f).values, marks=framework_param(f).marks, id=f.name) for f in FRAMEWORKS]
+SCRIPTS.append(pytest.param(KERAS_TENSORFLOW_BACKEND, id="keras_tensorflow_backend.py"))
+MAIN_ENV = [pytest.param(f, id=f.name) for f in FRAMEWORKS if f.venv == "main" and f.name != "caffe"]
+
+
+def support_of(framework: Framework):
+    with environment(framework.env):
+        return importlib.import_module(framework.package).supported()
+
+
+def run_in_place(framework: Framework, args: list) -> subprocess.CompletedProcess:
+    """The entry script under its framework's Python (the legacy ones: .venv-legacy's, where
+    they would re-execute themselves), in one process whose loaded modules are then listed."""
+    code = LOADED_AFTER.format(script=framework.script, args=args, modules=FRAMEWORK_MODULES)
+    return subprocess.run(
+        [framework.python, "-c", code],
+        cwd=REPO_ROOT,
+        env=script_env(framework.env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def refused_flags(framework: Framework) -> list:
+    """A strategy the framework does not run, or else an optional flag it does not have."""
+    support = support_of(framework)
+    strategy = next((s for s in STRATEGIES if s not in support.strategies), None)
+    if strategy:
+        return ["--strategy", strategy, "--devices", "2"]
+    flag = next(flag for flag in OPTIONAL_FLAGS if flag not in support.flags)
+    return flag.split()
+
+
+@pytest.mark.parametrize("framework", SCRIPTS)
+def test_help_and_a_refusal_come_before_any_framework_loads(framework):
+    helped = run_in_place(framework, ["--help"])
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr[-2000:]
+    assert helped.stdout.strip().endswith("status 0 loaded none"), helped.stdout[-300:]
+    refused = run_in_place(framework, refused_flags(framework))
+    assert refused.returncode == 0 and refused.stderr.startswith("error: "), refused.stderr[-2000:]
+    assert refused.stdout.strip().endswith("status 2 loaded none"), refused.stdout[-300:] + refused.stderr[-300:]
+    assert "oneDNN" not in helped.stderr + refused.stderr and "absl" not in helped.stderr + refused.stderr
+
+
+def option_blocks(help_text: str) -> list:
+    """(--flag, its whole help text) of every option, in order, as argparse lays it out (a
+    study's --help lists its own flags, then the entry scripts': a flag may come twice)."""
+    blocks = []
+    for line in help_text.splitlines():
+        match = re.match(r"  (--\w+)", line)
+        if match:
+            blocks.append((match.group(1), line))
+        elif blocks and line.startswith("      "):
+            blocks[-1] = (blocks[-1][0], blocks[-1][1] + " " + line.strip())
+    return blocks
+
+
+def assert_one_default_each(help_text: str) -> None:
+    for flag, text in option_blocks(help_text):
+        assert len(re.findall(r"\(default\b|\bDefault:", text)) <= 1 and "(default: None)" not in text, text
+
+
+@pytest.mark.parametrize("framework", MAIN_ENV)
+def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_script_runs(framework):
+    helped = run_in_place(framework, ["--help"])
+    blocks = dict(option_blocks(helped.stdout))
+    assert "--strategy" in blocks and "--fault" in blocks, helped.stdout[-2000:]
+    assert_one_default_each(helped.stdout)
+    support = support_of(framework)
+    usage = re.search(r"--strategy \{([\w,]+)\}", helped.stdout).group(1).split(",")
+    assert usage == [s for s in STRATEGIES if s in support.strategies]
+    strategy_help = blocks["--strategy"]
+    for strategy in STRATEGIES:
+        assert (f"{strategy}:" in strategy_help) == (strategy in support.strategies), strategy_help
+    if len(support.strategies) < len(STRATEGIES):
+        assert "algorithms.registry.capabilities" in strategy_help
+    fault_help = blocks["--fault"]
+    for kind in TRAINING_KINDS:  # each kind named, with its syntax where this script puts it in
+        runs = f"--fault {kind}" not in OPTIONAL_FLAGS or f"--fault {kind}" in support.flags
+        assert kind in fault_help and (f"{kind}:" in fault_help) == runs, (kind, fault_help)
+    if "ps" not in support.strategies:  # a strategy's own flags go with it
+        assert "--ps_tasks" not in blocks and "--ps_sync" not in blocks
+
+
+def test_a_study_says_each_default_once_too():
+    proc = run_module("algorithms.studies.batch_study", ["--help"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_one_default_each(proc.stdout)
