@@ -67,8 +67,9 @@ def shape_of(variable) -> tuple:
 
 
 def set_random_seed(seed: int) -> None:
-    """Seeds dropout (Keras 2 on Theano draws its dropout seeds from numpy). Keras 3's
-    set_random_seed also seeds TensorFlow wherever it is installed, loading it for that
+    """Seeds Python's, numpy's and Keras's generators, though the model draws from none of
+    them (dropout's uniforms come with the rows: model.py), so nothing else random can
+    creep in unseeded. Keras 3's set_random_seed also seeds TensorFlow wherever it is installed, loading it for that
     alone on the jax and torch backends (4-5 s and 730 MB, the import alone, in a run that
     never uses it, and its start-up notices mid-build): there it is told TensorFlow is
     absent while it seeds Python, numpy, its own seed generator and torch."""

@@ -145,7 +145,7 @@ def compile_model(
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
 
     model.compile(
-        optimizer=optimizer or make_optimizer(optimizer_spec, accumulate),
+        optimizer=optimizer if optimizer is not None else make_optimizer(optimizer_spec, accumulate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[
             compat.LastBatch(batch_loss, "batch_loss"),
