@@ -1,6 +1,7 @@
 """Keras: one model builder for every backend (Keras 3 on tensorflow, torch or jax,
 chosen by KERAS_BACKEND). `model.py` translates the spec, `train.py` trains it
-with model.fit over the shared batch order, recording each step from a callback,
+with model.fit over the shared batch order, the rows' shared dropout uniforms fed as
+extra model inputs (trainer.py), recording each step from a callback,
 `distribute.py` holds the data-parallel setups (MirroredStrategy on tensorflow,
 keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
 (keras.distribution.ModelParallel); `gpu_check.py` is the GPU check's Keras side

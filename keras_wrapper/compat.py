@@ -42,14 +42,43 @@ def freeze(layer, variable) -> None:
         variable.trainable = False
 
 
+if KERAS_2:
+    KEEP_INPUT_DTYPES: dict = {}  # Keras 2 casts no layer input
+
+    def mask_rule(x, uniforms, rate: float, scale):
+        """x * where(u > rate, scale, 0): spec/dropout.py's rule, one float32 multiply."""
+        backend = keras.backend
+        return x * backend.switch(backend.greater(uniforms, np.float32(rate)), scale, np.float32(0.0))
+
+    def in_training(training_value, x, training):
+        """training_value() in training (fit feeds the learning phase), x otherwise."""
+        return keras.backend.in_train_phase(training_value, x, training=training)
+
+else:
+    # a mixed policy would cast every floating input to bfloat16 / float16, the uniforms too
+    KEEP_INPUT_DTYPES = {"autocast": False}
+
+    def mask_rule(x, uniforms, rate: float, scale):
+        """x * where(u > rate, scale, 0): spec/dropout.py's rule, one multiply in x's dtype
+        (float32, or a mixed policy's compute dtype, as tensorflow_wrapper does)."""
+        ops = keras.ops
+        mask = ops.where(ops.greater(uniforms, np.float32(rate)), scale, np.float32(0.0))
+        return ops.multiply(x, ops.cast(mask, x.dtype))
+
+    def in_training(training_value, x, training):
+        """training_value() in training (Keras 3 passes training=True down from fit), x otherwise."""
+        return training_value() if training else x
+
+
 def shape_of(variable) -> tuple:
     """A weight variable's shape (Keras 2 on Theano: a shared variable's value's)."""
     return tuple(keras.backend.int_shape(variable)) if KERAS_2 else tuple(variable.shape)
 
 
 def set_random_seed(seed: int) -> None:
-    """Seeds dropout (Keras 2 on Theano draws its dropout seeds from numpy). Keras 3's
-    set_random_seed also seeds TensorFlow wherever it is installed, loading it for that
+    """Seeds Python's, numpy's and Keras's generators, though the model draws from none of
+    them (dropout's uniforms come with the rows: model.py), so nothing else random can
+    creep in unseeded. Keras 3's set_random_seed also seeds TensorFlow wherever it is installed, loading it for that
     alone on the jax and torch backends (4-5 s and 730 MB, the import alone, in a run that
     never uses it, and its start-up notices mid-build): there it is told TensorFlow is
     absent while it seeds Python, numpy, its own seed generator and torch."""

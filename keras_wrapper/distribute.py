@@ -1,6 +1,8 @@
-"""Data and tensor parallel for Keras 3; the model is built and compiled inside
+"""Data and tensor parallel for Keras 3; the models are built and compiled inside
 `data_parallel(devices)` or `tensor_parallel(network, plan)`, then model.fit runs
-unchanged.
+unchanged. Every input of the training model (the images and the rows' dropout
+uniforms, model.py) is cut along the batch axis alike, so each replica's rows keep their
+uniforms.
 
     tensorflow  tf.distribute.MirroredStrategy over N GPUs, else N logical CPU
                 devices; Keras cuts each global batch across the replicas and its

@@ -25,21 +25,26 @@ def device_name(backend: str) -> str:
 
 
 def fit_run(plan: dict, dataset, run: dict) -> dict:
-    from algorithms.spec.data import batch_order
-    from algorithms.spec.networks import get_network
-    from keras_wrapper.trainer import make_model
+    import numpy as np
 
-    network = get_network(plan["network"])
+    from algorithms.spec.data import batch_order
+    from algorithms.spec.dropout import uniforms
+    from algorithms.spec.networks import get_network
+    from keras_wrapper.trainer import fit_inputs, make_model
+
+    network, seed = get_network(plan["network"]), plan["seed"]
     batch = run["batch"]
-    model = make_model(network, network.training.optimizer, plan["seed"])
-    rows = [r for epoch in range(64) for r in batch_order(len(dataset.train_y), batch, epoch, plan["seed"])]
-    rows = [r for r in rows if len(r) == batch]
+    model = make_model(network, network.training.optimizer, seed).training
+    steps = [(epoch, r) for epoch in range(64) for r in batch_order(len(dataset.train_y), batch, epoch, seed)]
+    steps = [(epoch, r) for epoch, r in steps if len(r) == batch]
     losses, seconds = [], []
-    for part in (rows[: plan["warmup"]], rows[plan["warmup"] : plan["steps"]]):  # compile, then timed
-        order = [index for r in part for index in r]
+    for part in (steps[: plan["warmup"]], steps[plan["warmup"] : plan["steps"]]):  # compile, then timed
+        order = np.concatenate([r for _, r in part])
+        drawn = [uniforms(network, seed, epoch, r) for epoch, r in part]  # each step's from its epoch, as a run's
+        x = fit_inputs(dataset.train_x[order], tuple(np.concatenate(layer) for layer in zip(*drawn)))
         start = time.perf_counter()
         history = model.fit(
-            dataset.train_x[order][..., None],
+            x,
             dataset.train_y[order],
             batch_size=batch,
             epochs=1,

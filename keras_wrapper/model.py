@@ -1,7 +1,14 @@
 """The spec translated to Keras layers (NHWC, the canonical weight layout).
 
 Only layer classes and calls that Keras 2 and Keras 3 share are used, so the same
-builder serves every backend; the few differences live in compat.py."""
+builder serves every backend; the few differences live in compat.py.
+
+Dropout draws no random number of its own: it applies the uniforms that come with the
+rows (algorithms/spec/dropout.py), the same in every framework. So the layers serve two
+models: `build_model`'s, on the images alone (predict, evaluate: dropout is the identity),
+and `training_model`'s, the same layers called on the images and, as extra inputs, the
+rows' uniforms, which model.fit cuts with the images into batches, accumulated parts and
+data-parallel slices, so a sample keeps its uniforms however the batch is split."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 from keras import layers
 
+from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
 from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
 
 
@@ -26,8 +34,34 @@ def layer_name(index: int) -> str:
 KERNEL_INITIALIZER = "zeros"
 
 
+class SharedDropout(layers.Layer):
+    """Inverted dropout by the shared mask rule (spec/dropout.py): called on [x, u] in
+    training, x times float32(1 / (1 - rate)) where the rows' uniform u exceeds the rate, 0
+    elsewhere; the identity on x alone (the inference model) or outside training."""
+
+    def __init__(self, rate: float, **kwargs):
+        super().__init__(**compat.KEEP_INPUT_DTYPES, **kwargs)  # u stays float32 under a mixed policy
+        self.rate = rate
+
+    def call(self, inputs, training=None):
+        if not isinstance(inputs, (list, tuple)):
+            return inputs
+        x, uniforms = inputs
+        return compat.in_training(
+            lambda: compat.mask_rule(x, uniforms, self.rate, dropout_scale(self.rate)), x, training
+        )
+
+    def compute_output_shape(self, input_shape):
+        both = isinstance(input_shape, list) and isinstance(input_shape[0], (tuple, list))
+        return tuple(input_shape[0]) if both else tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate}
+
+
 def build_model(network: Network, weights: list) -> keras.Model:
-    """A Sequential emitting logits (a final softmax is fused into the loss)."""
+    """A Sequential emitting logits (a final softmax is fused into the loss), on the
+    images alone: its Dropout layers are the identity."""
     model = keras.Sequential(name=network.name)
     model.add(compat.input_layer(network.input_shape))
     by_index = {}
@@ -53,7 +87,7 @@ def build_model(network: Network, weights: list) -> keras.Model:
                 layer.units, activation=network.activation(index), kernel_initializer=KERNEL_INITIALIZER, name=name
             )
         elif isinstance(layer, Dropout):
-            keras_layer = layers.Dropout(layer.rate, name=name)
+            keras_layer = SharedDropout(layer.rate, name=name)
         else:
             raise TypeError(f"keras_wrapper cannot translate {layer!r}")
         model.add(keras_layer)
@@ -64,6 +98,21 @@ def build_model(network: Network, weights: list) -> keras.Model:
         if network.layers[w.layer_index].bias_frozen:  # --fault frozen:...
             compat.freeze(by_index[w.layer_index], by_index[w.layer_index].bias)
     return model
+
+
+def training_model(model: keras.Model, network: Network) -> keras.Model:
+    """`model`'s layers (so its variables, and their paths) called on the images and the
+    rows' dropout uniforms: inputs [images, *uniforms], one (N, *input shape) float32 input
+    per Dropout layer in layer order (spec/dropout.py's `uniforms`), logits out."""
+    images = layers.Input(shape=network.input_shape, name="images")
+    uniforms = {
+        index: layers.Input(shape=shape, name=f"uniforms_{index}") for index, _, shape in dropout_layers(network)
+    }
+    x = images
+    for index in range(len(network.layers)):
+        layer = model.get_layer(layer_name(index))
+        x = layer([x, uniforms[index]]) if index in uniforms else layer(x)
+    return keras.Model([images, *uniforms.values()], x, name=f"{network.name}_training")
 
 
 def make_optimizer(spec, accumulate: int = 1):
@@ -88,12 +137,17 @@ EXECUTION_OPTIONS = {
 }
 
 
-def compile_model(model: keras.Model, optimizer_spec, accumulate: int = 1, execution=None) -> keras.Model:
+def compile_model(
+    model: keras.Model, optimizer_spec, accumulate: int = 1, execution=None, optimizer=None
+) -> keras.Model:
+    """The loss, the per-batch metrics and the --execution mode; `optimizer`: one already
+    made (the inference model takes the training model's, so both compile alike)."""
+
     def batch_loss(y_true, y_pred):
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
 
     model.compile(
-        optimizer=make_optimizer(optimizer_spec, accumulate),
+        optimizer=optimizer if optimizer is not None else make_optimizer(optimizer_spec, accumulate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[
             compat.LastBatch(batch_loss, "batch_loss"),

@@ -11,8 +11,9 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 
 import numpy as np
 
+from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
-from keras_wrapper.trainer import StepRecorder, make_model
+from keras_wrapper.trainer import StepRecorder, fit_inputs, make_model
 
 
 def apply_threads(config) -> str:
@@ -24,21 +25,30 @@ STEPS_PER_CALL = 4  # keras_script.py calls fit once an epoch: a timed block's f
 
 class _FitBlocks:
     """A block of steps is one model.fit call over their batches (as keras_script.py
-    calls it once per epoch); per-step time is the call's time / steps."""
+    calls it once per epoch), with their rows' dropout uniforms (each step's from its own
+    epoch, as the run draws them); per-step time is the call's time / steps."""
 
     def __init__(self, config, dataset, callbacks_for):
         self.config, self.dataset = config, dataset
-        self.model = make_model(config.network, config.optimizer, config.seed, precision=config.precision)
+        self.model = make_model(config.network, config.optimizer, config.seed, precision=config.precision).training
         self.callbacks_for = callbacks_for
 
     def run(self, steps: list) -> list:
-        batches = [part for _, parts in steps for part in parts]
-        order = np.concatenate(batches)
-        images, labels = self.dataset.train_x[order][..., None], self.dataset.train_y[order]
-        callbacks = self.callbacks_for(steps[0][0], [len(b) for b in batches])
+        config = self.config
+        batches = [(epoch, part) for epoch, parts in steps for part in parts]
+        order = np.concatenate([part for _, part in batches])
+        drawn = [uniforms(config.network, config.seed, epoch, part) for epoch, part in batches]
+        x = fit_inputs(self.dataset.train_x[order], tuple(np.concatenate(layer) for layer in zip(*drawn)))
+        callbacks = self.callbacks_for(steps[0][0], [len(part) for _, part in batches])
         start = time.perf_counter()
         self.model.fit(
-            images, labels, batch_size=self.config.batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks
+            x,
+            self.dataset.train_y[order],
+            batch_size=config.batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=callbacks,
         )
         return [(time.perf_counter() - start) * 1000.0 / len(steps)] * len(steps)
 

@@ -61,8 +61,9 @@ def describe_modes(model, precision: str) -> tuple:
 
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
-    """Keras's own loss (model.evaluate, dropout off) and logits of the shared initial weights."""
-    model = make_model(network, network.training.optimizer, seed)
+    """Keras's own loss (model.evaluate, dropout off) and logits of the shared initial weights,
+    from the inference model (images alone)."""
+    model = make_model(network, network.training.optimizer, seed).inference
     loss = compat.evaluate_loss(model, images[..., None], labels, batch_size=len(images))
     logits = np.asarray(model.predict(images[..., None], batch_size=len(images), verbose=0))
     return loss, logits

@@ -1,18 +1,21 @@
 """Keras's side of the contract: `KerasTrainer` (a contract.FitTrainer) trains with
-model.fit, one call per epoch over the shared batch order, and `StepRecorder`, a
-Keras callback, writes each optimizer step's row."""
+model.fit, one call per epoch over the shared batch order, the rows' dropout uniforms
+given beside the images, and `StepRecorder`, a Keras callback, writes each optimizer
+step's row."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares Theano
 
 import keras
 import numpy as np
 
+from algorithms.spec.dropout import uniforms as dropout_uniforms
 from algorithms.spec.weights import initial_weights
-from keras_wrapper.model import build_model, compile_model
+from keras_wrapper.model import build_model, compile_model, training_model
 
 
 class StepRecorder(keras.callbacks.Callback):
@@ -91,6 +94,23 @@ def set_learning_rate(model, learning_rate: float) -> None:
 MIXED_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
+@dataclass
+class KerasModels:
+    """One set of layers (so one set of variables) in two compiled models: `training`
+    takes fit_inputs (the images and the rows' dropout uniforms) and is what fit trains,
+    with the optimizer; `inference` takes the images alone (predict, evaluate), dropout
+    off (model.py)."""
+
+    training: keras.Model
+    inference: keras.Model
+
+
+def fit_inputs(images: np.ndarray, uniforms: tuple) -> list:
+    """The training model's x: the (N, H, W) images given their channel axis, then the
+    same rows' dropout uniforms (spec/dropout.py), which fit cuts with them."""
+    return [images[..., None], *uniforms]
+
+
 def make_model(
     network,
     optimizer_spec,
@@ -100,37 +120,43 @@ def make_model(
     tensor_plan=None,
     precision: str = "fp32",
     execution=None,
-):
+) -> KerasModels:
     """Built and compiled inside the data-parallel setup when `data_parallel_devices` is
     given, or inside ModelParallel for `tensor_plan` (a tensor or hybrid plan, jax).
     bf16 / fp16: the layers are made under Keras's mixed dtype policy (float32 variables,
     bfloat16 / float16 compute), which is global, so it is set only while they are made."""
-    compat.set_random_seed(seed)  # dropout masks
+    compat.set_random_seed(seed)  # nothing in the model draws from it: dropout's uniforms come with the rows
     if precision != "fp32":
         keras.config.set_dtype_policy(MIXED_POLICIES[precision])
     try:
         if not data_parallel_devices and tensor_plan is None:
-            model = build_model(network, initial_weights(network, seed))
-            return compile_model(model, optimizer_spec, accumulate, execution)
+            return compiled_models(network, optimizer_spec, seed, accumulate, execution)
         from keras_wrapper.distribute import data_parallel, tensor_parallel
 
         setup = tensor_parallel(network, tensor_plan) if tensor_plan else data_parallel(data_parallel_devices)
         with setup:
-            model = build_model(network, initial_weights(network, seed))
-            return compile_model(model, optimizer_spec, accumulate, execution)
+            return compiled_models(network, optimizer_spec, seed, accumulate, execution)
     finally:
         if precision != "fp32":
             keras.config.set_dtype_policy("float32")
 
 
+def compiled_models(network, optimizer_spec, seed: int, accumulate: int, execution) -> KerasModels:
+    inference = build_model(network, initial_weights(network, seed))
+    training = compile_model(training_model(inference, network), optimizer_spec, accumulate, execution)
+    compile_model(inference, optimizer_spec, accumulate, execution, optimizer=training.optimizer)
+    return KerasModels(training, inference)
+
+
 class KerasTrainer:
     """contract.FitTrainer: one model.fit call per epoch over that epoch's shared batch
-    order (shuffle off, so Keras takes exactly the shared batches), each step's row
-    written by the StepRecorder callback."""
+    order (shuffle off, so Keras takes exactly the shared batches) with the rows' dropout
+    uniforms, each step's row written by the StepRecorder callback. `model` is the
+    training model (fit, the optimizer, checkpoints), `inference` the one that predicts."""
 
     def __init__(self, config):
         self.config = config
-        self.model = make_model(
+        models = make_model(
             config.network,
             config.optimizer,
             config.seed,
@@ -140,6 +166,7 @@ class KerasTrainer:
             config.precision,
             config.execution,
         )
+        self.model, self.inference = models.training, models.inference
         self.recorder = None  # made for the session at the first fit_epoch
 
     def fit_epoch(self, session, epoch: int, steps: list, first_index: int) -> None:
@@ -153,7 +180,7 @@ class KerasTrainer:
         recorder.epoch, recorder.batch_sizes, recorder.step_index = epoch, [len(b) for b in batches], first_index
         data = session.dataset
         self.model.fit(
-            data.train_x[order][..., None],
+            fit_inputs(data.train_x[order], session.dropout_uniforms(epoch, order)),
             data.train_y[order],
             batch_size=len(batches[0]),  # the epoch's (--batch_schedule): fit takes one batch size per call
             epochs=epoch + 1,
@@ -168,20 +195,29 @@ class KerasTrainer:
 
     def prepare_batch(self, batch_size: int) -> None:
         """Keras 3 traces (tensorflow) or jit-compiles (jax) fit's train step for each
-        batch shape: one fit on one batch of zeros here, then every variable (weights,
-        optimizer slots and counters, dropout seed state) put back. Keras 2 on Theano and
-        Keras on torch run any shape as it comes."""
+        batch shape: one fit on one batch of zeros (with some rows' dropout uniforms) here,
+        then every variable (weights, optimizer slots and counters) put back. Keras 2 on
+        Theano and Keras on torch run any shape as it comes."""
         if compat.KERAS_2 or keras.backend.backend() == "torch":
             return
+        network = self.config.network
         variables = list(self.model.variables) + list(self.model.optimizer.variables)
         saved = [keras.ops.convert_to_numpy(variable.value) for variable in variables]
-        zeros = np.zeros((batch_size, *self.config.network.input_shape), np.float32)
-        self.model.fit(zeros, np.zeros(batch_size, np.int32), batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        zeros = np.zeros((batch_size, *network.input_shape[:2]), np.float32)
+        uniforms = dropout_uniforms(network, 0, 0, np.arange(batch_size))
+        self.model.fit(
+            fit_inputs(zeros, uniforms),
+            np.zeros(batch_size, np.int32),
+            batch_size=batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        )
         for variable, value in zip(variables, saved):
             variable.assign(value)
 
     def logits(self, images):
-        logits = self.model.predict(images[..., None], batch_size=self.config.batch_size, verbose=0)
+        logits = self.inference.predict(images[..., None], batch_size=self.config.batch_size, verbose=0)
         return np.asarray(logits, dtype=np.float32)  # a mixed policy's logits are bfloat16 / float16
 
     def save_checkpoint(self, folder: str) -> None:

@@ -112,7 +112,7 @@ SOUND = {
     "def launch(config, argv):\n    pass\n",
     "model.py": "def build_model(network, batch_size, deploy):\n    return None\n",  # its own further parameters
     "trainer.py": "class SoundTrainer:\n"
-    "    def to_batch(self, images, labels, uniforms):\n        return images, labels\n"
+    "    def to_batch(self, images, labels, uniforms):\n        return images, labels, uniforms\n"
     "    def step(self, batches, tracing=False):\n        return None\n"  # an optional extra is fine
     "    def set_learning_rate(self, learning_rate):\n        pass\n"
     "    def logits(self, images):\n        return images\n"
@@ -149,7 +149,7 @@ def test_the_checker_names_each_parameter_list_that_differs_from_the_contract(tm
     skewed = dict(SOUND)
     skewed["trainer.py"] = (
         SOUND["trainer.py"]
-        .replace("def to_batch(self, images, labels, uniforms)", "def to_batch(self, images)")
+        .replace("def to_batch(self, images, labels, uniforms)", "def to_batch(self, images, uniforms)")
         .replace("def save_checkpoint(self, folder)", "def save_checkpoint(self, directory)")
         .replace("def prepare_batch(self, batch_size)", "def prepare_batch(self, shape, batch_size)")
     )
@@ -169,7 +169,7 @@ def test_the_checker_names_each_parameter_list_that_differs_from_the_contract(tm
             "(contract: TrainModule.initial_loss_and_logits(network, images, labels, seed=0))",
             "skewed_wrapper.native.Harness(session, config): 'config' is parameter 2, the contract's 1; "
             "'session' is parameter 1, the contract's 2 (contract: NativeModule.Harness(config, session))",
-            "skewed_wrapper.trainer.SoundTrainer.to_batch(images): no parameter 'labels'; no parameter 'uniforms' "
+            "skewed_wrapper.trainer.SoundTrainer.to_batch(images, uniforms): no parameter 'labels' "
             "(contract: Trainer.to_batch(images, labels, uniforms))",
             "skewed_wrapper.trainer.SoundTrainer.save_checkpoint(directory): 'directory' where the contract has "
             "'folder' (contract: Trainer.save_checkpoint(folder))",

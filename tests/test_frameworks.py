@@ -89,7 +89,7 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
     assert "warning: KERAS_BACKEND=jax" in proc.stderr
     rows = read_rows(str(tmp_path / "results" / f"{NETWORK}_keras_tensorflow.csv"))
     assert [r["step"] for r in rows if r["phase"] == "train"] == [1, 2, 3]
-    assert [r["phase"] for r in rows] == ["train"] * 3 + ["val"]  # validated at the stop, no test set
+    assert [r["phase"] for r in rows] == ["init"] + ["train"] * 3 + ["val"]  # validated at the stop, no test set
 
 
 PROGRESS_AT_EVERY_STEP = """

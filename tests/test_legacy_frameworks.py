@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from algorithms.registry.frameworks import FRAMEWORKS
+from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.run.recorder import read_rows
 from tests.conftest import REPO_ROOT, run_script
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
@@ -59,3 +59,17 @@ def test_main_env_python_reexecutes_in_the_legacy_env(script, env, suffix, small
     assert [r["phase"] for r in rows] == ["init", "train", "train", "val"]  # init: the initial weights scored
     log = (tmp_path / "results.log").read_text()
     assert "numpy 1.23.5" in log and "THEANO_FLAGS=" in log  # it ran in .venv-legacy
+
+
+def test_keras_on_theano_applies_the_shared_dropout_and_takes_tensorflows_first_step(small_data, tmp_path):
+    """As tests/test_keras_dropout.py holds Keras 3: the mask rule bit for bit, and with
+    dropout on the init row and step 1 equal tensorflow_script.py's. From the first update
+    on, Theano's conventions at ReLU's and max-pool's kinks move it off the others
+    (docs/comparing.md#kinks-the-dither), so the later steps are held only loosely."""
+    from tests.test_keras_dropout import assert_same_steps, assert_the_mask_rule, probe_dropout, short_run
+
+    framework = get("keras_theano")
+    assert_the_mask_rule(probe_dropout(framework), "theano")
+    reference = short_run(get("tensorflow"), small_data / "train.csv", tmp_path / "tensorflow")
+    got = short_run(framework, small_data / "train.csv", tmp_path / "keras_theano")
+    assert_same_steps(reference, got, framework.name, later_relative=1e-3)

@@ -1,9 +1,10 @@
 """Keras 3 data parallel, for real on this CPU with 2 devices: MirroredStrategy on
 the tensorflow backend (2 logical CPU devices), keras.distribution.DataParallel
-on jax (2 host devices). One probe process per backend checks that the first step
-equals one device's at the same global batch, that --accumulate 2 equals a 2 x batch
-step and that the per-step lr reaches the optimizer, then trains 2 epochs through the
-wrapper's train(); the torch backend points to torch_script.py.
+on jax (2 host devices). One probe process per backend checks, dropout on (the rows'
+shared uniforms are fit inputs, cut with the images), that the first step equals one
+device's at the same global batch, that --accumulate 2 equals a 2 x batch step and
+that the per-step lr reaches the optimizer, then trains 2 epochs through the wrapper's
+train(); the torch backend points to torch_script.py.
 
     KERAS_BACKEND=jax python -m tests.test_parallel_keras TRAIN_CSV RESULTS_DIR   # the probe, prints JSON
 """
@@ -12,13 +13,12 @@ import json
 import math
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from algorithms.run.recorder import read_rows
-from algorithms.spec.networks import Dropout, get_network
+from algorithms.spec.networks import get_network
 from tests.conftest import run_script
 from tests.flags import run_flags
 from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
@@ -26,21 +26,7 @@ from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, tra
 pytestmark = pytest.mark.slow  # Keras data parallel on two backends: `make test-fast` leaves them out
 
 WARMUP = 1000
-
-
-def without_dropout(network):
-    return replace(
-        network, layers=tuple(Dropout(0.0) if isinstance(layer, Dropout) else layer for layer in network.layers)
-    )
-
-
-def probe_network(backend: str):
-    """Keras draws dropout masks per replica under MirroredStrategy (each replica's
-    slice gets its own mask), so the tensorflow comparison runs with dropout at 0;
-    jax's DataParallel draws them for the whole sharded batch, as one device does.
-    (Accumulated batches draw their own masks too: that comparison runs without dropout.)"""
-    network = get_network(NETWORK)
-    return without_dropout(network) if backend == "tensorflow" else network
+SEED = 5
 
 
 def probe(train_csv: str, results_dir: str) -> dict:
@@ -48,31 +34,36 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
     from algorithms.run.entry import prepare
     from algorithms.run.session import RunSession
+    from algorithms.spec.dropout import uniforms
     from keras_wrapper.train import describe_runtime
-    from keras_wrapper.trainer import StepRecorder, make_model
+    from keras_wrapper.trainer import StepRecorder, fit_inputs, make_model
 
     backend = keras.backend.backend()
-    network = probe_network(backend)
+    network = get_network(NETWORK)  # dropout on
     config, dataset = prepare(
         run_flags(train_csv, results_dir, batch_size=64, max_steps=1, warmup_steps=WARMUP), "probe", ""
     )
-    images, labels = dataset.train_x[:64, ..., None], dataset.train_y[:64]
+    rows = np.arange(64)
+    x, labels = fit_inputs(dataset.train_x[rows], uniforms(network, SEED, 0, rows)), dataset.train_y[rows]
+
+    def model(**options):
+        return make_model(network, network.training.optimizer, seed=SEED, **options).training
 
     def one_step(model, callbacks=(), batch_size=64):
         history = model.fit(
-            images, labels, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=list(callbacks)
+            x, labels, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=list(callbacks)
         )
         return float(history.history["batch_loss"][-1])
 
-    plain, whole_step = without_dropout(network), []
+    whole_step = []
 
     def accumulated(devices=0):
-        """max |weights| difference: --accumulate 2 of 32 rows vs one step of 64, dropout off."""
+        """max |weights| difference: --accumulate 2 of 32 rows vs one step of 64."""
         if not whole_step:
-            whole = make_model(plain, network.training.optimizer, seed=5)
+            whole = model()
             one_step(whole)
             whole_step.append(whole.get_weights())
-        parts = make_model(plain, network.training.optimizer, seed=5, data_parallel_devices=devices, accumulate=2)
+        parts = model(data_parallel_devices=devices, accumulate=2)
         one_step(parts, batch_size=32)
         return max(float(np.abs(a - b).max()) for a, b in zip(whole_step[0], parts.get_weights()))
 
@@ -81,16 +72,14 @@ def probe(train_csv: str, results_dir: str) -> dict:
     order = ("data", "single") if backend == "tensorflow" else ("single", "data")
     models, losses = {}, {}
     for name in order:
-        models[name] = make_model(
-            network, network.training.optimizer, seed=5, data_parallel_devices=2 if name == "data" else 0
-        )
+        models[name] = model(data_parallel_devices=2 if name == "data" else 0)
         if name == "single":
             start = [np.array(w) for w in models[name].get_weights()]
             losses[name] = one_step(models[name])
             accumulate_diff = accumulated()
     losses["data"] = one_step(models["data"])
     # the warm-up lr (peak / WARMUP at the first step) set by the step callback before the batch
-    warm = make_model(network, network.training.optimizer, seed=5, data_parallel_devices=2)
+    warm = model(data_parallel_devices=2)
     session = RunSession(config, dataset, describe_runtime())
     recorder = StepRecorder(session)
     recorder.batch_sizes = [64]

@@ -11,8 +11,6 @@ each through the wrapper's train(). What Keras cannot run is refused in one line
 import json
 import os
 import sys
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -45,19 +43,21 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
     from algorithms.spec.parallel import make_plan
     from algorithms.run.entry import prepare
-    from algorithms.spec.networks import Dropout, get_network
-    from keras_wrapper.trainer import make_model
+    from algorithms.spec.dropout import uniforms
+    from algorithms.spec.networks import get_network
+    from keras_wrapper.trainer import fit_inputs, make_model
 
     network = get_network(NETWORK)
     optimizer = network.training.optimizer
     _, dataset = prepare(["--train", train_csv, "--test", "none"], "probe", "")
-    images, labels = dataset.train_x[:64, ..., None], dataset.train_y[:64]
+    rows = np.arange(64)
+    x, labels = fit_inputs(dataset.train_x[rows], uniforms(network, 5, 0, rows)), dataset.train_y[rows]
 
-    def one_step(model):
-        history = model.fit(images, labels, batch_size=64, epochs=1, shuffle=False, verbose=0)
+    def one_step(model, batch_size=64):
+        history = model.fit(x, labels, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
         return float(history.history["batch_loss"][-1])
 
-    single = make_model(network, optimizer, seed=5)  # before any distribution is set: one device
+    single = make_model(network, optimizer, seed=5).training  # before any distribution is set: one device
     start = single.get_weights()
     reference = one_step(single)
     out = {
@@ -68,7 +68,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
         ("tensor", make_plan(network, "tensor", 2, 64)),
         ("hybrid", make_plan(network, "hybrid", 4, 64, group=2, inner="tensor")),
     ):
-        model = make_model(network, optimizer, seed=5, tensor_plan=plan)
+        model = make_model(network, optimizer, seed=5, tensor_plan=plan).training
         loss = one_step(model)
         out[name] = {
             "loss_diff": abs(loss - reference),
@@ -77,16 +77,11 @@ def probe(train_csv: str, results_dir: str) -> dict:
             ),
             "shardings": shardings(model),
         }
-    # --accumulate 2 of 32 rows under ModelParallel equals one step of 64 (dropout off: each batch draws its mask)
-    plain = replace(
-        network, layers=tuple(Dropout(0.0) if isinstance(layer, Dropout) else layer for layer in network.layers)
-    )
-    whole = make_model(plain, optimizer, seed=5)
-    one_step(whole)
-    parts = make_model(plain, optimizer, seed=5, accumulate=2, tensor_plan=make_plan(network, "tensor", 2, 32))
-    parts.fit(images, labels, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    # --accumulate 2 of 32 rows under ModelParallel equals one step of 64, dropout on (single took that step)
+    parts = make_model(network, optimizer, seed=5, accumulate=2, tensor_plan=make_plan(network, "tensor", 2, 32))
+    one_step(parts.training, batch_size=32)
     out["accumulate_weight_diff"] = max(
-        float(np.abs(a - b).max()) for a, b in zip(whole.get_weights(), parts.get_weights())
+        float(np.abs(a - b).max()) for a, b in zip(single.get_weights(), parts.training.get_weights())
     )
     for strategy, devices in (("tensor", 2), ("hybrid", 4)):
         results = os.path.join(results_dir, strategy)
