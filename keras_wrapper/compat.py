@@ -33,6 +33,29 @@ def conv_kernel(kernel: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(kernel[::-1, ::-1]) if BACKEND == "theano" else kernel
 
 
+def activation(name):
+    """A spec activation as this backend's layer takes it: on Theano, a ReLU whose gradient at
+    0 is 0 (backends/theano_backend.relu: Theano's own has 1/2, every other framework 0)."""
+    return theano_backend.relu if BACKEND == "theano" and name == "relu" else name
+
+
+def max_pool(pool_size: int, name: str):
+    """The spec's max-pool layer: Keras's own, or on Theano (whose pool gradient goes to every
+    tied maximum) a Lambda over backends/theano_backend.max_pool, which sends it to each
+    window's first maximum as every other framework does; NHWC in and out."""
+    if BACKEND != "theano":
+        return keras.layers.MaxPooling2D(pool_size, name=name)
+
+    def pool(x):
+        return theano_backend.max_pool(x.dimshuffle(0, 3, 1, 2), pool_size).dimshuffle(0, 2, 3, 1)
+
+    def shape(input_shape):
+        batch, height, width, channels = input_shape
+        return batch, height // pool_size, width // pool_size, channels
+
+    return keras.layers.Lambda(pool, output_shape=shape, name=name)
+
+
 def freeze(layer, variable) -> None:
     """One weight of a built layer left out of its trainable weights (--fault frozen:...)."""
     if KERAS_2:

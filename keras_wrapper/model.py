@@ -74,17 +74,20 @@ def build_model(network: Network, weights: list) -> keras.Model:
                 layer.filters,
                 layer.kernel_size,
                 padding=layer.padding,
-                activation=network.activation(index),
+                activation=compat.activation(network.activation(index)),
                 kernel_initializer=KERNEL_INITIALIZER,
                 name=name,
             )
         elif isinstance(layer, MaxPool2D):
-            keras_layer = layers.MaxPooling2D(layer.pool_size, name=name)
+            keras_layer = compat.max_pool(layer.pool_size, name)
         elif isinstance(layer, Flatten):
             keras_layer = layers.Flatten(name=name)
         elif isinstance(layer, Dense):
             keras_layer = layers.Dense(
-                layer.units, activation=network.activation(index), kernel_initializer=KERNEL_INITIALIZER, name=name
+                layer.units,
+                activation=compat.activation(network.activation(index)),
+                kernel_initializer=KERNEL_INITIALIZER,
+                name=name,
             )
         elif isinstance(layer, Dropout):
             keras_layer = SharedDropout(layer.rate, name=name)

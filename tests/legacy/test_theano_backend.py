@@ -155,3 +155,23 @@ def test_keras_runs_on_the_theano_backend():
     from keras_wrapper import compat
 
     assert keras.__version__ == "2.3.1" and keras.backend.backend() == "theano" == compat.BACKEND
+
+
+def test_the_spec_conventions_at_the_kinks_relu_gradient_0_at_0_and_a_tied_windows_to_its_first_maximum():
+    """Theano's own relu has gradient 1/2 at 0 and its pool sends a tied window's gradient to
+    every maximum; every other framework takes 0 and the first maximum (row-major)."""
+    x = T.tensor4("x")
+    pooled = theano_backend.max_pool(x, 2)
+    run = theano.function(
+        [x], [pooled, T.grad(pooled.sum(), x), T.grad(theano_backend.relu(x).sum(), x), T.grad(T.nnet.relu(x).sum(), x)]
+    )
+    values = np.zeros((1, 1, 5, 5), np.float32)  # four all-zero windows (the fifth row and column are cut)
+    values[0, 0, 0, 0] = values[0, 0, 0, 1] = 1.0  # a tie at the first window's maximum
+    out, pool_grad, relu_grad, theano_relu_grad = run(values)
+    assert out.shape == (1, 1, 2, 2) and out[0, 0, 0, 0] == 1.0
+    expected = np.zeros((5, 5), np.float32)
+    expected[0, 0] = expected[0, 2] = expected[2, 0] = expected[2, 2] = 1.0  # each window's first maximum
+    assert np.array_equal(pool_grad[0, 0], expected)
+    assert relu_grad[0, 0, 4, 4] == 0.0 and theano_relu_grad[0, 0, 4, 4] == 0.5  # at 0
+    data = np.random.default_rng(0).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    assert np.array_equal(run(data)[0], data[:, :, :6, :6].reshape(2, 3, 3, 2, 3, 2).max(axis=(3, 5)))
