@@ -104,15 +104,15 @@ BASELINE_NETWORKS := cnn2d_3layer_fullconnected_3layer cnn2d_2layer_full_connect
 baseline: setup legacy-setup caffe
 	rm -rf results/baseline.new
 	for network in $(BASELINE_NETWORKS); do for seed in 0 1 2; do \
-	  $(PY) run_all.py --preset original --network $$network --num_epochs 3 --seed $$seed --run_id baseline-seed$$seed \
+	  $(PY) run_all.py --no_epoch_check --preset original --network $$network --num_epochs 3 --seed $$seed --run_id baseline-seed$$seed \
 	    --results_dir results/baseline.new --results_log results/baseline.new/results.log --quiet || exit 1; \
 	done; done
 	for seed in 0 1 2 3 4 5 6 7 8 9; do \
-	  $(PY) run_all.py --seed $$seed --run_id baseline-seed$$seed --results_dir results/baseline.new/default \
+	  $(PY) run_all.py --no_epoch_check --seed $$seed --run_id baseline-seed$$seed --results_dir results/baseline.new/default \
 	    --results_log results/baseline.new/default/results.log --quiet || exit 1; \
 	done
 	for dir in results/baseline.new results/baseline.new/default; do \
-	  rm -rf $$dir/predictions $$dir/caffe $$dir/compare $$dir/tensorboard $$dir/build; done
+	  rm -rf $$dir/predictions $$dir/caffe $$dir/compare $$dir/tensorboard $$dir/build $$dir/logs; done
 	if [ -d results/baseline/drift ]; then mv results/baseline/drift results/baseline.new/drift; fi
 	rm -rf results/baseline
 	mv results/baseline.new results/baseline

@@ -60,7 +60,7 @@ from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
-from algorithms.studies.envelope import ENVELOPE_STEPS, MAIN_ENV, measure_envelopes
+from algorithms.studies.envelope import ENVELOPE_STEPS, measure_envelopes
 from algorithms.studies.suite import main_command_flags
 from algorithms.tables import number, text_table
 
@@ -384,7 +384,7 @@ def parse_args(argv: list) -> tuple:
         "--only",
         default=None,
         help=f"comma-separated frameworks, the first is the reference (default: {','.join(NAMES)}; "
-        f"with --envelope: the main env's, {','.join(MAIN_ENV)})",
+        "with --envelope: the same)",
     )
     parser.add_argument(
         "--steps",
@@ -416,7 +416,7 @@ def parse_args(argv: list) -> tuple:
         help="a third run per framework at this --precision, measured against its float32 run (none: skip)",
     )
     args, forwarded = children.parse_study_flags(parser, argv, " (--parity and --max_steps are added)")
-    names = children.framework_names(parser, args.only or ",".join(MAIN_ENV if args.envelope else NAMES), "--only")
+    names = children.framework_names(parser, args.only or ",".join(NAMES), "--only")
     args.steps = args.steps or (ENVELOPE_STEPS if args.envelope else DEFAULT_STEPS)
     if args.steps < 1:
         parser.error(f"--steps {args.steps}: must be 1 or more")

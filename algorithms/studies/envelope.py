@@ -3,7 +3,7 @@ envelopes of the same-seed regime (algorithms/analysis/drift_envelope.py), one p
 (`default`: dropout on, its uniforms shared; `parity`: --parity), measured here and
 written where the baselines live.
 
-In each mode every framework of the main env trains at the main command's settings (the
+In each mode every framework trains at the main command's settings (the
 network's batch, 50 steps), twice (run-to-run); torch and TensorFlow once more at 1
 thread against their 2 (thread count); TensorFlow with oneDNN off and in eager mode, and
 Keras on jax eager (their arithmetic in another order: other kernels, no fused ops). The
@@ -42,7 +42,7 @@ from algorithms.studies import children
 from algorithms.tables import text_table
 
 ENVELOPE_STEPS = 50
-MAIN_ENV = tuple(framework.name for framework in FRAMEWORKS if framework.venv == "main")
+EVERY = tuple(framework.name for framework in FRAMEWORKS)  # the envelope's frameworks: every one
 THREAD_PAIRS = ("torch", "tensorflow")  # frameworks whose kernels split work by --threads
 # the same framework with its arithmetic in another order: (variant, flags, environment).
 # TensorFlow's eager ops skip graph mode's fused kernels (Grappler's conv+bias+relu); Keras

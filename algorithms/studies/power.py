@@ -56,7 +56,7 @@ from algorithms.run.argv import flag_value
 from algorithms.run.recorder import run_ids
 from algorithms.run.settings_record import read_settings
 from algorithms.studies import children
-from algorithms.studies.envelope import MAIN_ENV, SUMMATION_ORDERS, variants
+from algorithms.studies.envelope import EVERY, SUMMATION_ORDERS, variants
 from algorithms.tables import text_table
 
 DEFAULT_RUN_ID = "envelope50"
@@ -289,7 +289,7 @@ def confusion(
 ) -> list:
     """One mode's rows: drift sources first, then the errors."""
     mode_run = f"{run_id}-{mode}"
-    names = [name for name in MAIN_ENV if load(results_dir, network, name, f"{mode_run}-a") is not None]
+    names = [name for name in EVERY if load(results_dir, network, name, f"{mode_run}-a") is not None]
     runs = {
         (name, variant): load(results_dir, network, name, f"{mode_run}-{variant}")
         for name in names
