@@ -15,7 +15,7 @@ from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import Framework
 from algorithms.registry.legacy_env import in_legacy_env
 from algorithms.paths import DEFAULT_DATA_DIR, REPO_ROOT
-from algorithms.run.recorder import results_csv_name
+from algorithms.records import results_csv_name
 
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]

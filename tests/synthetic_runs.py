@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.run.recorder import ResultsCsv, results_csv_name
+from algorithms.run.recorder import ResultsCsv
+from algorithms.records import results_csv_name
 from algorithms.run.settings_record import append_settings
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -101,8 +102,7 @@ def relabel(csv_path: str, run_id: str, folder, new_run_id: str, **settings) -> 
     default's, say). Returns the new CSV's path."""
     import os
 
-    from algorithms.run.recorder import CSV_COLUMNS, read_rows
-    from algorithms.run.settings_record import read_settings
+    from algorithms.records import CSV_COLUMNS, read_rows, read_settings
 
     rows = read_rows(csv_path, run_id)
     path = os.path.join(str(folder), os.path.basename(csv_path))

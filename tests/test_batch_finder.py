@@ -15,7 +15,7 @@ import pytest
 from algorithms.run.batch_finder import MIN_STEPS_PER_EPOCH, START_BATCH, Trial, largest_batch, search
 from algorithms.registry.frameworks import get
 from algorithms.paths import REPO_ROOT
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import csv_suffix, framework_param, run_script
 from tests.flags import run_flags
 

@@ -11,7 +11,7 @@ from algorithms.run.config import parse_config
 from algorithms.run.contract import Runtime
 from algorithms.spec.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.records import read_rows, results_csv_name
 from algorithms.run.session import RunSession
 from tests.conftest import csv_suffix, framework_param, run_module, run_script
 from tests.flags import run_flags

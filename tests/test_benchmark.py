@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from algorithms.bench.probe import paired_ratio, step_schedule
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
 from tests.flags import run_flags

@@ -19,7 +19,7 @@ from algorithms.bench.probe import step_schedule
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import get
 from algorithms.run.entry import prepare
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from algorithms.run.session import RunSession
 from tests.conftest import REPO_ROOT, run_small_benchmark
 

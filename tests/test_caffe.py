@@ -142,7 +142,7 @@ def test_caffe_native_loop_and_harness_step_give_the_same_losses_with_dropout_on
     from the loss blob after each solver step) equal the harness's CSV rows."""
     from algorithms.bench.probe import step_schedule
     from algorithms.run.entry import prepare
-    from algorithms.run.recorder import read_rows
+    from algorithms.records import read_rows
     from algorithms.run.session import RunSession
     from caffe_wrapper import native as native_module
     from caffe_wrapper.train import describe_runtime
@@ -165,7 +165,7 @@ def test_a_run_resumed_from_caffes_snapshot_with_dropout_on_gives_the_uninterrup
     """The masks come with the rows, not from Caffe's RNG (which no snapshot holds): a run
     stopped after step 6 and resumed from its step-4 .caffemodel/.solverstate, dropout on,
     writes the uninterrupted run's rows exactly."""
-    from algorithms.run.recorder import read_rows
+    from algorithms.records import read_rows
 
     results = tmp_path / "results"
     common = run_flags(small_data / "train.csv", results, batch_size=32, num_epochs=2)

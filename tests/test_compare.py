@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from algorithms.analysis.compare import build_report, format_report, main
-from algorithms.run.recorder import read_rows, run_ids
+from algorithms.records import read_rows, run_ids
 from tests.conftest import run_script
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -100,7 +100,7 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
 
     from algorithms.analysis.baseline import check_run
     from algorithms.analysis.runs import load_run
-    from algorithms.run.settings_record import sidecar_path
+    from algorithms.records import sidecar_path
     from tests.synthetic_runs import relabel
 
     baseline_dir = tmp_path / "baseline"
@@ -253,7 +253,7 @@ def test_the_band_comes_from_the_shipped_baselines_at_the_same_settings(two_seed
     import shutil
 
     from algorithms.analysis.compare import format_against_first
-    from algorithms.run.settings_record import sidecar_path
+    from algorithms.records import sidecar_path
 
     baseline_dir = tmp_path / "baseline" / "default"
     baseline_dir.mkdir(parents=True)
@@ -296,7 +296,7 @@ def test_the_cases_example_compares_the_files_its_two_runs_write(monkeypatch):
     from algorithms.paths import REPO_ROOT
     from algorithms.registry.frameworks import FRAMEWORKS
     from algorithms.run.config import parse_config
-    from algorithms.run.recorder import results_csv_name
+    from algorithms.records import results_csv_name
 
     monkeypatch.chdir(REPO_ROOT)
     with open(os.path.join(REPO_ROOT, "docs", "comparing.md")) as handle:

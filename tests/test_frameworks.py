@@ -12,7 +12,7 @@ import pytest
 
 from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run.recorder import CSV_COLUMNS, read_rows, run_ids
+from algorithms.records import CSV_COLUMNS, read_rows, run_ids
 from tests.conftest import csv_suffix, framework_param, run_python, run_script
 from tests.flags import run_flags
 from tests.initial_loss_probe import assert_same_initial_outputs, run_probe

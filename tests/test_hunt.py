@@ -17,7 +17,7 @@ import pytest
 from algorithms.spec.data import load_dataset
 from algorithms.spec.parallel import layer_stages
 from algorithms.paths import REPO_ROOT
-from algorithms.run.recorder import CSV_COLUMNS, read_rows
+from algorithms.records import CSV_COLUMNS, read_rows
 from algorithms.spec.networks import NETWORKS, Conv2D, Dense, ZeroPad2D
 from tests.conftest import run_script
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from algorithms.registry.frameworks import get
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import REPO_ROOT, csv_suffix, run_script, script_env
 from tests.flags import run_flags
 

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from algorithms.spec.networks import get_network
 from tests.conftest import run_script
 from tests.flags import run_flags

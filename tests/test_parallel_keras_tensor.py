@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import run_script
 from tests.flags import run_flags
 from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy

@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import CSV_COLUMNS
-from algorithms.run.settings_record import sidecar_path
+from algorithms.records import CSV_COLUMNS, sidecar_path
 from tests.conftest import run_script, start_script
 from tests.flags import run_flags
 from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows, run_ids
+from algorithms.records import read_rows, run_ids
 from tests.conftest import REPO_ROOT, run_script, start_script
 from tests.flags import run_flags
 
@@ -356,7 +356,7 @@ def test_early_stopping_and_reduce_on_plateau_follow_the_validation_loss(small_d
     """A learning rate too small to move float32 weights: the validation loss never
     improves after epoch 1, so the lr halves after each epoch without gain and the run
     stops after two of them, with the lr the CSV records."""
-    from algorithms.run.recorder import read_rows
+    from algorithms.records import read_rows
 
     results = tmp_path / "results"
     proc = run_script(

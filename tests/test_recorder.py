@@ -5,16 +5,16 @@ import os
 import pytest
 
 from algorithms.errors import InputError
-from algorithms.run.recorder import (
+from algorithms.records import (
     CSV_COLUMNS,
     WARMUP_STEPS,
-    ResultsCsv,
     read_rows,
     results_csv_name,
     run_ids,
     steady_state_ms,
     summarize_rows,
 )
+from algorithms.run.recorder import ResultsCsv
 
 IDENTITY = {
     "framework": "torch",

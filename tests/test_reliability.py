@@ -21,7 +21,7 @@ import pytest
 from algorithms.spec.data import load_kaggle_csv
 from algorithms.run.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
 from algorithms.registry.frameworks import get
-from algorithms.run.recorder import CSV_COLUMNS, read_rows, results_csv_name
+from algorithms.records import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
 from tests.flags import run_flags
 

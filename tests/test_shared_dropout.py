@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from algorithms.registry.frameworks import get
-from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.records import read_rows, results_csv_name
 from tests.conftest import run_script
 from tests.flags import run_flags
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import run_script
 from tests.flags import flags, run_flags
 

@@ -18,8 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
-from algorithms.run.settings_record import sidecar_path
+from algorithms.records import read_rows, sidecar_path
 from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_script
 from tests.test_parallel_tf import free_ports

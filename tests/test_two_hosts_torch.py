@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_python, run_script
 from tests.netns import (

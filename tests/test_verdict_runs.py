@@ -17,7 +17,7 @@ import pytest
 from algorithms.analysis.compare import build_report
 from algorithms.analysis.drift_envelope import envelope_path, read_envelope
 from algorithms.paths import REPO_ROOT
-from algorithms.run.settings_record import read_settings
+from algorithms.records import read_settings
 from tests.conftest import run_python
 from tests.synthetic_runs import NETWORK, relabel
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import run_module
 from tests.flags import run_flags
 

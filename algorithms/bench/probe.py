@@ -50,7 +50,7 @@ import time
 from abc import ABC, abstractmethod
 
 from algorithms.run.loop import prefetcher_for, run_step
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import RunSession
 from algorithms.run.threads import peak_rss_mb, set_malloc, set_thread_environment

@@ -13,7 +13,7 @@ state.json holds the step, the epoch and the next batch in it, the learning-rate
 schedule, the early-stopping counters, the samples and the wall time the run has
 used, and the settings a resumed run must share.
 The last KEEP complete checkpoints are kept. A run resumed from step S rewrites
-the rows after S that the interrupted run had written; `recorder.read_rows`
+the rows after S that the interrupted run had written; `records.read_rows`
 keeps the later of two rows for the same step.
 """
 

@@ -10,7 +10,8 @@ import socket
 from datetime import datetime, timezone
 from typing import Optional
 
-from algorithms.run.recorder import WARMUP_STEPS, append_log_block, steady_state_ms
+from algorithms.records import WARMUP_STEPS, steady_state_ms
+from algorithms.run.recorder import append_log_block
 from algorithms.run.threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb, process_threads
 from algorithms.run.tuning import log_line as tuned_log_line
 

@@ -28,7 +28,8 @@ from algorithms.run.faults import (
 )
 from algorithms.run.noise_scale import NoiseScale
 from algorithms.run.progress import Progress
-from algorithms.run.recorder import results_csv_name, write_predictions
+from algorithms.records import results_csv_name
+from algorithms.run.recorder import write_predictions
 from algorithms.run.report import print_summary, summarize, write_log_block
 from algorithms.run.rows import RunRows
 from algorithms.run.settings_record import append_settings, settings_of

@@ -5,8 +5,8 @@ judged, written once per run, at its start, beside its results CSV:
                                           "backend", "settings": {name: value}}
 
 The CSV keeps its columns (older readers still read it); a run resumed with --resume
-adds no second line. Read back by algorithms/analysis/settings.py, which also says what
-an older file without this record leaves unknown.
+adds no second line. Read back by algorithms/records.py (read_settings); what an older
+file without this record leaves unknown, algorithms/analysis/settings.py says.
 """
 
 from __future__ import annotations
@@ -14,18 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Optional
 
 from algorithms.errors import ResourceError
+from algorithms.records import read_settings, sidecar_path
 from algorithms.run.recorder import append_whole, cannot_write
 
-SIDECAR_SUFFIX = ".settings.jsonl"
 HASH_CHUNK_BYTES = 1 << 20
 FINGERPRINT_HEX = 16  # 64 bits of the SHA-256: no two training files here collide
-
-
-def sidecar_path(csv_path: str) -> str:
-    return os.path.splitext(csv_path)[0] + SIDECAR_SUFFIX
 
 
 def file_fingerprint(path: str) -> str:
@@ -106,27 +101,3 @@ def append_settings(csv_path: str, run_id: str, framework: str, backend: str, se
             os.close(fd)
     except OSError as error:
         raise ResourceError(cannot_write(path, error, "--results_dir")) from None
-
-
-def read_settings(path: str) -> dict:
-    """run_id -> settings of a sidecar (its own path or its CSV's); {} when there is none.
-    A line cut off by a crash is skipped."""
-    if path.endswith(".csv"):
-        path = sidecar_path(path)
-    if not os.path.isfile(path):
-        return {}
-    records = {}
-    with open(path) as handle:
-        for line in handle:
-            record = _parsed(line)
-            if record is not None:
-                records.setdefault(record["run_id"], record["settings"])
-    return records
-
-
-def _parsed(line: str) -> Optional[dict]:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and "run_id" in record and "settings" in record else None

@@ -19,7 +19,7 @@ import sys
 from algorithms.registry.capabilities import capabilities
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.run.argv import without_flags
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.settings import epoch_batches
 from algorithms.run.flags import DefaultsHelpFormatter

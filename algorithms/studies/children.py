@@ -14,7 +14,7 @@ from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.run.flags import OneLineErrorParser
 from algorithms.run.entry import prepare
-from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.records import read_rows, results_csv_name
 from algorithms.tables import last_line
 from algorithms.studies.child_output import run_logged
 

@@ -53,8 +53,7 @@ from algorithms.analysis.runs import load_run
 from algorithms.analysis.settings import Settings
 from algorithms.paths import DEFAULT_TRAIN, RESULTS_DIR
 from algorithms.run.argv import flag_value
-from algorithms.run.recorder import run_ids
-from algorithms.run.settings_record import read_settings
+from algorithms.records import run_ids, read_settings
 from algorithms.studies import children
 from algorithms.studies.envelope import EVERY, SUMMATION_ORDERS, variants
 from algorithms.tables import text_table

@@ -38,7 +38,7 @@ from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
 from algorithms.run.argv import without_flags
 from algorithms.run.faults import NEAR_CHANCE
-from algorithms.run.recorder import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
+from algorithms.records import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
 from algorithms.run.entry import prepare
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
