@@ -16,8 +16,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
-from algorithms.run.resources import Footprint, Started
-from algorithms.run.tuning import Setting, Tuning
+from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN, OPENBLAS_AVX512, TENSORFLOW, THEANO_OPENMP, YNN_OFF
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError

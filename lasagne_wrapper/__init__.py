@@ -6,7 +6,7 @@ backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 
 
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import graph_only_fp32_advice
-from algorithms.run.tuning import Tuning
+from algorithms.machine.tuning import Tuning
 from backends.tuning import MEASURED, OPENBLAS_AVX512, THEANO_OPENMP
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
@@ -36,7 +36,7 @@ def supported() -> Support:
 
 
 def prepare_process(config, dataset) -> None:
-    """Nothing to set before Theano loads: algorithms/run/threads.py sets its OpenMP/BLAS threads."""
+    """Nothing to set before Theano loads: algorithms/machine/threads.py sets its OpenMP/BLAS threads."""
 
 
 def launch(config, argv: list) -> None:

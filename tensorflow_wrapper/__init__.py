@@ -19,8 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
-from algorithms.run.resources import Footprint, Started
-from algorithms.run.tuning import Tuning
+from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.tuning import Tuning
 from backends.tuning import MEASURED, TENSORFLOW
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice

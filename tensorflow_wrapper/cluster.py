@@ -30,7 +30,7 @@ import subprocess
 import sys
 
 from algorithms.errors import ResourceError
-from algorithms.run.resources import why_not_started
+from algorithms.machine.resources import why_not_started
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG = 1

@@ -97,7 +97,7 @@ def test_threads_flag_is_applied_and_recorded(small_data, tmp_path):
 FAULTS_PROBE = """
 import resource, subprocess, sys
 import numpy as np
-from algorithms.run.threads import set_malloc
+from algorithms.machine.threads import set_malloc
 print(set_malloc(sys.argv[1]), file=sys.stderr)
 def step():  # a training step's worth of large temporaries, written and freed
     for _ in range(4):

@@ -19,7 +19,7 @@ from algorithms.run.contract import (
     known_flags,
     member_problems,
 )
-from algorithms.run.tuning import Tuning
+from algorithms.machine.tuning import Tuning
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.paths import REPO_ROOT
@@ -51,7 +51,7 @@ def test_every_wrapper_meets_the_contract(framework):
 
 BROKEN = {
     "__init__.py": "from algorithms.run.contract import Support\n"
-    "from algorithms.run.tuning import Tuning\n"
+    "from algorithms.machine.tuning import Tuning\n"
     "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'), Tuning('broken'))\n"
     "def prepare_process(config, dataset):\n    pass\n",  # no launch
     "model.py": "def build_model(network, weights):\n    return None\n",
@@ -106,7 +106,7 @@ def write_package(root, name: str, files: dict) -> None:
 # a wrapper that meets the contract in full: the known answer for "no problem"
 SOUND = {
     "__init__.py": "from algorithms.run.contract import Support\n"
-    "from algorithms.run.tuning import Tuning\n"
+    "from algorithms.machine.tuning import Tuning\n"
     "def supported():\n    return Support(('single',), (), Tuning('sound'))\n"
     "def prepare_process(config, dataset):\n    pass\n"
     "def launch(config, argv):\n    pass\n",

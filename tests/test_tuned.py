@@ -1,4 +1,4 @@
-"""--tuned (algorithms/run/tuning.py, each wrapper's Support.tuning): every framework's table is well-formed, the
+"""--tuned (algorithms/machine/tuning.py, each wrapper's Support.tuning): every framework's table is well-formed, the
 setting's environment is applied before the framework loads and recorded in
 results.log (torch, and Keras on jax through XLA_FLAGS), a bad name is one line and
 status 2, and the benchmark puts a setting's row beside the defaults."""
@@ -12,7 +12,7 @@ import pytest
 
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run import tuning
+from algorithms.machine import tuning
 from backends.tuning import YNN_OFF
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
 from tests.flags import run_flags

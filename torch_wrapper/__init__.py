@@ -24,8 +24,8 @@ import os
 
 from algorithms.run.contract import Support
 from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
-from algorithms.run.resources import Footprint, Started
-from algorithms.run.tuning import Setting, Tuning
+from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN
 from algorithms.errors import InputError
 

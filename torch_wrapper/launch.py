@@ -29,7 +29,7 @@ import tempfile
 
 from algorithms.errors import InputError
 from algorithms.paths import REPO_ROOT
-from algorithms.run.resources import die_with_parent
+from algorithms.machine.resources import die_with_parent
 
 
 LOOPBACK_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}

@@ -15,7 +15,7 @@ from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.run.session import RunSession
-from algorithms.run.tuning import tuned_options
+from algorithms.machine.tuning import tuned_options
 from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, make_optimizer, uniforms_to_torch

@@ -27,8 +27,8 @@ from algorithms.run.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
-from algorithms.run.threads import process_threads
-from algorithms.run.tuning import tuned_options
+from algorithms.machine.threads import process_threads
+from algorithms.machine.tuning import tuned_options
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import (
     CommClock,

@@ -23,9 +23,9 @@ from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
 from algorithms.run import probe_process
 from algorithms.run.flags import PRECISIONS, OneLineErrorParser, count, positive
-from algorithms.run.threads import MALLOC_POLICIES
+from algorithms.machine.threads import MALLOC_POLICIES
 from algorithms.registry.capabilities import support
-from algorithms.run.tuning import DEFAULT
+from algorithms.machine.tuning import DEFAULT
 from algorithms.tables import last_line, text_table
 
 COLUMNS = [

@@ -53,8 +53,8 @@ from algorithms.run.loop import prefetcher_for, run_step
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import RunSession
-from algorithms.run.threads import peak_rss_mb, set_malloc, set_thread_environment
-from algorithms.run.tuning import apply_tuned, resolve_tuned
+from algorithms.machine.threads import peak_rss_mb, set_malloc, set_thread_environment
+from algorithms.machine.tuning import apply_tuned, resolve_tuned
 
 WARMUP_BLOCKS = 1  # the first native and harness blocks (compilation, caches) are not counted
 PROFILE_TOP = 12  # ops kept per profile

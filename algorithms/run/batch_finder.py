@@ -24,7 +24,7 @@ from algorithms.run.argv import without_flags
 from algorithms.run.probe_process import run_probe
 from algorithms.spec.parallel import make_plan
 from algorithms.tables import last_line
-from algorithms.run.resources import available_memory_mb
+from algorithms.machine.resources import available_memory_mb
 
 START_BATCH = 16
 # the largest batch tried leaves the run at least this many optimizer steps an epoch: a batch

@@ -15,7 +15,7 @@ from algorithms.errors import InputError
 from algorithms.run.flag_checks import check_flags
 from algorithms.run.flags import DEFAULT_SYNC_EVERY, build_parser, schedule_text
 from algorithms.run.schedule import LearningRateSchedule, linear_scale
-from algorithms.run.tuning import Tuning
+from algorithms.machine.tuning import Tuning
 from algorithms.spec.data import batch_size_at
 from algorithms.spec.networks import Network, Optimizer, get_network
 from algorithms.spec.parallel import STRATEGIES, ParallelPlan, make_plan

@@ -42,8 +42,8 @@ import numpy as np
 
 from algorithms.run.config import OPTIONAL_FLAGS
 from algorithms.run.noise_scale import GradientNorms
-from algorithms.run.resources import Footprint
-from algorithms.run.tuning import Tuning
+from algorithms.machine.resources import Footprint
+from algorithms.machine.tuning import Tuning
 
 if TYPE_CHECKING:
     from algorithms.run.config import RunConfig

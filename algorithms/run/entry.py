@@ -35,11 +35,11 @@ from algorithms.run.faults import (
 )
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from algorithms.run.recorder import check_writable
-from algorithms.run.resources import check_resources, dataset_mb
+from algorithms.machine.resources import check_resources, dataset_mb
 from algorithms.run.session import RunSession
 from algorithms.run.notices import startup_notices_dropped
-from algorithms.run.threads import process_threads, set_malloc, set_thread_environment
-from algorithms.run.tuning import apply_tuned, resolve_tuned
+from algorithms.machine.threads import process_threads, set_malloc, set_thread_environment
+from algorithms.machine.tuning import apply_tuned, resolve_tuned
 
 
 def prepare(argv: Optional[list], prog: str, description: str, support: Optional[Support] = None):

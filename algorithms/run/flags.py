@@ -12,7 +12,7 @@ import os
 from typing import Callable
 
 from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
-from algorithms.run.threads import MALLOC_POLICIES
+from algorithms.machine.threads import MALLOC_POLICIES
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS
 from algorithms.spec.parallel import INNER_STRATEGIES, STRATEGIES
 from algorithms.spec.variants import KIND_HELP, TRAINING_KINDS

@@ -12,8 +12,14 @@ from typing import Optional
 
 from algorithms.records import WARMUP_STEPS, steady_state_ms
 from algorithms.run.recorder import append_log_block
-from algorithms.run.threads import MALLOC_VARIABLES, THREAD_VARIABLES, environment_text, peak_rss_mb, process_threads
-from algorithms.run.tuning import log_line as tuned_log_line
+from algorithms.machine.threads import (
+    MALLOC_VARIABLES,
+    THREAD_VARIABLES,
+    environment_text,
+    peak_rss_mb,
+    process_threads,
+)
+from algorithms.machine.tuning import log_line as tuned_log_line
 
 
 def summarize(session, test: Optional[tuple], predictions_path: Optional[str]) -> dict:

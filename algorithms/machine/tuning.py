@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from algorithms.errors import InputError
-from algorithms.run.threads import environment_text
+from algorithms.machine.threads import environment_text
 
 DEFAULT = "default"
 BEST = "best"  # what a bare --tuned asks for: the table's best
