@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.run.contract import Runtime
 from algorithms.spec.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get

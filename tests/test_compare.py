@@ -295,7 +295,7 @@ def test_the_cases_example_compares_the_files_its_two_runs_write(monkeypatch):
 
     from algorithms.paths import REPO_ROOT
     from algorithms.registry.frameworks import FRAMEWORKS
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.records import results_csv_name
 
     monkeypatch.chdir(REPO_ROOT)

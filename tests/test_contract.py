@@ -201,7 +201,7 @@ def test_the_checker_names_each_session_member_a_wrapper_uses_outside_the_contra
 def test_the_run_session_is_the_session_the_contract_names(tmp_path):
     import numpy as np
 
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.run.session import RunSession
     from algorithms.spec.data import Dataset
 

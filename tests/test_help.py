@@ -12,7 +12,7 @@ import pytest
 
 from algorithms.registry.capabilities import environment
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
-from algorithms.run.config import OPTIONAL_FLAGS
+from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.paths import REPO_ROOT
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.spec.variants import TRAINING_KINDS

@@ -27,7 +27,7 @@ SHARED_PACKAGES = {"algorithms", "backends"}
 # algorithms/'s layers, bottom up: a module imports from its own layer or one listed
 # before it, never from one after it; "" is the foundation (algorithms/*.py). studies/
 # and bench/ sit side by side at the top and import neither each other.
-LAYERS = ("", "spec", "machine", "run", "registry", "analysis", ("studies", "bench"))
+LAYERS = ("", "spec", "machine", "config", "run", "registry", "analysis", ("studies", "bench"))
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in (names if isinstance(names, tuple) else (names,))}
 
 
@@ -258,7 +258,7 @@ def test_the_commands_offer_exactly_the_registry_in_its_order():
 
 
 # what a framework helper must not load: the flags, the entry point, the session, the loops
-RUN_CORE = ("run/config", "run/entry", "run/session", "run/loop")
+RUN_CORE = ("config/run_config", "run/entry", "run/session", "run/loop")
 
 
 def algorithms_reached(starts: set, graph: dict) -> set:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.spec.data import batch_order, load_dataset
 from algorithms.spec.weights import initial_weights
 from algorithms.run.noise_scale import GradientNorms, unbiased_estimates

@@ -178,7 +178,7 @@ def test_each_strategy_trains_and_only_rank_0_records(
 
 
 def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_data, tmp_path):
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
 
     flags = [
         "--strategy",

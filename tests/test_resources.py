@@ -17,7 +17,7 @@ import time
 import pytest
 
 from algorithms.paths import REPO_ROOT
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.machine.resources import available_memory_mb, descendants
 from tests.conftest import write_random_kaggle_train
 

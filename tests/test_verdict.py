@@ -278,7 +278,7 @@ def test_an_older_file_without_a_record_reads_its_settings_from_its_rows_and_say
 
 
 def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
 
     train = tmp_path / "train.csv"
     train.write_text("label,pixel0\n1,0\n")
@@ -305,7 +305,7 @@ def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
 
 def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad_ones_are_refused(tmp_path):
     from algorithms.errors import InputError
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.spec.networks import get_network
     from algorithms.spec.weights import initial_weights
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from algorithms.run.config import parse_config  # noqa: E402
+from algorithms.config.run_config import parse_config  # noqa: E402
 from algorithms.spec.data import load_kaggle_csv  # noqa: E402
 from algorithms.spec.networks import Dropout  # noqa: E402
 from torch_wrapper.distributed import join_process_group  # noqa: E402

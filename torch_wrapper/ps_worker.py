@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, InputError
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 
 PROG = "python -m torch_wrapper.ps_worker"
 

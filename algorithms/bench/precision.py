@@ -6,7 +6,7 @@ framework."""
 
 from __future__ import annotations
 
-from algorithms.run.flags import PRECISIONS
+from algorithms.config.flags import PRECISIONS
 from algorithms.machine.tuning import cpu_flags, flags_in
 
 # the x86 flags of the units that run bf16 / fp16 matmuls natively (Linux's names)

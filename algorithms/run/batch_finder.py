@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from algorithms.errors import InputError
-from algorithms.run.argv import without_flags
+from algorithms.config.argv import without_flags
 from algorithms.run.probe_process import run_probe
 from algorithms.spec.parallel import make_plan
 from algorithms.tables import last_line

@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol, Sequenc
 
 import numpy as np
 
-from algorithms.run.config import OPTIONAL_FLAGS
+from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.run.noise_scale import GradientNorms
 from algorithms.machine.resources import Footprint
 from algorithms.machine.tuning import Tuning
 
 if TYPE_CHECKING:
-    from algorithms.run.config import RunConfig
+    from algorithms.config.run_config import RunConfig
     from algorithms.spec.data import Dataset
 
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Optional
 
 from algorithms.run.batch_finder import find_batch_size
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.run.epoch_check import CHECK_STEPS, check_run
 from algorithms.run.contract import Support
 from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset

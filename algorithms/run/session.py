@@ -17,7 +17,7 @@ import numpy as np
 
 from algorithms.run.checkpoint import Checkpoints
 from algorithms.run.clock import RunClock
-from algorithms.run.config import RunConfig
+from algorithms.config.run_config import RunConfig
 from algorithms.run.contract import Runtime
 from algorithms.run.faults import (
     EpochEvidence,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from algorithms.run.config import RunConfig
+from algorithms.config.run_config import RunConfig
 
 
 class StoppingRules:

@@ -18,11 +18,11 @@ import sys
 
 from algorithms.registry.capabilities import capabilities
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.run.argv import without_flags
+from algorithms.config.argv import without_flags
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.settings import epoch_batches
-from algorithms.run.flags import DefaultsHelpFormatter
+from algorithms.config.flags import DefaultsHelpFormatter
 from algorithms.run.session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table

@@ -54,7 +54,7 @@ from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
-from algorithms.run.argv import split_flags, without_flags
+from algorithms.config.argv import split_flags, without_flags
 from algorithms.records import read_log_field
 from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of

@@ -28,7 +28,7 @@ from algorithms.registry.capabilities import environment
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import get
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.argv import without_flags
+from algorithms.config.argv import without_flags
 from algorithms.records import steady_state_ms
 from algorithms.run.entry import prepare, support_of
 from algorithms.run.session import new_run_id

@@ -51,8 +51,8 @@ from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import NAMES, get
-from algorithms.run.config import OPTIONAL_FLAGS
-from algorithms.run.flags import OneLineErrorParser
+from algorithms.config.run_config import OPTIONAL_FLAGS
+from algorithms.config.flags import OneLineErrorParser
 from algorithms.run.session import new_run_id
 from algorithms.spec.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, get_network

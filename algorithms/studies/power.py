@@ -52,7 +52,7 @@ from algorithms.analysis.drift_envelope import ENVELOPE_FACTOR, MODES, build_env
 from algorithms.analysis.runs import load_run
 from algorithms.analysis.settings import Settings
 from algorithms.paths import DEFAULT_TRAIN, RESULTS_DIR
-from algorithms.run.argv import flag_value
+from algorithms.config.argv import flag_value
 from algorithms.records import run_ids, read_settings
 from algorithms.studies import children
 from algorithms.studies.envelope import EVERY, SUMMATION_ORDERS, variants

@@ -36,7 +36,7 @@ from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.argv import without_flags
+from algorithms.config.argv import without_flags
 from algorithms.run.faults import NEAR_CHANCE
 from algorithms.records import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
 from algorithms.run.entry import prepare

@@ -22,7 +22,7 @@ from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
-from algorithms.run.argv import flag_value, without_flags
+from algorithms.config.argv import flag_value, without_flags
 from algorithms.records import run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress

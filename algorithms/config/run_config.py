@@ -1,6 +1,6 @@
 """The run configuration (`RunConfig`): the preset's defaults overridden by the flags,
 resolved once by `parse_config` from the flags every entry script shares (flags.py),
-after the rules of which flags can run together (flag_checks.py); and the optional
+after the rules of which flags can run together (checks.py); and the optional
 flags a wrapper may or may not implement (`OPTIONAL_FLAGS`)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import MISSING, dataclass, fields, replace
 from typing import Optional
 
 from algorithms.errors import InputError
-from algorithms.run.flag_checks import check_flags
-from algorithms.run.flags import DEFAULT_SYNC_EVERY, build_parser, schedule_text
-from algorithms.run.schedule import LearningRateSchedule, linear_scale
+from algorithms.config.checks import check_flags
+from algorithms.config.flags import DEFAULT_SYNC_EVERY, build_parser, schedule_text
+from algorithms.config.schedule import LearningRateSchedule, linear_scale
 from algorithms.machine.tuning import Tuning
 from algorithms.spec.data import batch_size_at
 from algorithms.spec.networks import Network, Optimizer, get_network

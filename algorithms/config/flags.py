@@ -2,7 +2,7 @@
 the argparse types that check a value on its own (`whole_number`, `number`), and
 the parser that makes a malformed flag one line and exit status 2
 (`OneLineErrorParser`, which the studies and the benchmark use too). Flags that
-cannot run together are checked in flag_checks.py; config.py resolves the flags
+cannot run together are checked in checks.py; run_config.py resolves the flags
 into a RunConfig."""
 
 from __future__ import annotations
