@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol, Sequenc
 import numpy as np
 
 from algorithms.config.run_config import OPTIONAL_FLAGS
-from algorithms.run.noise_scale import GradientNorms
 from algorithms.machine.resources import Footprint
 from algorithms.machine.tuning import Tuning
 
@@ -75,10 +74,21 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class GradientNorms:
+    """One optimizer step's squared gradient norms (of the mean loss over each batch)."""
+
+    small_batch: float  # samples behind each replica's gradient (the per-replica batch)
+    small_sq: float  # |G_small|^2, the mean over the replicas, before the all-reduce
+    big_batch: float  # samples behind the all-reduced gradient (the global batch)
+    big_sq: float  # |G_big|^2, after the all-reduce
+
+
+@dataclass(frozen=True)
 class StepResult:
     """One optimizer step: the mean loss and accuracy over its samples, the part of
     its time spent communicating where the strategy can measure it, and with
-    --noise_scale the gradient norms before and after the all-reduce."""
+    --noise_scale the gradient norms before and after the all-reduce (GradientNorms, from
+    which algorithms/run/noise_scale.py estimates the noise scale)."""
 
     loss: float
     accuracy: float

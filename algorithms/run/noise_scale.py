@@ -13,24 +13,16 @@ exponential moving average over steps and B_simple = tr(Sigma) / |G|^2 is the ra
 of the averages; B_simple approximates the critical batch, beyond which a larger
 batch buys little speed-up per sample. |G_small|^2 is the mean over the replicas
 (their estimates are independent, so the mean is a better one). A framework wrapper
-supplies the norms (GradientNorms); everything else is here. Imports no framework."""
+supplies the norms (GradientNorms, a type of the contract); everything else is here.
+Imports no framework."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from algorithms.run.contract import GradientNorms
+
 EMA_DECAY = 0.95  # per optimizer step: about the last 20 steps weigh in
-
-
-@dataclass(frozen=True)
-class GradientNorms:
-    """One optimizer step's squared gradient norms (of the mean loss over each batch)."""
-
-    small_batch: float  # samples behind each replica's gradient (the per-replica batch)
-    small_sq: float  # |G_small|^2, the mean over the replicas, before the all-reduce
-    big_batch: float  # samples behind the all-reduced gradient (the global batch)
-    big_sq: float  # |G_big|^2, after the all-reduce
 
 
 def replica_gradient_norms(
