@@ -14,7 +14,7 @@ import tempfile
 import caffe
 import numpy as np
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_hand
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from caffe_wrapper.model import LOGITS, build_model, layer_names, layer_tops, write_prototxt

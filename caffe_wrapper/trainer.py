@@ -13,7 +13,7 @@ import caffe
 import numpy as np
 from caffe.proto import caffe_pb2
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.spec.weights import initial_weights, to_channels_first
 from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, uniform_blob, write_prototxt
 

@@ -14,8 +14,8 @@ import os
 # writes before reading this is dropped by the entry script: algorithms/run/notices.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN, OPENBLAS_AVX512, TENSORFLOW, THEANO_OPENMP, YNN_OFF

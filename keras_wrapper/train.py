@@ -8,7 +8,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_epochs
 from algorithms.spec.networks import Conv2D
 from algorithms.spec.weights import initial_weights

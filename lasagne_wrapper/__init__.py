@@ -4,8 +4,8 @@ functions, `train.py` runs them through the shared loop in algorithms/run/loop.p
 backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 0.1
 (and Keras 2.3.1); it is imported before lasagne."""
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import graph_only_fp32_advice
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import graph_only_fp32_advice
 from algorithms.machine.tuning import Tuning
 from backends.tuning import MEASURED, OPENBLAS_AVX512, THEANO_OPENMP
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice

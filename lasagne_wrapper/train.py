@@ -10,7 +10,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
 from lasagne_wrapper.model import build_model

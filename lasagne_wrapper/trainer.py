@@ -13,7 +13,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.spec.weights import initial_weights
 from lasagne_wrapper.model import build_model, make_updates, uniform_variables, uniforms_channels_first
 

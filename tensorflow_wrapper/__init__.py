@@ -17,8 +17,8 @@ import sys
 # before reading this is dropped by the entry script: algorithms/run/notices.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Tuning
 from backends.tuning import MEASURED, TENSORFLOW

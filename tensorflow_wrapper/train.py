@@ -12,7 +12,7 @@ os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras optimizers must run on Te
 import numpy as np
 import tensorflow as tf
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.run.faults import install_signal_handlers
 from algorithms.spec.weights import initial_weights
 from algorithms.run.loop import train_by_hand

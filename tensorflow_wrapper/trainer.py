@@ -29,7 +29,7 @@ import time
 
 import tensorflow as tf
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.run.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import dropout_layers

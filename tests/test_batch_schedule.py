@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from algorithms.config.run_config import parse_config
-from algorithms.run.contract import Runtime
+from algorithms.contract.types import Runtime
 from algorithms.spec.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.records import read_rows, results_csv_name

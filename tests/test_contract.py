@@ -1,4 +1,4 @@
-"""The wrapper contract (algorithms/run/contract.py): every wrapper of the registry meets it,
+"""The wrapper contract (algorithms/contract/types.py): every wrapper of the registry meets it,
 each in its own process with its own environment (Keras's backend is chosen at import;
 the legacy ones run in tests/legacy/), and the checker itself catches a broken wrapper."""
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from algorithms.run.contract import (
+from algorithms.contract.types import (
     Runtime,
     StepResult,
     Support,
@@ -29,10 +29,10 @@ MAIN_ENV = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
 
 def assert_meets_the_contract(framework, timeout: int = 300) -> None:
-    """`python -m algorithms.run.contract` for one registry framework, in its own process and
+    """`python -m algorithms.contract.types` for one registry framework, in its own process and
     environment (tests/legacy/ calls this from .venv-legacy's Python)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.run.contract", framework.package],
+        [sys.executable, "-m", "algorithms.contract.types", framework.package],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
         capture_output=True,
@@ -50,7 +50,7 @@ def test_every_wrapper_meets_the_contract(framework):
 
 
 BROKEN = {
-    "__init__.py": "from algorithms.run.contract import Support\n"
+    "__init__.py": "from algorithms.contract.types import Support\n"
     "from algorithms.machine.tuning import Tuning\n"
     "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'), Tuning('broken'))\n"
     "def prepare_process(config, dataset):\n    pass\n",  # no launch
@@ -105,7 +105,7 @@ def write_package(root, name: str, files: dict) -> None:
 
 # a wrapper that meets the contract in full: the known answer for "no problem"
 SOUND = {
-    "__init__.py": "from algorithms.run.contract import Support\n"
+    "__init__.py": "from algorithms.contract.types import Support\n"
     "from algorithms.machine.tuning import Tuning\n"
     "def supported():\n    return Support(('single',), (), Tuning('sound'))\n"
     "def prepare_process(config, dataset):\n    pass\n"
@@ -120,7 +120,7 @@ SOUND = {
     "    def load_checkpoint(self, folder):\n        pass\n"
     "    def prepare_batch(self, batch_size):\n        pass\n"
     "def build_trainer(config):\n    return SoundTrainer()\n",
-    "train.py": "from algorithms.run.contract import Runtime\n"
+    "train.py": "from algorithms.contract.types import Runtime\n"
     "def describe_runtime():\n    return Runtime('sound', 'sound', {}, 'cpu')\n"
     "def records(config):\n    return True\n"
     "def train(session):\n"

@@ -27,7 +27,7 @@ SHARED_PACKAGES = {"algorithms", "backends"}
 # algorithms/'s layers, bottom up: a module imports from its own layer or one listed
 # before it, never from one after it; "" is the foundation (algorithms/*.py). studies/
 # and bench/ sit side by side at the top and import neither each other.
-LAYERS = ("", "spec", "machine", "config", "run", "registry", "analysis", ("studies", "bench"))
+LAYERS = ("", "spec", "machine", "config", "contract", "run", "registry", "analysis", ("studies", "bench"))
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in (names if isinstance(names, tuple) else (names,))}
 
 

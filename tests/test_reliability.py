@@ -465,7 +465,7 @@ def test_a_checkpoint_state_of_an_earlier_version_resumes_with_its_clock_at_0(tm
     clock from 0; a state with wall_time_s goes on from it."""
     from algorithms.run.checkpoint import checkpoint_root, shared_settings, step_folder, write_state
     from algorithms.config.run_config import parse_config
-    from algorithms.run.contract import Runtime
+    from algorithms.contract.types import Runtime
     from algorithms.run.session import RunSession
     from algorithms.spec.data import Dataset
 

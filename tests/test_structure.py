@@ -44,7 +44,7 @@ def test_the_structural_check_passes_torchs_model_and_names_a_missing_bias_and_a
 
 
 def test_the_structural_check_reads_each_layout_and_names_a_parameter_no_layer_owns():
-    from algorithms.run.contract import ModelParameter
+    from algorithms.contract.types import ModelParameter
 
     tf_like = [
         ModelParameter(f"{role}_{index}", index, role, shape, layout)

@@ -22,8 +22,8 @@ _SINGLE_ONLY_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_la
 
 import os
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN

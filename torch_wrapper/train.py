@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
 from backends.torch_backend import set_threads

@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.parallel import DistributedDataParallel
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.run.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import uniforms

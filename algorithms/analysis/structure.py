@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
-from algorithms.run.contract import ModelParameter
+from algorithms.contract.types import ModelParameter
 from algorithms.spec.networks import Network, layer_label, weight_shapes
 from algorithms.spec.weights import LAYOUT_AXES, shape_in_layout
 

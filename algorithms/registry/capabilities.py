@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
 from algorithms.config.run_config import OPTIONAL_FLAGS, WITHOUT_TABLE_COLUMN
-from algorithms.run.contract import Support
+from algorithms.contract.types import Support
 from algorithms.spec.parallel import STRATEGIES
 
 # the table's flag columns, in the order of OPTIONAL_FLAGS

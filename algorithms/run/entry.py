@@ -1,7 +1,7 @@
 """What every entry script does: parse the shared flags, load and check the data
 (before any framework is imported, so a bad input fails fast with status 2 and
 writes nothing), then hand the run to one wrapper, through the names of
-algorithms/run/contract.py:
+algorithms/contract/types.py:
 
     package.supported()                      refuse what it does not run, before it loads
     package.prepare_process(config, dataset) what the framework reads at import (device counts)
@@ -21,7 +21,7 @@ from typing import Optional
 from algorithms.run.batch_finder import find_batch_size
 from algorithms.config.run_config import parse_config
 from algorithms.run.epoch_check import CHECK_STEPS, check_run
-from algorithms.run.contract import Support
+from algorithms.contract.types import Support
 from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
 from algorithms.run.faults import (

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from algorithms.run.contract import GradientNorms
+from algorithms.contract.types import GradientNorms
 
 EMA_DECAY = 0.95  # per optimizer step: about the last 20 steps weigh in
 

@@ -18,7 +18,7 @@ import numpy as np
 from algorithms.run.checkpoint import Checkpoints
 from algorithms.run.clock import RunClock
 from algorithms.config.run_config import RunConfig
-from algorithms.run.contract import Runtime
+from algorithms.contract.types import Runtime
 from algorithms.run.faults import (
     EpochEvidence,
     first_loss_problem,

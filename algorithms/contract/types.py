@@ -537,27 +537,27 @@ def known_flags() -> tuple:
 
 
 def main(argv=None) -> int:
-    """python -m algorithms.run.contract PACKAGE: the ways PACKAGE breaks the contract; exit status 1 if any."""
+    """python -m algorithms.contract.types PACKAGE: the ways PACKAGE breaks the contract; exit status 1 if any."""
     import argparse
 
     from algorithms.spec.parallel import STRATEGIES
 
     parser = argparse.ArgumentParser(
-        prog="python -m algorithms.run.contract",
-        description="Check wrapper packages against the wrapper contract (algorithms/run/contract.py). "
+        prog="python -m algorithms.contract.types",
+        description="Check wrapper packages against the wrapper contract (algorithms/contract/types.py). "
         "Each is imported, framework and all: set KERAS_BACKEND first for keras_wrapper, and use "
         ".venv-legacy/bin/python for lasagne_wrapper and Keras on theano.",
     )
     parser.add_argument("packages", nargs="+", metavar="PACKAGE", help="e.g. torch_wrapper")
     args = parser.parse_args(argv)
-    contract = importlib.import_module("algorithms.run.contract")  # not __main__: its classes are the wrappers'
+    contract = importlib.import_module("algorithms.contract.types")  # not __main__: its classes are the wrappers'
     problems = [
         problem for package in args.packages for problem in contract.check_wrapper(package, STRATEGIES, known_flags())
     ]
     for problem in problems:
         print(problem)
     if not problems:
-        print(f"{', '.join(args.packages)}: meets the wrapper contract (algorithms/run/contract.py)")
+        print(f"{', '.join(args.packages)}: meets the wrapper contract (algorithms/contract/types.py)")
     return 1 if problems else 0
 
 
