@@ -10,15 +10,8 @@ import sys
 
 import pytest
 
-from algorithms.contract.types import (
-    Runtime,
-    StepResult,
-    Support,
-    WrapperSession,
-    check_wrapper,
-    known_flags,
-    member_problems,
-)
+from algorithms.contract.types import Runtime, StepResult, Support, WrapperSession
+from algorithms.contract.check import check_wrapper, known_flags, member_problems
 from algorithms.machine.tuning import Tuning
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.spec.parallel import STRATEGIES
@@ -29,10 +22,10 @@ MAIN_ENV = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
 
 def assert_meets_the_contract(framework, timeout: int = 300) -> None:
-    """`python -m algorithms.contract.types` for one registry framework, in its own process and
+    """`python -m algorithms.contract` for one registry framework, in its own process and
     environment (tests/legacy/ calls this from .venv-legacy's Python)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.contract.types", framework.package],
+        [sys.executable, "-m", "algorithms.contract", framework.package],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
         capture_output=True,
