@@ -1,5 +1,5 @@
 """A run's records, and the one place they are read back. What a run writes
-(algorithms/run/recorder.py and settings_record.py write it; nothing here writes):
+(algorithms/session/recorder.py and settings_record.py write it; nothing here writes):
 
     results/<network>_<framework>[_<backend>].csv    one row per step (CSV_COLUMNS)
     results/<csv stem>.settings.jsonl                 the settings record, a line per run

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
-from algorithms.run.faults import install_signal_handlers
+from algorithms.session.faults import install_signal_handlers
 from algorithms.spec.weights import initial_weights
 from algorithms.run.loop import train_by_hand
 from algorithms.run.updates import train_by_updates

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
-from algorithms.run.noise_scale import replica_gradient_norms
+from algorithms.session.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import dropout_layers
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import split_ranges

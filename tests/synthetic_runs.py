@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from algorithms.run.recorder import ResultsCsv
+from algorithms.session.recorder import ResultsCsv
 from algorithms.records import results_csv_name
-from algorithms.run.settings_record import append_settings
+from algorithms.session.settings_record import append_settings
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 # what settings_of records for the main command's default run (batch 100, 10 epochs)

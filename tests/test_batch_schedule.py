@@ -12,7 +12,7 @@ from algorithms.contract.types import Runtime
 from algorithms.spec.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.records import read_rows, results_csv_name
-from algorithms.run.session import RunSession
+from algorithms.session.run_session import RunSession
 from tests.conftest import csv_suffix, framework_param, run_module, run_script
 from tests.flags import run_flags
 

@@ -28,7 +28,7 @@ def small_flags(small_data, tmp_path) -> list:
 def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
     native_module = pytest.importorskip("torch_wrapper.native")
     config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
     from torch_wrapper.train import describe_runtime
 
     session = RunSession(config, dataset, describe_runtime())

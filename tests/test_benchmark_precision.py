@@ -20,7 +20,7 @@ from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import get
 from algorithms.run.entry import prepare
 from algorithms.records import read_rows
-from algorithms.run.session import RunSession
+from algorithms.session.run_session import RunSession
 from tests.conftest import REPO_ROOT, run_small_benchmark
 
 # the first flags line of /proc/cpuinfo on two real machines (abridged around the units)

@@ -143,7 +143,7 @@ def test_caffe_native_loop_and_harness_step_give_the_same_losses_with_dropout_on
     from algorithms.bench.probe import step_schedule
     from algorithms.run.entry import prepare
     from algorithms.records import read_rows
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
     from caffe_wrapper import native as native_module
     from caffe_wrapper.train import describe_runtime
 

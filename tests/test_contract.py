@@ -195,7 +195,7 @@ def test_the_run_session_is_the_session_the_contract_names(tmp_path):
     import numpy as np
 
     from algorithms.config.run_config import parse_config
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
     from algorithms.spec.data import Dataset
 
     config = parse_config(["--results_dir", str(tmp_path), "--quiet"], "torch_script.py", "")

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.run.faults import (
+from algorithms.session.faults import (
     STUCK_MIN_SAMPLES,
     STUCK_MIN_UPDATES,
     EpochEvidence,

@@ -94,7 +94,7 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
 
 PROGRESS_AT_EVERY_STEP = """
 import sys
-import algorithms.run.progress as progress
+import algorithms.session.progress as progress
 progress.NON_TTY_PROGRESS_EVERY_S = 0.0
 from algorithms.run.entry import run_entry_point
 sys.exit(run_entry_point("keras_wrapper.train", "keras_script.py", "", sys.argv[1:]))

@@ -33,7 +33,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     import keras
 
     from algorithms.run.entry import prepare
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
     from algorithms.spec.dropout import uniforms
     from keras_wrapper.train import describe_runtime
     from keras_wrapper.trainer import StepRecorder, fit_inputs, make_model

@@ -14,7 +14,7 @@ from algorithms.records import (
     steady_state_ms,
     summarize_rows,
 )
-from algorithms.run.recorder import ResultsCsv
+from algorithms.session.recorder import ResultsCsv
 
 IDENTITY = {
     "framework": "torch",
@@ -123,7 +123,7 @@ def test_appending_to_an_older_schema_file_rewrites_it_with_todays_columns_keepi
 
 
 def test_a_writer_that_opened_the_older_file_before_another_upgraded_it_appends_to_the_upgraded_one(tmp_path):
-    from algorithms.run.recorder import _upgraded_if_older
+    from algorithms.session.recorder import _upgraded_if_older
 
     path = tmp_path / "net_torch.csv"
     old_schema_file(path)

@@ -115,7 +115,7 @@ def test_pairwise_agreement_of_test_predictions(tmp_path):
 
     from algorithms.analysis.agreement import format_agreement, pairwise_agreement, read_predictions
     from algorithms.errors import InputError
-    from algorithms.run.recorder import write_predictions
+    from algorithms.session.recorder import write_predictions
 
     labels = np.arange(100) % 10
     other = labels.copy()

@@ -27,7 +27,7 @@ from algorithms.analysis.settings import Settings
 from algorithms.analysis.spread import ALPHA, TAIL_DF
 from algorithms.analysis.student_t import t_sf
 from algorithms.analysis.verdict import Yardsticks, judge
-from algorithms.run.settings_record import append_settings, file_fingerprint, settings_of
+from algorithms.session.settings_record import append_settings, file_fingerprint, settings_of
 from algorithms.records import read_settings
 from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
 

@@ -29,7 +29,7 @@ def train_strategy(wrapper_module: str, script: str, train_csv, results_dir, str
     """EPOCHS epochs at BATCH with this strategy, through the wrapper's train() in this
     process: the probe's logical devices, fixed at its first op, serve the run too."""
     from algorithms.run.entry import prepare
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
 
     wrapper = importlib.import_module(wrapper_module)
     argv = run_flags(train_csv, results_dir, num_epochs=EPOCHS, batch_size=BATCH, strategy=strategy, devices=devices)

@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
-from algorithms.run.noise_scale import replica_gradient_norms
+from algorithms.session.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges

@@ -52,7 +52,7 @@ from abc import ABC, abstractmethod
 from algorithms.run.loop import prefetcher_for, run_step
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare, support_of
-from algorithms.run.session import RunSession
+from algorithms.session.run_session import RunSession
 from algorithms.machine.threads import peak_rss_mb, set_malloc, set_thread_environment
 from algorithms.machine.tuning import apply_tuned, resolve_tuned
 

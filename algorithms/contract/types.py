@@ -83,7 +83,7 @@ class StepResult:
     """One optimizer step: the mean loss and accuracy over its samples, the part of
     its time spent communicating where the strategy can measure it, and with
     --noise_scale the gradient norms before and after the all-reduce (GradientNorms, from
-    which algorithms/run/noise_scale.py estimates the noise scale)."""
+    which algorithms/session/noise_scale.py estimates the noise scale)."""
 
     loss: float
     accuracy: float
@@ -226,7 +226,7 @@ class UpdatePool(Protocol):
 
 
 class WrapperSession(Protocol):
-    """The run's RunSession (algorithms/run/session.py) as a wrapper sees it: all a
+    """The run's RunSession (algorithms/session/run_session.py) as a wrapper sees it: all a
     wrapper reads or calls on it, and the notes `train(session)` sets once its trainer
     is built. check_wrapper holds every `session.<name>` in a wrapper's files to these
     names; tests/test_contract.py holds RunSession to this protocol."""
@@ -243,7 +243,7 @@ class WrapperSession(Protocol):
     precision_note: str
     # set by train(session) in a multi-process run: takes this process's signal number (0:
     # none) and returns the one any process received (0: none), one collective per step, so
-    # every process stops after the same step (algorithms/run/faults.py)
+    # every process stops after the same step (algorithms/session/faults.py)
     signal_of_any_process: Optional[Callable[[int], int]]
 
     @property

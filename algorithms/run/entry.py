@@ -24,7 +24,7 @@ from algorithms.run.epoch_check import CHECK_STEPS, check_run
 from algorithms.contract.types import Support
 from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
-from algorithms.run.faults import (
+from algorithms.session.faults import (
     exit_status,
     install_signal_handlers,
     interruption_name,
@@ -34,9 +34,9 @@ from algorithms.run.faults import (
     out_of_memory_advice,
 )
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
-from algorithms.run.recorder import check_writable
+from algorithms.session.recorder import check_writable
 from algorithms.machine.resources import check_resources, dataset_mb
-from algorithms.run.session import RunSession
+from algorithms.session.run_session import RunSession
 from algorithms.run.notices import startup_notices_dropped
 from algorithms.machine.threads import process_threads, set_malloc, set_thread_environment
 from algorithms.machine.tuning import apply_tuned, resolve_tuned

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from algorithms.contract.types import FitTrainer, Trainer
-from algorithms.run.session import RunSession
+from algorithms.session.run_session import RunSession
 from algorithms.spec.dropout import uniforms
 
 

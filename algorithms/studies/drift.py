@@ -58,7 +58,7 @@ from algorithms.config.argv import split_flags, without_flags
 from algorithms.records import read_log_field
 from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.studies.envelope import ENVELOPE_STEPS, measure_envelopes
 from algorithms.studies.suite import main_command_flags

@@ -31,7 +31,7 @@ from algorithms.paths import RESULTS_DIR
 from algorithms.config.argv import without_flags
 from algorithms.records import steady_state_ms
 from algorithms.run.entry import prepare, support_of
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import text_table
 

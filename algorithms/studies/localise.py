@@ -53,7 +53,7 @@ from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.config.flags import OneLineErrorParser
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.spec.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, get_network
 from algorithms.spec.reference import forward_backward, sgd_or_adam_step

@@ -37,10 +37,10 @@ from algorithms.registry.frameworks import NAMES, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
 from algorithms.config.argv import without_flags
-from algorithms.run.faults import NEAR_CHANCE
+from algorithms.session.faults import NEAR_CHANCE
 from algorithms.records import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
 from algorithms.run.entry import prepare
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table
 

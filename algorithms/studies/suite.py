@@ -26,7 +26,7 @@ from algorithms.config.argv import flag_value, without_flags
 from algorithms.records import run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.analysis.tensorboard import export_run
 from algorithms.studies import children
 from algorithms.tables import number, text_table, wrapped

@@ -1,7 +1,7 @@
 """One training run's bookkeeping, the same for every framework (`RunSession`), which
 the loops and the wrappers call step by step. It composes the parts that do the work:
 the CSV rows (rows.py), the progress lines (progress.py), the stopping rules
-(stopping.py), the learning-rate schedule (schedule.py), the clock (clock.py), the
+(stopping.py), the learning-rate schedule (config/schedule.py), the clock (clock.py), the
 checkpoints (checkpoint.py) and the end-of-run report: summary, results.log block,
 printed table (report.py)."""
 
@@ -15,25 +15,25 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.run.checkpoint import Checkpoints
-from algorithms.run.clock import RunClock
+from algorithms.session.checkpoint import Checkpoints
+from algorithms.session.clock import RunClock
 from algorithms.config.run_config import RunConfig
 from algorithms.contract.types import Runtime
-from algorithms.run.faults import (
+from algorithms.session.faults import (
     EpochEvidence,
     first_loss_problem,
     near_chance_problem,
     raise_if_stop_requested,
     stuck_loss_problem,
 )
-from algorithms.run.noise_scale import NoiseScale
-from algorithms.run.progress import Progress
+from algorithms.session.noise_scale import NoiseScale
+from algorithms.session.progress import Progress
 from algorithms.records import results_csv_name
-from algorithms.run.recorder import write_predictions
-from algorithms.run.report import print_summary, summarize, write_log_block
-from algorithms.run.rows import RunRows
-from algorithms.run.settings_record import append_settings, settings_of
-from algorithms.run.stopping import StoppingRules
+from algorithms.session.recorder import write_predictions
+from algorithms.session.report import print_summary, summarize, write_log_block
+from algorithms.session.rows import RunRows
+from algorithms.session.settings_record import append_settings, settings_of
+from algorithms.session.stopping import StoppingRules
 from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
 from algorithms.spec.dropout import uniforms
 

@@ -17,7 +17,7 @@ import os
 
 from algorithms.errors import ResourceError
 from algorithms.records import read_settings, sidecar_path
-from algorithms.run.recorder import append_whole, cannot_write
+from algorithms.session.recorder import append_whole, cannot_write
 
 HASH_CHUNK_BYTES = 1 << 20
 FINGERPRINT_HEX = 16  # 64 bits of the SHA-256: no two training files here collide

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from algorithms.records import WARMUP_STEPS, steady_state_ms
-from algorithms.run.recorder import append_log_block
+from algorithms.session.recorder import append_log_block
 from algorithms.machine.threads import (
     MALLOC_VARIABLES,
     THREAD_VARIABLES,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from algorithms.run.recorder import ResultsCsv
+from algorithms.session.recorder import ResultsCsv
 
 
 class RunRows:
