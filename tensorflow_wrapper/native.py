@@ -1,4 +1,4 @@
-"""The benchmark's TensorFlow side (algorithms/bench/probe.py): a minimal native
+"""The benchmark's TensorFlow side (algorithms/run/probe.py): a minimal native
 tf.function + GradientTape loop on the same model, weights and batches as
 tensorflow_script.py, the wrapper's own step as the harness, tf.linalg.matmul for
 the GEMM peak and XLA (jit_compile) beside graph mode."""
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
-from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
+from algorithms.run.probe import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.session.run_session import RunSession
 from backends.tensorflow_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.tensorflow_backend import set_threads

@@ -102,11 +102,11 @@ TRIED_HERE = [get(name) for name in ("tensorflow", "keras_tensorflow", "keras_ja
 
 
 def run_trial(framework, train, tmp_path, batch: int):
-    """One trial process (the finder's `python -m algorithms.bench.probe PACKAGE --mode trial`)
+    """One trial process (the finder's `python -m algorithms.run.probe PACKAGE --mode trial`)
     at `batch`, 3 timed steps: (its JSON, its CSV rows)."""
     out = tmp_path / "trial.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.bench.probe", framework.package, "--out", str(out), "--mode", "trial"]
+        [sys.executable, "-m", "algorithms.run.probe", framework.package, "--out", str(out), "--mode", "trial"]
         + ["--steps", "3", "--block", "1", "--gemm", "0", "--skip_compiled", "--train", str(train)]
         + ["--batch_size", str(batch), "--test", "none", "--results_dir", str(tmp_path / "results"), "--quiet"],
         cwd=REPO_ROOT,

@@ -1,4 +1,4 @@
-"""The benchmark (benchmark.py, algorithms/bench/probe.py): that its native loop and
+"""The benchmark (benchmark.py, algorithms/run/probe.py): that its native loop and
 harness step do the same work, that its table reads back, and the --threads,
 --malloc and --compile flags it relies on. No timed assertions: the speed goals are the
 benchmark's printed ratios."""
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.bench.probe import paired_ratio, step_schedule
+from algorithms.run.probe import paired_ratio, step_schedule
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark

@@ -301,7 +301,7 @@ def test_backends_load_no_run_core_and_no_benchmark_from_algorithms():
 
 
 def test_the_reach_check_sees_the_probe_load_the_run_core():
-    assert set(RUN_CORE) <= algorithms_reached({"bench/probe"}, import_graph())
+    assert set(RUN_CORE) <= algorithms_reached({"run/probe"}, import_graph())
 
 
 def files_run_by_importing(module: str) -> list:

@@ -1,5 +1,5 @@
 """The benchmark (`python benchmark.py`): for every framework of algorithms/registry/frameworks.py,
-at every precision of --precision it trains in, one probe process (algorithms/bench/probe.py)
+at every precision of --precision it trains in, one probe process (algorithms/run/probe.py)
 measures the harness against a native loop (interleaved), the GEMM peak through the
 framework's own matmul at that precision, compiled paths and peak RSS; a second one the
 native loop on 1 thread; a third profiles, with the framework's own profiler, each

@@ -328,7 +328,7 @@ class TrainModule(Protocol):
 
 
 class NativeModule(Protocol):
-    """native.py: the benchmark's side (algorithms/bench/probe.py says what each is)."""
+    """native.py: the benchmark's side (algorithms/run/probe.py says what each is)."""
 
     STEPS_PER_CALL: int
 

@@ -1,10 +1,11 @@
 """One framework's benchmark measurements, in its own process (frameworks, and the
-legacy env, never share one). algorithms/bench/benchmark.py starts it as
+legacy env, never share one). The benchmark (benchmark.py) and --batch_size auto
+(batch_finder.py) start it, through probe_process.py, as
 
-    python -m algorithms.bench.probe PACKAGE --out result.json [--steps N] [--block B]
+    python -m algorithms.run.probe PACKAGE --out result.json [--steps N] [--block B]
         [--gemm N] [--mode full|threads|profile|trial] [any entry-script flag, e.g. --threads 1]
 
-and reads the JSON it writes. PACKAGE's `native.py` supplies (contract.NativeModule):
+and they read the JSON it writes. PACKAGE's `native.py` supplies (contract.NativeModule):
     apply_threads(config) -> text    the framework's thread switches, as the wrapper sets them
     Native(config, dataset, schedule) .run(steps) -> per-step ms   a minimal loop of the
                                      framework itself on pre-loaded tensors of `schedule`,
@@ -202,7 +203,7 @@ def data_share(session: RunSession, skip: int) -> float:
 def measure(
     package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, xla_dump: str = ""
 ) -> dict:
-    config, dataset = prepare(argv, "algorithms.bench.probe", "")
+    config, dataset = prepare(argv, "algorithms.run.probe", "")
     config = resolve_tuned(config, support_of(package).tuning)
     environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
     tuned = apply_tuned(config)  # before PACKAGE.native imports the framework
@@ -298,7 +299,7 @@ def probe_config_args(argv: list, results_dir: str) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="algorithms.bench.probe")
+    parser = argparse.ArgumentParser(prog="algorithms.run.probe")
     parser.add_argument("package")
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=("full", "threads", "profile", "trial"), default="full")
