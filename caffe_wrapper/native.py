@@ -14,7 +14,7 @@ from caffe_wrapper.trainer import build_trainer, feed
 import caffe
 import numpy as np
 
-from algorithms.run.probe import NativeLoop, hand_step_harness
+from algorithms.run.timing import NativeLoop, hand_step_harness
 from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
 

@@ -14,7 +14,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.run.probe import NativeLoop, hand_step_harness
+from algorithms.run.timing import NativeLoop, hand_step_harness
 from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
 from lasagne_wrapper.trainer import build_trainer

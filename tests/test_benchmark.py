@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.run.probe import paired_ratio, step_schedule
+from algorithms.run.timing import paired_ratio, step_schedule
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark

@@ -15,7 +15,7 @@ import pytest
 
 from algorithms.bench import precision
 from algorithms.bench.benchmark import COLUMNS
-from algorithms.run.probe import step_schedule
+from algorithms.run.timing import step_schedule
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import get
 from algorithms.run.entry import prepare

@@ -140,7 +140,7 @@ def test_a_train_step_drops_by_the_mask_rule_and_sends_no_gradient_into_the_unif
 def test_caffe_native_loop_and_harness_step_give_the_same_losses_with_dropout_on(small_data, tmp_path):
     """The benchmark's two sides feed the same uniforms: the native loop's losses (read
     from the loss blob after each solver step) equal the harness's CSV rows."""
-    from algorithms.run.probe import step_schedule
+    from algorithms.run.timing import step_schedule
     from algorithms.run.entry import prepare
     from algorithms.records import read_rows
     from algorithms.session.run_session import RunSession

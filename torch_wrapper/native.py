@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
-from algorithms.run.probe import NativeLoop, compiled_pair_ms, hand_step_harness
+from algorithms.run.timing import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.session.run_session import RunSession
 from algorithms.machine.tuning import tuned_options
 from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)

@@ -88,7 +88,7 @@ def test_the_train_function_takes_the_uniforms_and_the_logits_function_does_not(
 
 def test_lasagne_native_loop_and_harness_step_give_the_same_losses_with_dropout_on(small_data, tmp_path):
     """The benchmark's two sides feed the same uniforms (tests/test_benchmark.py's check)."""
-    from algorithms.run.probe import step_schedule
+    from algorithms.run.timing import step_schedule
     from algorithms.run.entry import prepare
     from algorithms.records import read_rows
     from algorithms.session.run_session import RunSession
