@@ -26,6 +26,7 @@ from algorithms.config.flags import DefaultsHelpFormatter
 from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table
+from algorithms.registry.frameworks import framework_names
 
 
 def parse_study_args(argv: list):
@@ -46,7 +47,7 @@ def parse_study_args(argv: list):
     parser.add_argument("--num_epochs", type=int, default=6, help="epochs of both arms")
     parser.add_argument("--learning_rate", type=float, default=None, help="the starting lr (default: the preset's)")
     args, forwarded = children.parse_study_flags(parser, argv)
-    (name,) = children.framework_names(parser, args.framework, "--framework")
+    (name,) = framework_names(parser, args.framework, "--framework")
     if "--lr_schedule" not in dict((n, f) for n, _, f in capabilities())[name]:
         parser.error(
             f"--framework {name}: it has no per-step lr hook (--lr_schedule); use torch, tensorflow or keras_*"

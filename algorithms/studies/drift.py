@@ -52,7 +52,7 @@ import numpy as np
 from algorithms.analysis.drift_envelope import MODES, relative_difference
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
 from algorithms.config.argv import split_flags, without_flags
 from algorithms.records import read_log_field
@@ -416,7 +416,7 @@ def parse_args(argv: list) -> tuple:
         help="a third run per framework at this --precision, measured against its float32 run (none: skip)",
     )
     args, forwarded = children.parse_study_flags(parser, argv, " (--parity and --max_steps are added)")
-    names = children.framework_names(parser, args.only or ",".join(NAMES), "--only")
+    names = framework_names(parser, args.only or ",".join(NAMES), "--only")
     args.steps = args.steps or (ENVELOPE_STEPS if args.envelope else DEFAULT_STEPS)
     if args.steps < 1:
         parser.error(f"--steps {args.steps}: must be 1 or more")

@@ -26,7 +26,7 @@ import sys
 
 from algorithms.registry.capabilities import environment
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import get
+from algorithms.registry.frameworks import framework_names, get
 from algorithms.paths import RESULTS_DIR
 from algorithms.config.argv import without_flags
 from algorithms.records import steady_state_ms
@@ -58,7 +58,7 @@ def parse_args(argv: list) -> tuple:
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first 3 are not timed)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"), help="where the table and plot go")
     args, forwarded = children.parse_study_flags(parser, argv, " (--execution is added)")
-    names = children.framework_names(parser, args.only, "--only")
+    names = framework_names(parser, args.only, "--only")
     try:
         batches = [int(text) for text in args.batches.split(",") if text.strip()]
     except ValueError:

@@ -50,7 +50,7 @@ from algorithms.analysis.structure import first_structural_layer, structural_pro
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.registry.capabilities import support
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.config.flags import OneLineErrorParser
 from algorithms.session.run_session import new_run_id
@@ -59,7 +59,6 @@ from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, get_net
 from algorithms.spec.reference import forward_backward, sgd_or_adam_step
 from algorithms.spec.variants import parse_fault
 from algorithms.spec.weights import LayerWeights, initial_weights
-from algorithms.studies import children
 from algorithms.tables import last_line
 
 DEFAULT_BATCH = 8  # a few images: every layer's values are seen, and the slowest framework stays quick
@@ -311,7 +310,7 @@ def parse_args(argv: list) -> argparse.Namespace:
     )
     parser.add_argument("--results_dir", default=os.path.join(RESULTS_DIR, "localise"))
     args = parser.parse_args(argv)
-    args.names = children.framework_names(parser, args.only, "--only")
+    args.names = framework_names(parser, args.only, "--only")
     if args.steps < 1 or args.batch_size < 1:
         parser.error("--steps and --batch_size: must be 1 or more")
     faults = {}

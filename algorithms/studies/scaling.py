@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
 from algorithms.config.argv import without_flags
@@ -115,7 +115,7 @@ def parse_args(argv: list):
     )
     parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
     args, forwarded = children.parse_study_flags(parser, argv)
-    frameworks = children.framework_names(parser, args.frameworks, "--frameworks")
+    frameworks = framework_names(parser, args.frameworks, "--frameworks")
     try:
         devices = sorted({int(text) for text in args.devices.split(",")})
     except ValueError:

@@ -20,7 +20,7 @@ from algorithms.analysis.compare import agreement_notes, build_report, format_ag
 from algorithms.analysis.report_files import default_prefix, localisation_png
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
 from algorithms.config.argv import flag_value, without_flags
 from algorithms.records import run_ids, summarize_rows
@@ -83,7 +83,7 @@ def parse_suite_args(argv):
             parser.error("--seeds and --seed: give one of them")
     if not args.no_epoch_check and "--epoch_check" not in forwarded:
         forwarded = forwarded + ["--epoch_check"]
-    return children.framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded, args.verbose
+    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded, args.verbose
 
 
 def main_command_flags(network, forwarded: list, preset: str) -> tuple:
