@@ -25,9 +25,21 @@ NOT_IN_THE_MAIN_ENV = {"caffe", "theano", "lasagne"}
 WRAPPER_THIRD_PARTY = {"numpy", "google"}
 SHARED_PACKAGES = {"algorithms", "backends"}
 # algorithms/'s layers, bottom up: a module imports from its own layer or one listed
-# before it, never from one after it; "" is the foundation (algorithms/*.py). studies/
-# and bench/ sit side by side at the top and import neither each other.
-LAYERS = ("", "spec", "machine", "config", "contract", "session", "run", "registry", "analysis", ("studies", "bench"))
+# before it, never from one after it; "" is the foundation (algorithms/*.py). Layers in
+# one tuple sit side by side (analysis/ and localisation/; studies/ and bench/ at the
+# top) and import neither each other.
+LAYERS = (
+    "",
+    "spec",
+    "machine",
+    "config",
+    "contract",
+    "session",
+    "run",
+    "registry",
+    ("analysis", "localisation"),
+    ("studies", "bench"),
+)
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in (names if isinstance(names, tuple) else (names,))}
 
 

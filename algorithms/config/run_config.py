@@ -55,7 +55,7 @@ OPTIONAL_FLAGS = (
 # server across hosts (--ps_endpoint), the known errors only its build path and trainer put
 # in (--fault bias:LAYER, loss:sum, eval_dropout, momentum_reset, lr_late, accuracy_labels;
 # the other training --fault kinds run everywhere), and two the localisation alone takes
-# (python -m algorithms.studies.localise --fault FRAMEWORK:frozen:LAYER,
+# (python -m algorithms.localisation.localise --fault FRAMEWORK:frozen:LAYER,
 # FRAMEWORK:shape:LAYER), which only some build paths translate
 TORCH_ONLY_FAULTS = (
     "--fault bias",

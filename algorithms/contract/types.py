@@ -98,7 +98,7 @@ class StepResult:
 @dataclass(frozen=True)
 class ModelParameter:
     """One parameter tensor of a wrapper's model, read from the framework's own parameter
-    objects, for the structural check (algorithms/analysis/structure.py): its name in the
+    objects, for the structural check (algorithms/localisation/structure.py): its name in the
     framework, the spec layer that owns it (-1: none), its role ("kernel" or "bias"), its
     shape as the framework holds it and that shape's layout (weights.LAYOUT_AXES)."""
 
@@ -112,7 +112,7 @@ class ModelParameter:
 @dataclass(frozen=True)
 class LayerProbe:
     """One forward and backward pass of a wrapper's model on one batch, dropout off, for
-    the localisation (algorithms/studies/localise.py), in the spec's layout (numpy):
+    the localisation (algorithms/localisation/localise.py), in the spec's layout (numpy):
     `outputs` {layer index: the layer's output} for the layers whose output the model
     holds, `gradients` {(layer index, role): d loss / d parameter} for each parameter the
     model holds, None where the framework's own objects say it computed none (a tensor

@@ -2,7 +2,7 @@
 parameter gradients; a column per framework; the worst over the steps), a line per
 framework saying where its first difference entered and, for one whose process stopped,
 the last layer it reported and why, the heatmap PNG and the CSV of every cell
-(algorithms/analysis/localisation.py holds the data)."""
+(algorithms/localisation/localisation.py holds the data)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from algorithms.analysis.localisation import (
+from algorithms.localisation.localisation import (
     BACKWARD_TOLERANCE,
     BEYOND,
     FORWARD_TOLERANCE,

@@ -1,6 +1,6 @@
 """Where a difference enters: every framework's layers against a float64 reference.
 
-    python -m algorithms.studies.localise [--only torch,caffe] [--steps 3] [--batch_size 8]
+    python -m algorithms.localisation.localise [--only torch,caffe] [--steps 3] [--batch_size 8]
         [--network NAME] [--seed 0] [--train data/train.csv] [--structure_only]
         [--fault torch:weights:3:1.1] [--no_dither] [--results_dir results/localise]
 
@@ -44,9 +44,9 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.analysis.localisation import Localisation, Stop, compare_pass
-from algorithms.analysis.localisation_report import format_localisation, plot_heatmap, write_cells_csv
-from algorithms.analysis.structure import first_structural_layer, structural_problems
+from algorithms.localisation.localisation import Localisation, Stop, compare_pass
+from algorithms.localisation.localisation_report import format_localisation, plot_heatmap, write_cells_csv
+from algorithms.localisation.structure import first_structural_layer, structural_problems
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.registry.capabilities import support
@@ -124,10 +124,10 @@ def run_child(name: str, job: dict, scratch: str) -> ChildRun:
     job.update(report=paths["report.json"], outputs=paths["outputs"])
     with open(paths["job.json"], "w") as handle:
         json.dump(job, handle)
-    print(f"{name}: {os.path.basename(framework.python)} -m algorithms.studies.localise_child", flush=True)
+    print(f"{name}: {os.path.basename(framework.python)} -m algorithms.localisation.localise_child", flush=True)
     try:
         proc = subprocess.run(
-            [framework.python, "-m", "algorithms.studies.localise_child", paths["job.json"]],
+            [framework.python, "-m", "algorithms.localisation.localise_child", paths["job.json"]],
             cwd=REPO_ROOT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
             capture_output=True,
@@ -285,7 +285,7 @@ def unused_prefix(folder: str) -> str:
 
 def parse_args(argv: list) -> argparse.Namespace:
     parser = OneLineErrorParser(
-        prog="python -m algorithms.studies.localise",
+        prog="python -m algorithms.localisation.localise",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,7 +1,7 @@
 """Where a difference enters: each framework's per-layer outputs and parameter gradients
 (its wrapper's `layer_outputs_and_gradients`) against the float64 reference of the spec
 (algorithms/spec/reference.py), the first layer beyond float32 tolerance, and the table
-a person reads. algorithms/studies/localise.py runs the frameworks and fills it.
+a person reads. algorithms/localisation/localise.py runs the frameworks and fills it.
 
 The error of a tensor is its largest difference from the reference over the reference's
 largest magnitude, max|x - r| / max|r|: the error relative to the tensor's scale, so an

@@ -1,7 +1,7 @@
 """One framework's side of the localisation, run by the framework's own Python (its venv,
-its KERAS_BACKEND) from algorithms/studies/localise.py:
+its KERAS_BACKEND) from algorithms/localisation/localise.py:
 
-    python -m algorithms.studies.localise_child JOB_JSON
+    python -m algorithms.localisation.localise_child JOB_JSON
 
 The job names the wrapper package, the network, the inputs file (.npz: each step's batch
 and weights, canonical layout) and where to write. Written: REPORT_JSON (the runtime and
