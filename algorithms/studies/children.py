@@ -11,7 +11,7 @@ import time
 
 from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import get
-from algorithms.config.flags import OneLineErrorParser
+from algorithms.config.parser import OneLineErrorParser
 from algorithms.run.entry import prepare
 from algorithms.records import read_rows, results_csv_name
 from algorithms.tables import last_line
