@@ -22,7 +22,8 @@ from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
 from algorithms.run import probe_process
-from algorithms.config.flags import PRECISIONS, count, positive
+from algorithms.config.flags import PRECISIONS
+from algorithms.config.values import count, positive
 from algorithms.config.parser import OneLineErrorParser
 from algorithms.machine.threads import MALLOC_POLICIES
 from algorithms.registry.capabilities import support

@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 from algorithms.errors import InputError
-from algorithms.config.flags import schedule_text
+from algorithms.config.values import schedule_text
 
 
 def check_flags(flags: argparse.Namespace, preset_epochs: int) -> None:

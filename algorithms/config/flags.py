@@ -3,13 +3,12 @@
 one strategy that takes it (left out of the --help of a script that does not run it),
 and whether RunConfig takes its value as parsed (`copied`). Both are derived from it:
 the parser (parser.py's build_parser) and the RunConfig (run_config.py's parse_config,
-which resolves the flags not copied). Here too: the argparse types that check a value
-on its own (`whole_number`, `number`) and what --help says of the strategies and the
---fault kinds. Flags that cannot run together are checked in checks.py."""
+which resolves the flags not copied). Here too: what --help says of the strategies and
+the --fault kinds. A value is checked on its own by its type (values.py); flags that
+cannot run together, in checks.py."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -19,6 +18,15 @@ from algorithms.machine.threads import MALLOC_POLICIES
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS
 from algorithms.spec.parallel import INNER_STRATEGIES, STRATEGIES
 from algorithms.spec.variants import KIND_HELP, TRAINING_KINDS
+from algorithms.config.values import (
+    accuracy,
+    batch_size_or_auto,
+    count,
+    epoch_table,
+    fraction,
+    positive,
+    positive_number,
+)
 
 DEFAULT_SYNC_EVERY = 4
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -37,73 +45,6 @@ STRATEGY_HELP = {
     "async": "Hogwild, processes updating one shared model without locks",
     "localsgd": "replicas step alone, averaged every --sync_every steps",
 }
-
-
-def checked(cast: Callable, accept: Callable, requirement: str) -> Callable:
-    """An argparse type: `cast` of the text, refused in one line unless `accept`s it."""
-    kind = "a whole number" if cast is int else "a number"
-
-    def parse(text: str):
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
-        if not accept(value):
-            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
-        return value
-
-    return parse
-
-
-def whole_number(minimum: int) -> Callable:
-    """An argparse type: a whole number of at least `minimum`."""
-    return checked(int, lambda value: value >= minimum, f"{minimum} or more")
-
-
-def number(accept: Callable, requirement: str) -> Callable:
-    """An argparse type: a number (float) that `accept`s, `requirement` saying which."""
-    return checked(float, accept, requirement)
-
-
-positive = whole_number(1)
-count = whole_number(0)
-positive_number = number(lambda value: 0 < value < float("inf"), "a positive finite number")
-fraction = number(lambda value: 0.0 <= value < 1.0, "in [0, 1)")
-accuracy = number(lambda value: 0.0 < value <= 1.0, "in (0, 1]")
-
-
-def batch_size_or_auto(text: str):
-    return "auto" if text == "auto" else positive(text)
-
-
-def schedule_text(schedule: tuple) -> str:
-    """((1, 128), (3, 256)) -> '1:128,3:256', as the flag is written."""
-    return ",".join(f"{epoch}:{value:g}" for epoch, value in schedule)
-
-
-def epoch_table(cast: Callable, flag: str) -> Callable:
-    """An argparse type: '1:128,3:256' -> ((1, 128), (3, 256)): from each listed epoch
-    (1-based) on, that value; epoch 1 first, epochs rising, values positive."""
-
-    def parse(text: str) -> tuple:
-        entries = []
-        for item in text.split(","):
-            epoch, colon, value = item.strip().partition(":")
-            try:
-                entry = (int(epoch), cast(value))
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected EPOCH:VALUE pairs like 1:128,3:256, got {item.strip()!r}")
-            if not colon or entry[1] <= 0 or entry[1] == float("inf"):
-                raise argparse.ArgumentTypeError(f"{item.strip()!r}: the value after the epoch must be positive")
-            entries.append(entry)
-        epochs = [epoch for epoch, _ in entries]
-        if epochs[0] != 1 or epochs != sorted(set(epochs)):
-            raise argparse.ArgumentTypeError(
-                f"{text!r}: the epochs must start at 1 and rise (e.g. 1:128,3:256,5:512 for {flag})"
-            )
-        return tuple(entries)
-
-    return parse
 
 
 def strategy_help(strategies: tuple) -> str:

@@ -14,7 +14,8 @@ from typing import Optional
 
 from algorithms.errors import InputError
 from algorithms.config.checks import check_flags
-from algorithms.config.flags import DEFAULT_SYNC_EVERY, FLAGS, schedule_text
+from algorithms.config.flags import DEFAULT_SYNC_EVERY, FLAGS
+from algorithms.config.values import schedule_text
 from algorithms.config.parser import build_parser
 from algorithms.config.schedule import LearningRateSchedule, linear_scale
 from algorithms.machine.tuning import Tuning
