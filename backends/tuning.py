@@ -50,3 +50,9 @@ OPENBLAS_AVX512 = Setting(
     why="OpenBLAS's SkylakeX (AVX-512) kernels, where its CPU table takes the CPU for an AVX2 one",
     cpu_flag="avx512f",
 )
+
+# the variables above that hold a list (Tuning.lists, name -> separator): a setting's value is
+# appended to what the thread flags or the user put there, never put in its place
+TENSORFLOW_LISTS = {"XLA_FLAGS": " ", "TF_XLA_FLAGS": " "}
+XLA_LISTS = {"XLA_FLAGS": " "}
+THEANO_LISTS = {"THEANORC": os.pathsep}

@@ -18,7 +18,18 @@ from algorithms.contract.types import Support
 from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Setting, Tuning
-from backends.tuning import MEASURED, OMP_SPIN, OPENBLAS_AVX512, TENSORFLOW, THEANO_OPENMP, YNN_OFF
+from backends.tuning import (
+    MEASURED,
+    OMP_SPIN,
+    OPENBLAS_AVX512,
+    TENSORFLOW,
+    TENSORFLOW_LISTS,
+    THEANO_LISTS,
+    THEANO_OPENMP,
+    XLA_LISTS,
+    YNN_OFF,
+)
+from backends.xla import dump_to, thread_flags
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
@@ -114,9 +125,13 @@ TUNING = {
 }
 
 
+# the variables of each backend's settings that hold a list (appended to)
+FLAG_LISTS = {"tensorflow": TENSORFLOW_LISTS, "jax": XLA_LISTS, "theano": THEANO_LISTS}
+
+
 def tuning(name: str) -> Tuning:
     candidates, best = TUNING[name]
-    return Tuning(f"keras_{name}", candidates, best, MEASURED)
+    return Tuning(f"keras_{name}", candidates, best, MEASURED, FLAG_LISTS.get(name, {}))
 
 
 def started(config) -> Started:
@@ -143,6 +158,8 @@ def supported() -> Support:
             tuning=tuning(name),
             advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
             footprint=FOOTPRINTS[name],
+            thread_environment=thread_flags,  # XLA's, on jax and tensorflow
+            profile_environment=dump_to,
         )
     if name == "tensorflow":
         return Support(
@@ -157,6 +174,8 @@ def supported() -> Support:
                 **MODE_ADVICE.get(name, {}),
             },
             footprint=FOOTPRINTS[name],
+            thread_environment=thread_flags,  # XLA's, on jax and tensorflow
+            profile_environment=dump_to,
         )
     if name == "torch":
         return Support(

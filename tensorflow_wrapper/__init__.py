@@ -21,7 +21,8 @@ from algorithms.contract.types import Support
 from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Tuning
-from backends.tuning import MEASURED, TENSORFLOW
+from backends.tuning import MEASURED, TENSORFLOW, TENSORFLOW_LISTS
+from backends.xla import dump_to, thread_flags
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
 
@@ -74,12 +75,14 @@ def supported() -> Support:
             "--noise_scale",
             "--fault frozen",
         ),
-        tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED),
+        tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED, lists=TENSORFLOW_LISTS),
         advice=worker_strategy_advice(
             "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
             ("async", "localsgd"),
         ),
         footprint=FOOTPRINT,
+        thread_environment=thread_flags,  # XLA's
+        profile_environment=dump_to,
     )
 
 

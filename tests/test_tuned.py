@@ -43,10 +43,10 @@ def test_every_framework_has_candidates_and_a_tuned_setting_among_them():
 
 def test_a_flag_list_is_appended_to_and_a_plain_variable_set():
     environ = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
-    line = tuning.apply(table("keras_jax").settings()["ynn_off"], environ)
+    line = tuning.apply(table("keras_jax").settings()["ynn_off"], environ, table("keras_jax").lists)
     assert environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false " + YNN_OFF
     assert line == f"ynn_off: XLA_FLAGS={YNN_OFF}"
-    tuning.apply(table("tensorflow").settings()["onednn_off"], environ)
+    tuning.apply(table("tensorflow").settings()["onednn_off"], environ, table("tensorflow").lists)
     assert environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 

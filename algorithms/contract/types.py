@@ -49,13 +49,19 @@ class Support:
     """What a wrapper runs: strategies, the optional flags (`RunConfig.uses()` keys) it
     implements, its --tuned table, and `advice` replacing the generic refusal for a
     strategy or a flag it does not run; with a strategy besides single, the measured
-    `footprint` its processes and devices are checked against (resources.py)."""
+    `footprint` its processes and devices are checked against (resources.py). What its
+    framework reads from the environment as it loads, beyond the shared thread variables
+    (machine/threads.py), the entry point and the probe set through it before it loads:
+    `thread_environment(threads)` for the run's thread count, and in the benchmark's
+    profile `profile_environment(folder)`, where its compiler writes what it compiled."""
 
     strategies: Sequence[str]
     flags: Sequence[str]
     tuning: Tuning
     advice: Mapping[str, str] = field(default_factory=dict)
     footprint: Optional[Footprint] = None
+    thread_environment: Optional[Callable[[int], None]] = None
+    profile_environment: Optional[Callable[[str], None]] = None
 
 
 @dataclass(frozen=True)
@@ -287,7 +293,7 @@ class PackageModule(Protocol):
     def supported(self) -> Support: ...
 
     def prepare_process(self, config, dataset) -> None:
-        """What the framework reads at import (device counts, XLA_FLAGS), set now; what it
+        """What the framework reads at import (device counts, compiler flags), set now; what it
         cannot run with this config or data refused (InputError)."""
 
     def launch(self, config, argv: list) -> None:

@@ -1,9 +1,10 @@
 """The process settings every framework runs under, set before it loads.
 
 Threads (--threads N): the environment the native libraries read when they load
-(OpenMP, OpenBLAS, MKL: Theano and Caffe compute through them; XLA's CPU client for
-jax); each wrapper sets its framework's own switches (tf.config.threading,
-torch.set_num_threads) when it builds its trainer.
+(OpenMP, OpenBLAS, MKL: Theano and Caffe compute through them), and what a framework
+reads of it besides, as its wrapper's Support says (XLA's CPU client for jax); each
+wrapper sets its framework's own switches (tf.config.threading, torch.set_num_threads)
+when it builds its trainer.
 
 Memory (--malloc): whether glibc's malloc keeps freed blocks for reuse or hands
 them back to the kernel. Imports no framework."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+from typing import Callable, Optional
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 MALLOC_POLICIES = ("reuse", "release")  # --malloc's choices, the default first (see set_malloc)
@@ -28,16 +30,14 @@ def process_threads(threads: int) -> int:
     return max(1, threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
-def set_thread_environment(threads: int) -> str:
-    """Before the framework is imported; returns what was set, for results.log."""
+def set_thread_environment(threads: int, framework_switches: Optional[Callable[[int], None]] = None) -> str:
+    """Before the framework is imported; `framework_switches(threads)`, where given, sets
+    what the framework reads of the thread count besides these variables (the wrapper's
+    Support.thread_environment). Returns what was set here, for results.log."""
     for name in THREAD_VARIABLES:
         os.environ[name] = str(threads)
-    if threads == 1:  # XLA's CPU backend (jax) reads its thread pool size from XLA_FLAGS
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "intra_op_parallelism_threads" not in flags:
-            os.environ["XLA_FLAGS"] = (
-                f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1".strip()
-            )
+    if framework_switches is not None:
+        framework_switches(threads)
     return " ".join(f"{name}={threads}" for name in THREAD_VARIABLES)
 
 

@@ -7,25 +7,23 @@ dated), or "default" where none beat the framework's defaults. Switches that
 several wrappers share about one framework live in backends/tuning.py. Defaults stay
 the default: nothing here runs without `--tuned`.
 
-A setting is environment variables, set before the framework is imported (XLA and
-TensorFlow read their flags when they load), and in-process options its wrapper
-applies (torch.compile's mode). A variable that holds a flag list (XLA_FLAGS,
-TF_XLA_FLAGS) is appended to, so the thread flags and the user's own stay.
+A setting is environment variables, set before the framework is imported (compilers
+read their flags when they load), and in-process options its wrapper applies
+(torch.compile's mode). A variable that holds a list (a table's `lists`: a compiler's
+flags, a search path) is appended to, so the thread flags and the user's own stay.
 Imports no framework."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Mapping, Optional
 
 from algorithms.errors import InputError
 from algorithms.machine.threads import environment_text
 
 DEFAULT = "default"
 BEST = "best"  # what a bare --tuned asks for: the table's best
-# variables holding a list, appended to (with their separator), never replaced
-FLAG_LISTS = {"XLA_FLAGS": " ", "TF_XLA_FLAGS": " ", "THEANORC": os.pathsep}
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> Optional[set]:
@@ -79,6 +77,8 @@ class Tuning:
     candidates: tuple = ()  # of Setting: what `benchmark.py --candidates` measures
     best: str = DEFAULT  # the candidate --tuned applies, or DEFAULT where none beat the defaults
     measured: str = ""  # where the choice of `best` was measured (a results/benchmark/ file)
+    # the variables of its settings that hold a list (name -> separator): appended to, never replaced
+    lists: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def settings(self) -> dict:
         """name -> Setting, the defaults first."""
@@ -102,12 +102,14 @@ class Tuning:
         return known[name]
 
 
-def apply(setting: Setting, environ=os.environ) -> str:
-    """Sets the setting's environment (before the framework is imported); returns
-    the results.log line."""
+def apply(setting: Setting, environ=os.environ, lists: Optional[Mapping[str, str]] = None) -> str:
+    """Sets the setting's environment (before the framework is imported), appending to
+    each variable of `lists` (name -> separator: the table's) that holds a value already;
+    returns the results.log line."""
+    lists = lists or {}
     for name, value in setting.env.items():
-        if name in FLAG_LISTS and environ.get(name):
-            environ[name] = f"{environ[name]}{FLAG_LISTS[name]}{value}"
+        if name in lists and environ.get(name):
+            environ[name] = f"{environ[name]}{lists[name]}{value}"
         else:
             environ[name] = value
     return setting.describe()
@@ -128,7 +130,7 @@ def _setting(config) -> Setting:
 
 def apply_tuned(config) -> str:
     """--tuned's environment, set before the framework is imported; "" without --tuned."""
-    return apply(_setting(config)) if config.tuned else ""
+    return apply(_setting(config), lists=config.tuning.lists) if config.tuned else ""
 
 
 def tuned_options(config) -> dict:

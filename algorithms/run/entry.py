@@ -105,9 +105,10 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
         print(note, flush=True)
     package.launch(config, argv)
-    set_thread_environment(process_threads(config.threads))  # before the framework loads its BLAS / OpenMP
+    # before the framework loads its BLAS / OpenMP
+    set_thread_environment(process_threads(config.threads), support.thread_environment)
     set_malloc(config.malloc)
-    apply_tuned(config)  # XLA and TensorFlow read their flags at import
+    apply_tuned(config)  # compilers read their flags at import
     with startup_notices_dropped():  # the framework loads here (its determinism switches first)
         parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
         wrapper = importlib.import_module(wrapper_module)

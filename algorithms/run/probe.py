@@ -64,16 +64,15 @@ PROFILE_TOP = 12  # ops kept per profile
 
 
 def measure(
-    package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, xla_dump: str = ""
+    package: str, mode: str, steps: int, block: int, gemm_n: int, argv: list, compiled: bool = True, dump: str = ""
 ) -> dict:
     config, dataset = prepare(argv, "algorithms.run.probe", "")
-    config = resolve_tuned(config, support_of(package).tuning)
-    environment = set_thread_environment(config.threads) + "; " + set_malloc(config.malloc)
+    support = support_of(package)
+    config = resolve_tuned(config, support.tuning)
+    environment = set_thread_environment(config.threads, support.thread_environment) + "; " + set_malloc(config.malloc)
     tuned = apply_tuned(config)  # before PACKAGE.native imports the framework
-    if mode == "profile" and xla_dump:  # XLA (jax) writes its optimized HLO there: what its fusions hold
-        os.environ["XLA_FLAGS"] = (
-            f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={xla_dump} --xla_dump_hlo_as_text".strip()
-        )
+    if mode == "profile" and dump and support.profile_environment:  # a compiler's output: what its fusions hold
+        support.profile_environment(dump)
     native_module = importlib.import_module(f"{package}.native")
     runtime = importlib.import_module(f"{package}.train").describe_runtime()
     result = {
@@ -180,7 +179,7 @@ def main(argv=None) -> int:
             args.gemm,
             probe_config_args(rest, os.path.join(scratch, "results")),
             not args.skip_compiled,
-            os.path.join(scratch, "xla"),
+            os.path.join(scratch, "compiled"),
         )
     with open(args.out, "w") as handle:
         json.dump(result, handle)
