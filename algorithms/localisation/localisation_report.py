@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from algorithms.figures import pyplot, save_figure
 from algorithms.localisation.localisation import (
     BACKWARD_TOLERANCE,
     BEYOND,
@@ -151,9 +152,7 @@ def plot_heatmap(localisation: Localisation, path: str) -> None:
     one on each framework's first; grey where a layer's output is not held."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     floor, ceiling = 1e-9, 1.0
     names = localisation.frameworks
     directions = [
@@ -209,5 +208,4 @@ def plot_heatmap(localisation: Localisation, path: str) -> None:
         + (f", worst of {localisation.steps} steps" if localisation.steps > 1 else ""),
         fontsize=10,
     )
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(figure)
+    save_figure(figure, path, tight_layout=False, bbox_inches="tight")

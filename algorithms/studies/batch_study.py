@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.registry.capabilities import capabilities
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.config.argv import without_flags
@@ -110,10 +111,7 @@ def format_table(results: dict) -> str:
 
 
 def plot(results: dict, title: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import matplotlib.ticker
 
     figure, (by_epoch, by_update) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -124,14 +122,10 @@ def plot(results: dict, title: str, path: str) -> None:
     by_epoch.set(title="validation accuracy by epoch", xlabel="epoch", ylabel="accuracy")
     by_epoch.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     by_update.set(title="validation accuracy by optimizer update", xlabel="update", ylabel="accuracy")
-    for axis in (by_epoch, by_update):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    grid_and_legend(by_epoch, by_update, fontsize=8)
     figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv=None) -> int:

@@ -49,6 +49,7 @@ from typing import Optional
 
 import numpy as np
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.analysis.drift_envelope import MODES, relative_difference
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
@@ -312,11 +313,7 @@ def write_csvs(rows: list, measured: list, prefix: str) -> None:
 
 
 def plot_drift(measured: list, reference: str, path: str, low_precision: str = "none") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     floor = 1e-10  # where a zero difference is drawn on the log axis
     figure, axis = plt.subplots(figsize=(10, 5))
     for item in measured:
@@ -346,11 +343,8 @@ def plot_drift(measured: list, reference: str, path: str, low_precision: str = "
         ylabel="|dloss| / loss",
         title=f"parity mode: cross-framework (solid), run-to-run (dashed), precision (dotted); zero drawn at {floor:g}",
     )
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    grid_and_legend(axis, fontsize=7, ncol=2)
+    save_figure(figure, path)
 
 
 def runs_precision(name: str, precision: str) -> bool:

@@ -24,6 +24,7 @@ import csv
 import os
 import sys
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.registry.capabilities import environment
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import framework_names, get
@@ -124,11 +125,7 @@ def format_sweep(rows: list, batches: list) -> str:
 
 
 def plot_sweep(rows: list, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 5))
     styles = {"eager": "-", "graph": "--", "compiled": ":"}
     colours = {}
@@ -147,11 +144,8 @@ def plot_sweep(rows: list, path: str) -> None:
         ylabel="ms per sample (median step / batch)",
         title="eager (solid), graph (dashed), compiled (dotted): where per-op overhead stops mattering",
     )
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    grid_and_legend(axis, fontsize=8, which="both")
+    save_figure(figure, path)
 
 
 def main(argv=None) -> int:
