@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from algorithms.ports import free_ports
 from algorithms.records import CSV_COLUMNS, sidecar_path
 from tests.conftest import run_script, start_script
 from tests.flags import run_flags
@@ -105,16 +105,6 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def free_ports(count: int) -> list:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def start_workers(data, results, extra: list) -> list:

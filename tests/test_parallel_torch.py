@@ -7,7 +7,6 @@ killed worker ends the run with an error, fast; impossible requests are one line
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from algorithms.ports import free_ports
 from algorithms.records import read_rows, run_ids
 from tests.conftest import REPO_ROOT, run_script, start_script
 from tests.flags import run_flags
@@ -208,14 +208,9 @@ def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_dat
 # --------------------------------------------------------------------------- launching
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_torchrun_launchers_rendezvous_as_two_nodes(small_data, tmp_path):
-    results, port = tmp_path / "results", free_port()
+    (port,) = free_ports(1)
+    results = tmp_path / "results"
     nodes = [
         subprocess.Popen(
             torchrun(
