@@ -23,7 +23,9 @@ def device_name(backend: str) -> str:
         return f"{device.platform} ({device.device_kind})"
     import torch
 
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+    from backends.torch_backend import device_name as torch_device_name
+
+    return torch_device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def fit_run(plan: dict, dataset, run: dict) -> dict:

@@ -23,6 +23,7 @@ from algorithms.spec.data import load_dataset
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.networks import get_network
+from backends.torch_backend import device_name
 from torch_wrapper.model import build_model, make_optimizer, uniforms_to_torch
 
 CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")
@@ -137,12 +138,6 @@ def cudnn_study(plan: dict, dataset, device: torch.device, batch: int) -> list:
         )
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, False
     return rows
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({torch.get_num_threads()} threads)"
 
 
 def main(argv=None) -> int:
