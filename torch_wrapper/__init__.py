@@ -22,6 +22,7 @@ _SINGLE_ONLY_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_la
 
 import os
 
+from algorithms.config.run_config import TORCH_ONLY_FAULTS
 from algorithms.contract.types import Support
 from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.machine.resources import Footprint, Started
@@ -75,12 +76,7 @@ def supported() -> Support:
             "--compile",
             "--execution eager",
             "--noise_scale",
-            "--fault bias",
-            "--fault loss",
-            "--fault eval_dropout",
-            "--fault momentum_reset",
-            "--fault lr_late",
-            "--fault accuracy_labels",
+            *TORCH_ONLY_FAULTS,
             "--fault frozen",
             "--fault shape",
         ),
