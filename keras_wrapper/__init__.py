@@ -213,7 +213,7 @@ def prepare_process(config, dataset) -> None:
             f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
             f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)"
         )
-    if config.plan.strategy in ("tensor", "hybrid"):
+    if config.strategy in ("tensor", "hybrid"):
         check_model_parallel(config, rows)
     for epoch, batch in config.batch_schedule if accumulate > 1 else ():
         if rows % (batch * accumulate):
@@ -232,12 +232,12 @@ def prepare_process(config, dataset) -> None:
             "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
             "gradient; drop --compile (--execution compiled) or --parity, or use KERAS_BACKEND=jax"
         )
-    if config.execution and config.plan.strategy in ("data", "tensor", "hybrid"):
+    if config.execution and config.strategy in ("data", "tensor", "hybrid"):
         raise InputError(
             f"--execution {config.execution} with --strategy {config.strategy}: Keras's distributed training runs in "
             "its default mode here; drop --execution / --compile"
         )
-    if config.plan.strategy not in ("data", "tensor", "hybrid"):
+    if config.strategy not in ("data", "tensor", "hybrid"):
         return
     if accumulate > 1 and name == "tensorflow":
         raise InputError(
@@ -245,7 +245,7 @@ def prepare_process(config, dataset) -> None:
             "MirroredStrategy; use tensorflow_script.py or KERAS_BACKEND=jax"
         )
     devices = config.devices
-    if name == "jax" and config.plan.strategy == "data" and rows % devices:
+    if name == "jax" and config.strategy == "data" and rows % devices:
         raise InputError(
             f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
             f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
@@ -259,12 +259,12 @@ def prepare_process(config, dataset) -> None:
 def check_model_parallel(config, rows: int) -> None:
     """What jax's ModelParallel cannot shard (keras_wrapper/distribute.py), refused before Keras loads."""
     plan = config.plan
-    if plan.strategy == "hybrid" and plan.inner != "tensor":
+    if config.strategy == "hybrid" and plan.inner != "tensor":
         raise InputError(
             f"--strategy hybrid --inner {plan.inner}: Keras on jax runs hybrid as data x tensor parallel "
             "(a 2-D DeviceMesh, batch x model); use --inner tensor"
         )
-    width_flag = "--group" if plan.strategy == "hybrid" else "--devices"
+    width_flag = "--group" if config.strategy == "hybrid" else "--devices"
     for index, ranges in plan.shards.items():
         width = ranges[-1][1]
         if width % plan.group:

@@ -32,11 +32,11 @@ def describe_runtime() -> Runtime:
 def records(config) -> bool:
     """In a multi-worker data-parallel run (TF_CONFIG) only the chief records; every
     worker trains. In a ps run only the chief (the coordinator) gets here."""
-    return config.plan.strategy != "data" or is_chief(tf_config())
+    return config.strategy != "data" or is_chief(tf_config())
 
 
 def train(session):
-    if session.config.plan.strategy == "ps":  # the chief schedules; the workers update (ps.py)
+    if session.config.strategy == "ps":  # the chief schedules; the workers update (ps.py)
         return train_by_updates(ParameterServerPool(session.config, session.dataset), session)
     trainer = build_trainer(session.config)
     session.execution_note, session.precision_note = describe_modes(session.config)

@@ -336,13 +336,13 @@ def build_trainer(config) -> TensorFlowTrainer:
     set_threads(config.threads)
     plan = config.plan
     modes = dict(precision=config.precision, eager=config.execution == "eager")
-    if plan.strategy == "data":
-        strategy = data_parallel_strategy(plan.devices)
+    if config.strategy == "data":
+        strategy = data_parallel_strategy(config.devices)
         return TensorFlowTrainer(
             config.network, config.optimizer, config.seed, strategy=strategy, noise_scale=config.noise_scale, **modes
         )
-    if plan.strategy in ("model", "pipeline"):
-        devices = local_devices(plan.devices)
+    if config.strategy in ("model", "pipeline"):
+        devices = local_devices(config.devices)
         layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages) for _ in range(first, stop)]
         return TensorFlowTrainer(
             config.network,
@@ -352,13 +352,13 @@ def build_trainer(config) -> TensorFlowTrainer:
             micro_batches=plan.micro_batches,
             **modes,
         )
-    if plan.strategy == "tensor":
+    if config.strategy == "tensor":
         return TensorFlowTrainer(
             config.network,
             config.optimizer,
             config.seed,
             shards=plan.shards,
-            shard_devices=local_devices(plan.devices),
+            shard_devices=local_devices(config.devices),
             eager=config.execution == "eager",
         )
     return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile, **modes)

@@ -106,7 +106,7 @@ def prepare_process(config, dataset) -> None:
             f"--fault {config.fault.describe()} with --strategy {config.strategy}: torch puts this known error "
             "into its one-device trainer only; drop --strategy"
         )
-    if config.compile and config.plan.strategy != "single":
+    if config.compile and config.strategy != "single":
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "
             "single-process model only; drop --compile"
@@ -117,7 +117,7 @@ def prepare_process(config, dataset) -> None:
             "DistributedDataParallel runs (one process per device); drop --dp_impl dataparallel"
         )
 
-    if config.precision != "fp32" and config.plan.strategy not in ("single", "data"):
+    if config.precision != "fp32" and config.strategy not in ("single", "data"):
         raise InputError(
             f"--precision {config.precision} with --strategy {config.strategy}: torch_script.py runs "
             "mixed precision with --strategy single or data; drop --precision"

@@ -320,20 +320,20 @@ def _build_trainer(config):
     network, plan, seed = config.network, config.plan, config.seed
     weights = initial_weights(network, seed)
     blocks = whole_model_blocks(network, config.checkpointing)
-    if plan.strategy == "single" or config.dp_impl == "dataparallel":
-        device = torch.device("cuda" if plan.strategy != "single" else "cpu")
+    if config.strategy == "single" or config.dp_impl == "dataparallel":
+        device = torch.device("cuda" if config.strategy != "single" else "cpu")
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
         mode = tuned_options(config).get("torch.compile")  # --tuned compile / compile_max_autotune
         if config.compile or mode:  # --compile: torch.compile (Inductor); the first step compiles
             model = torch.compile(model, mode=None if mode in (None, "default") else mode)
-        if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
-            model = nn.DataParallel(model, device_ids=list(range(plan.devices)))
+        if config.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
+            model = nn.DataParallel(model, device_ids=list(range(config.devices)))
         return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, CommClock(False))
 
     device = join_process_group()
     clock = CommClock(measures=device.type == "cpu")  # nccl calls return before the transfer ends
     layout = make_layout(plan.replicas, plan.group)
-    inner = plan.inner or plan.strategy
+    inner = plan.inner or config.strategy
     replica = dict(replica=layout.replica, replicas=layout.replicas, data_group=layout.data_group)
     if inner == "data":
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
