@@ -54,6 +54,13 @@ class LasagneTrainer:
     def set_learning_rate(self, learning_rate: float) -> None:
         self.learning_rate.set_value(np.float32(learning_rate))
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """Nothing: the compiled Theano function's shapes are symbolic, any batch runs
+        without a recompile."""
+
+    def logits(self, images):
+        return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))
+
     def save_checkpoint(self, folder):
         """Lasagne's way: the shared variables' values in an .npz (every weight and
         every optimizer slot the updates write)."""
@@ -63,13 +70,6 @@ class LasagneTrainer:
         with np.load(os.path.join(folder, "lasagne_state.npz")) as saved:
             for index, variable in enumerate(self.state_variables):
                 variable.set_value(saved[f"arr_{index}"])
-
-    def prepare_batch(self, batch_size: int) -> None:
-        """Nothing: the compiled Theano function's shapes are symbolic, any batch runs
-        without a recompile."""
-
-    def logits(self, images):
-        return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))
 
 
 def build_trainer(config) -> LasagneTrainer:

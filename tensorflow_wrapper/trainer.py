@@ -207,11 +207,6 @@ class TensorFlowTrainer:
         values = self.strategy.experimental_distribute_values_from_function(slice_for)
         return values, tf.constant(step_rows, tf.int32)
 
-    # ------------------------------------------------------------------ contract.Trainer
-    def set_learning_rate(self, learning_rate: float) -> None:
-        with self.strategy.scope():
-            self.optimizer.learning_rate = learning_rate
-
     def to_batch(self, images, labels, uniforms):
         return (
             tf.convert_to_tensor(images[..., None]),
@@ -270,6 +265,11 @@ class TensorFlowTrainer:
         self._replica_apply(gradients)
         return StepResult(loss, float(correct) / step_rows, comm_ms, gradient_norms=norms)
 
+    # ------------------------------------------------------------------ contract.Trainer
+    def set_learning_rate(self, learning_rate: float) -> None:
+        with self.strategy.scope():
+            self.optimizer.learning_rate = learning_rate
+
     def prepare_batch(self, batch_size: int) -> None:
         """The single-device step functions take any batch (their input signatures leave
         it None): nothing to do. XLA (--compile) compiles each shape, and the data-parallel
@@ -288,6 +288,9 @@ class TensorFlowTrainer:
         with self.strategy.scope():
             for variable, value in zip(variables, values):
                 variable.assign(value)
+
+    def logits(self, images):
+        return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
 
     def save_checkpoint(self, folder: str) -> None:
         """TensorFlow's own checkpoint: weights, optimizer slots and counters. Every worker
@@ -326,9 +329,6 @@ class TensorFlowTrainer:
 
     def _checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(weights=list(self.variables), optimizer=self.optimizer)
-
-    def logits(self, images):
-        return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
 
 
 def build_trainer(config) -> TensorFlowTrainer:

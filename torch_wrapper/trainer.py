@@ -101,16 +101,6 @@ class _StrategyTrainer:
             len(labels),
         )
 
-    def set_learning_rate(self, learning_rate: float) -> None:
-        if self.fault == "lr_late":  # the known error: the change lands an epoch after it was asked for
-            self._late_rates.append((self.steps_done + self.steps_per_epoch, learning_rate))
-            return
-        self._set_rate(learning_rate)
-
-    def _set_rate(self, learning_rate: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-
     def _known_error_before_step(self) -> None:
         """--fault momentum_reset and lr_late act here, before the step they change."""
         if self.fault == "momentum_reset" and self.steps_done and self.steps_done % self.steps_per_epoch == 0:
@@ -153,29 +143,15 @@ class _StrategyTrainer:
         )
         return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped, gradient_norms=norms)
 
-    def save_checkpoint(self, folder: str) -> None:
-        """This process's weights, optimizer state and RNG, in torch's format; returns
-        once every process of the run has written its file."""
-        torch.save(
-            {
-                "model": self._state_module().state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
-            },
-            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
-        )
-        if dist.is_initialized():
-            dist.barrier()
+    def set_learning_rate(self, learning_rate: float) -> None:
+        if self.fault == "lr_late":  # the known error: the change lands an epoch after it was asked for
+            self._late_rates.append((self.steps_done + self.steps_per_epoch, learning_rate))
+            return
+        self._set_rate(learning_rate)
 
-    def load_checkpoint(self, folder: str) -> None:
-        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self._state_module().load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"].cpu())
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state["scaler"])
+    def _set_rate(self, learning_rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
 
     def prepare_batch(self, batch_size: int) -> None:
         """Eager PyTorch runs any batch as it comes: nothing to do. A torch.compile'd
@@ -199,6 +175,30 @@ class _StrategyTrainer:
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
+
+    def save_checkpoint(self, folder: str) -> None:
+        """This process's weights, optimizer state and RNG, in torch's format; returns
+        once every process of the run has written its file."""
+        torch.save(
+            {
+                "model": self._state_module().state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
+            },
+            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
+        )
+        if dist.is_initialized():
+            dist.barrier()
+
+    def load_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self._state_module().load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"].cpu())
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
 

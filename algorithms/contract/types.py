@@ -149,6 +149,12 @@ class Trainer(Protocol):
     def set_learning_rate(self, learning_rate: float) -> None:
         """Called before a step whenever the schedule's lr differs from the one set."""
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """--batch_schedule: the next epoch's batches are `batch_size` rows (all replicas):
+        re-trace, re-compile or reshape for that shape now (outside every step's time),
+        leaving the weights, optimizer and RNG as they were; nothing where the framework
+        needs nothing."""
+
     def logits(self, images):
         """numpy images -> numpy logits (N, classes), dropout off."""
 
@@ -156,12 +162,6 @@ class Trainer(Protocol):
         """The framework's own state files (weights, optimizer, RNG) into `folder`."""
 
     def load_checkpoint(self, folder: str) -> None: ...
-
-    def prepare_batch(self, batch_size: int) -> None:
-        """--batch_schedule: the next epoch's batches are `batch_size` rows (all replicas):
-        re-trace, re-compile or reshape for that shape now (outside every step's time),
-        leaving the weights, optimizer and RNG as they were; nothing where the framework
-        needs nothing."""
 
 
 @runtime_checkable
@@ -174,13 +174,13 @@ class FitTrainer(Protocol):
 
     def set_learning_rate(self, learning_rate: float) -> None: ...
 
+    def prepare_batch(self, batch_size: int) -> None: ...
+
     def logits(self, images): ...
 
     def save_checkpoint(self, folder: str) -> None: ...
 
     def load_checkpoint(self, folder: str) -> None: ...
-
-    def prepare_batch(self, batch_size: int) -> None: ...
 
 
 @dataclass(frozen=True)
