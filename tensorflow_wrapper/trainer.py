@@ -362,19 +362,3 @@ def build_trainer(config) -> TensorFlowTrainer:
             eager=config.execution == "eager",
         )
     return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile, **modes)
-
-
-def describe_modes(config) -> tuple:
-    """(execution, precision) as this trainer runs them, for results.log."""
-    execution = {
-        "eager": "eager: the step's ops run one by one from Python (no tf.function)",
-        "compiled": "compiled: tf.function(jit_compile=True), the step compiled by XLA",
-    }.get(config.execution, "graph: tf.function, the step traced once into a TensorFlow graph (the default)")
-    precision = {
-        "fp32": "fp32: float32 weights and compute",
-        "bf16": "bf16: float32 variables cast to bfloat16 where used (a mixed_bfloat16 policy), float32 "
-        "logits and loss",
-        "fp16": "fp16: float32 variables cast to float16 where used (a mixed_float16 policy), float32 logits "
-        "and loss, tf.keras.mixed_precision.LossScaleOptimizer dynamic loss scale (the CSV's loss_scale column)",
-    }[config.precision]
-    return execution, precision

@@ -108,10 +108,10 @@ SOUND = {
     "    def to_batch(self, images, labels, uniforms):\n        return images, labels, uniforms\n"
     "    def step(self, batches, tracing=False):\n        return None\n"  # an optional extra is fine
     "    def set_learning_rate(self, learning_rate):\n        pass\n"
+    "    def prepare_batch(self, batch_size):\n        pass\n"
     "    def logits(self, images):\n        return images\n"
     "    def save_checkpoint(self, folder):\n        pass\n"
     "    def load_checkpoint(self, folder):\n        pass\n"
-    "    def prepare_batch(self, batch_size):\n        pass\n"
     "def build_trainer(config):\n    return SoundTrainer()\n",
     "train.py": "from algorithms.contract.types import Runtime\n"
     "def describe_runtime():\n    return Runtime('sound', 'sound', {}, 'cpu')\n"
@@ -119,6 +119,7 @@ SOUND = {
     "def train(session):\n"
     "    session.execution_note = 'graph'\n"
     "    return {'steps': session.config.max_steps}\n"
+    "def describe_modes(config, trainer):\n    return 'graph', 'fp32'\n"
     "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
     "def model_parameters(network):\n    return []\n"
     "def layer_outputs_and_gradients(network, weights, images, labels, on_output=None):\n    return None\n",

@@ -370,19 +370,3 @@ def _build_trainer(config):
 
 def _nccl_sum_hook(group, bucket):
     return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])
-
-
-def describe_modes(config) -> tuple:
-    """(execution, precision) as this trainer runs them, for results.log."""
-    execution = (
-        "compiled: torch.compile (Inductor) of the model; the first step compiles"
-        if config.compile
-        else "eager: every op dispatched from Python (PyTorch's default)"
-    )
-    precision = {
-        "fp32": "fp32: float32 weights and compute",
-        "bf16": "bf16: torch.autocast(bfloat16) forward, float32 master weights, float32 loss",
-        "fp16": "fp16: torch.autocast(float16) forward, float32 master weights, float32 loss, "
-        "torch.amp.GradScaler dynamic loss scale (the CSV's loss_scale column)",
-    }[config.precision]
-    return execution, precision

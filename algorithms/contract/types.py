@@ -319,6 +319,11 @@ class TrainModule(Protocol):
 
     def train(self, session: WrapperSession) -> dict: ...
 
+    def describe_modes(self, config, trainer) -> tuple:
+        """(execution, precision) as `trainer` runs them, in the framework's own words, for
+        results.log: what --execution and --precision became. train(session) sets
+        session.execution_note and precision_note from it once the trainer is built."""
+
     def initial_loss_and_logits(self, network, images, labels, seed: int = 0) -> tuple:
         """The framework's own loss and logits of the shared initial weights, dropout off."""
 
