@@ -1,6 +1,7 @@
 """The contract's checker: `check_wrapper(package)` lists the ways a wrapper package
 breaks the contract of types.py (a name missing, a function's or a trainer method's
-parameters other than the contract's, a `session.<name>` WrapperSession does not name);
+parameters other than the contract's, a `session.<name>` WrapperSession does not name)
+and leaves its skeleton (skeleton.py: the files, the order, the config paths);
 `python -m algorithms.contract PACKAGE` prints them (__main__.py)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from typing import Sequence
 
 from algorithms.config.run_config import OPTIONAL_FLAGS
+from algorithms.contract.skeleton import skeleton_problems
 from algorithms.contract.types import FILES, FitTrainer, Runtime, Support, Trainer, WrapperSession
 
 
@@ -47,6 +49,7 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
         problems += _trainer_class_problems(package, modules["trainer"])
     if "" in modules:
         problems += session_use_problems(package)
+        problems += skeleton_problems(package)
     return problems
 
 
