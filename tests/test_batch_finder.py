@@ -17,7 +17,7 @@ from algorithms.registry.frameworks import get
 from algorithms.paths import REPO_ROOT
 from algorithms.records import read_rows
 from tests.conftest import csv_suffix, framework_param, run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 

@@ -14,7 +14,7 @@ from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.records import read_rows, results_csv_name
 from algorithms.session.run_session import RunSession
 from tests.conftest import csv_suffix, framework_param, run_module, run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 SCHEDULE = "1:20,2:40"  # small_data at --validation_split 0.6: 240 training rows, 12 steps of 20, then 6 of 40
 BATCHES = ((1, 20), (2, 40))

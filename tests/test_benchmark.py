@@ -18,7 +18,7 @@ from algorithms.run.timing import paired_ratio, step_schedule
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 
 def small_flags(small_data, tmp_path) -> list:

@@ -14,7 +14,7 @@ import pytest
 from algorithms.spec.data import load_kaggle_csv
 from algorithms.spec.networks import NETWORKS
 from tests.conftest import run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.caffe
 

@@ -101,7 +101,7 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
     from algorithms.analysis.baseline import check_run
     from algorithms.analysis.runs import load_run
     from algorithms.records import sidecar_path
-    from tests.synthetic_runs import relabel
+    from tests.helpers.synthetic_runs import relabel
 
     baseline_dir = tmp_path / "baseline"
     baseline_dir.mkdir()

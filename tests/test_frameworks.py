@@ -14,9 +14,9 @@ from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.records import CSV_COLUMNS, read_rows, run_ids
 from tests.conftest import csv_suffix, framework_param, run_python, run_script
-from tests.flags import run_flags
-from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
-from tests.training import assert_trains
+from tests.helpers.flags import run_flags
+from tests.helpers.initial_loss_probe import assert_same_initial_outputs, run_probe
+from tests.helpers.training import assert_trains
 
 pytestmark = pytest.mark.slow  # a real run of every framework: `make test-fast` leaves them out
 

@@ -20,8 +20,8 @@ import pytest
 from algorithms.records import read_rows
 from algorithms.spec.networks import get_network
 from tests.conftest import run_script
-from tests.flags import run_flags
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
+from tests.helpers.flags import run_flags
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
 
 pytestmark = pytest.mark.slow  # Keras data parallel on two backends: `make test-fast` leaves them out
 

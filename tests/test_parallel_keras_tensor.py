@@ -16,8 +16,8 @@ import pytest
 
 from algorithms.records import read_rows
 from tests.conftest import run_script
-from tests.flags import run_flags
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
+from tests.helpers.flags import run_flags
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
 
 pytestmark = pytest.mark.slow  # jax on 4 host devices: `make test-fast` leaves it out
 

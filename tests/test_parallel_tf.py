@@ -23,8 +23,8 @@ import pytest
 from algorithms.ports import free_ports
 from algorithms.records import CSV_COLUMNS, sidecar_path
 from tests.conftest import run_script, start_script
-from tests.flags import run_flags
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
+from tests.helpers.flags import run_flags
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
 
 pytestmark = pytest.mark.slow  # MirroredStrategy and TF_CONFIG multi-worker runs: `make test-fast` leaves them out
 

@@ -17,7 +17,7 @@ import pytest
 from algorithms.ports import free_ports
 from algorithms.records import read_rows, run_ids
 from tests.conftest import REPO_ROOT, run_script, start_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.slow  # torchrun runs of every strategy: `make test-fast` leaves them out
 
@@ -46,7 +46,7 @@ def run_probe(small_data, processes: int) -> dict:
         torchrun(
             "--standalone",
             f"--nproc_per_node={processes}",
-            "tests/torch_parallel_probe.py",
+            "tests/helpers/torch_parallel_probe.py",
             str(small_data / "train.csv"),
         ),
         cwd=REPO_ROOT,
@@ -61,7 +61,7 @@ def run_probe(small_data, processes: int) -> dict:
 
 @pytest.fixture(scope="module")
 def one_step_differences(small_data):
-    """tests/torch_parallel_probe.py once on two processes, for every strategy but hybrid."""
+    """tests/helpers/torch_parallel_probe.py once on two processes, for every strategy but hybrid."""
     return run_probe(small_data, 2)
 
 
@@ -121,7 +121,7 @@ def test_hybrid_on_four_processes_equals_one_device_for_every_inner_strategy(sma
 #   tensor: the first 5; a shard's convolutions have fewer channels, and oneDNN picks their
 #           kernels (their summation order) by channel count, so float32 differences then
 #           compound (on an AVX-512 host: 5e-4 at step 7, 1.3e-2 at step 15, where AVX2
-#           stayed under 1e-4 for the epoch); tests/torch_parallel_probe.py holds one
+#           stayed under 1e-4 for the epoch); tests/helpers/torch_parallel_probe.py holds one
 #           step's gradients to float32 tolerance
 STRATEGY_RUNS = [
     ("data", ["--strategy", "data", "--devices", "2"], 2, 0),

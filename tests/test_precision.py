@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_2layer_full_connected_2layer"  # the smaller spec: bf16 / fp16 on CPU are slow
 STEPS = 12

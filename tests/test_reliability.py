@@ -23,7 +23,7 @@ from algorithms.session.faults import EpochEvidence, first_loss_problem, stuck_l
 from algorithms.registry.frameworks import get
 from algorithms.records import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.slow  # signals, kills, resume and out-of-memory runs: `make test-fast` leaves them out
 

@@ -15,8 +15,8 @@ from algorithms.figures import pyplot
 from algorithms.analysis.compare import main
 from algorithms.analysis.drift_envelope import build_envelope, envelope_path, write_envelope
 from algorithms.analysis.settings import Settings
-from tests.headless_chromium import measure, screenshot
-from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
+from tests.helpers.headless_chromium import measure, screenshot
+from tests.helpers.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
 
 WINDOW = 1280
 CURVE = np.linspace(2.3, 0.5, 40)

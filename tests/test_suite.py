@@ -6,7 +6,7 @@ import pytest
 
 from algorithms.records import read_rows
 from tests.conftest import run_script
-from tests.flags import flags, run_flags
+from tests.helpers.flags import flags, run_flags
 
 
 def run_all_on_torch_and_tensorflow(small_data, tmp_path, run_id: str, **more):

@@ -15,7 +15,7 @@ from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.machine import tuning
 from backends.tuning import YNN_OFF
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 
 def two_step_flags(small_data, tmp_path) -> list:

@@ -19,7 +19,7 @@ import pytest
 from algorithms.records import read_rows
 from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_python, run_script
-from tests.netns import (
+from tests.helpers.netns import (
     LOOPBACK_HEX,
     WILDCARD_HEX,
     hex_address,

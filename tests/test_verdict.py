@@ -1,5 +1,5 @@
 """Verdicts with known answers: results CSVs and settings records written by hand
-(tests/synthetic_runs.py), so the right verdict is known before the verdict is asked:
+(tests/helpers/synthetic_runs.py), so the right verdict is known before the verdict is asked:
 runs at other settings are never paired against a band, the seed regime's test calls a
 draw of the same distribution within and a shifted one beyond (its p-values
 recomputed here with scipy), the parity regime names the first step a difference
@@ -29,7 +29,7 @@ from algorithms.analysis.student_t import t_sf
 from algorithms.analysis.verdict import Yardsticks, judge
 from algorithms.session.settings_record import append_settings, file_fingerprint, settings_of
 from algorithms.records import read_settings
-from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
+from tests.helpers.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
 
 STEPS = 60
 CURVE = 2.3 * np.exp(-np.arange(STEPS) / 15.0) + 0.1

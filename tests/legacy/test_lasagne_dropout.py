@@ -22,7 +22,7 @@ from algorithms.spec.dropout import apply, layer_uniforms  # noqa: E402
 from algorithms.spec.networks import NETWORKS  # noqa: E402
 from lasagne_wrapper.model import SharedUniformDropout, uniforms_channels_first  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
-from tests.flags import run_flags  # noqa: E402
+from tests.helpers.flags import run_flags  # noqa: E402
 
 NETWORK = NETWORKS["cnn2d_3layer_fullconnected_3layer"]
 

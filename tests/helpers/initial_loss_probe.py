@@ -1,7 +1,7 @@
 """Prints, as JSON, one wrapper's initial loss and logits on a fixed batch for
 every network (run in its own process: a Keras backend is fixed at import).
 
-    python -m tests.initial_loss_probe WRAPPER_MODULE TRAIN_CSV
+    python -m tests.helpers.initial_loss_probe WRAPPER_MODULE TRAIN_CSV
 """
 
 import importlib
@@ -23,7 +23,7 @@ BATCH = 32
 def run_probe(python: str, wrapper_module: str, env: dict, train_csv: str) -> dict:
     """This probe's JSON for one wrapper, run by `python` in its own process."""
     proc = subprocess.run(
-        [python, "-m", "tests.initial_loss_probe", wrapper_module, train_csv],
+        [python, "-m", "tests.helpers.initial_loss_probe", wrapper_module, train_csv],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
         capture_output=True,

@@ -12,7 +12,7 @@ import numpy as np
 
 from algorithms.records import read_rows
 from tests.conftest import run_module
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 BATCH, EPOCHS = 32, 2  # the small data's 480 training rows: 15 steps an epoch

@@ -2,8 +2,8 @@
 against the same step on one device; rank 0 prints one JSON line of the largest
 absolute differences (loss, gradients, updated weights).
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/torch_parallel_probe.py TRAIN_CSV
-    python -m torch.distributed.run --standalone --nproc_per_node 4 tests/torch_parallel_probe.py TRAIN_CSV
+    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/helpers/torch_parallel_probe.py TRAIN_CSV
+    python -m torch.distributed.run --standalone --nproc_per_node 4 tests/helpers/torch_parallel_probe.py TRAIN_CSV
 
 Two processes: data (also with --accumulate), tensor, model, pipeline (also with
 --checkpointing), and on one device --accumulate's K batches against one K x
@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from algorithms.config.run_config import parse_config  # noqa: E402
 from algorithms.spec.data import load_kaggle_csv  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 
 from algorithms.paths import REPO_ROOT
 from scripts.netns_cluster import PREFIX, namespaces
-from tests.listening import listening, process_tree
+from tests.helpers.listening import listening, process_tree
 
 
 def require_namespaces() -> None:

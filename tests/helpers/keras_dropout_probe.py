@@ -5,7 +5,7 @@ layer of the training model against spec/dropout.py's numpy rule, in float32 and
 Keras 3, under the bf16 policy; and whether anything in the models draws from Keras's
 own random generators.
 
-    KERAS_BACKEND=jax python -m tests.keras_dropout_probe
+    KERAS_BACKEND=jax python -m tests.helpers.keras_dropout_probe
 """
 
 import json

@@ -5,7 +5,7 @@ stop-gradient (the bug of a detached tensor: a test-only patch of that layer's f
 Caffe has none). Run in its own process, by the framework's own Python: a Keras backend
 is fixed at import.
 
-    python -m tests.gradient_probe WRAPPER_PACKAGE
+    python -m tests.helpers.gradient_probe WRAPPER_PACKAGE
 """
 
 import importlib
