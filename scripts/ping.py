@@ -68,10 +68,13 @@ def ping(address: str, count: int, interval_s: float, timeout_s: float) -> list:
     return round_trips
 
 
-def round_trips_ms(cluster, index: int, address: str, count: int = 20, interval_s: float = 0.02) -> list:
+def round_trips_ms(
+    cluster, index: int, address: str, count: int = 20, interval_s: float = 0.02, timeout_s: float = 2.0
+) -> list:
     """ping from host `index` of a scripts/netns_cluster.Cluster: round trips in ms, None where lost."""
     command = [sys.executable, os.path.abspath(__file__), address, "--count", str(count)]
-    output = cluster.exec(index, [*command, "--interval_s", str(interval_s)]).stdout.decode()
+    command += ["--interval_s", str(interval_s), "--timeout_s", str(timeout_s)]
+    output = cluster.exec(index, command).stdout.decode()
     return [None if word == "lost" else float(word) for word in output.split()]
 
 
