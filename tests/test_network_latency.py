@@ -21,7 +21,18 @@ pytestmark = pytest.mark.slow  # a reference run and two 2-host runs
 def test_a_delay_costs_data_parallel_a_round_trip_per_batch_and_not_its_loss(small_data, tmp_path):
     require_namespaces()
     command = [sys.executable, "scripts/network_latency.py", "--strategies", "torch-data", "--delays", "0,20"]
-    command += ["--steps", "6", "--batch_size", "32", "--train", str(small_data / "train.csv"), "--out", str(tmp_path)]
+    command += [
+        "--steps",
+        "6",
+        "--repeats",
+        "1",
+        "--batch_size",
+        "32",
+        "--train",
+        str(small_data / "train.csv"),
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (table,) = tmp_path.glob("*-latency.csv")
