@@ -17,7 +17,8 @@ nor a late timer makes it late to send. Frames from one host leave in the order 
 (jitter delays, never reorders, as on one cable), and `--loss` drops that percentage of
 frames at random (a dropped GSO frame is a whole burst). It prints `ready` once its sockets
 are open, stops on SIGTERM or SIGINT or when its parent dies, and then prints one line of
-counts (`forwarded ...`: frames, bytes, lost, and how late the due frames were sent:
+counts (`forwarded ...`: frames, bytes, lost to --loss, not sent (a port down or its queue
+full: its host never got the frame), and how late the due frames were sent:
 median, 99th percentile, max).
 Linux only; needs CAP_NET_RAW (root)."""
 
@@ -93,7 +94,7 @@ class DelayLine:
         self.random = random.Random(seed)
         self.queues = [collections.deque() for _ in ports]  # per input port: (due, frame), due ascending
         self.last_due = [0.0] * len(ports)
-        self.frames = self.bytes = self.lost = 0
+        self.frames = self.bytes = self.lost = self.unsent = 0
         self.lateness = collections.Counter()  # frames by how late they were sent, in LATENESS_BIN_S
         self.realtime_minus_monotonic = time.time() - time.monotonic()
 
@@ -125,7 +126,7 @@ class DelayLine:
                         try:
                             port.send(frame)
                         except OSError:  # the port is down, or its queue is full: the frame is lost there
-                            pass
+                            self.unsent += 1
                 self.frames += 1
                 self.bytes += len(frame)
                 self.lateness[int((now - due) / LATENESS_BIN_S)] += 1
@@ -161,7 +162,8 @@ class DelayLine:
 
     def summary(self) -> str:
         return (
-            f"forwarded {self.frames} frames, {self.bytes} bytes, lost {self.lost}; sent late by median "
+            f"forwarded {self.frames} frames, {self.bytes} bytes, lost {self.lost}, unsent {self.unsent}; "
+            "sent late by median "
             f"{self.late_ms(0.5):.2f} ms, p99 {self.late_ms(0.99):.2f} ms, max {self.late_ms(1):.2f} ms"
         )
 

@@ -7,6 +7,7 @@ is stopped by Ctrl-C, and no process when the script is killed outright."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import statistics
@@ -18,7 +19,7 @@ import pytest
 
 from scripts.netns_cluster import Cluster, namespaces
 from scripts.ping import round_trips_ms
-from tests.netns import interfaces_here, left_behind, processes_in, require_namespaces
+from tests.netns import interfaces_here, left_behind, processes_in, require_namespaces, run_on_hosts
 from tests.test_netns_cluster import RECEIVE, SCRIPT, SEND, STOPPED_WITHIN_S, start_script, wait_for_listener
 
 WITHIN = 0.10  # of the set round trip
@@ -31,8 +32,10 @@ def namespaces_available():
     require_namespaces()
 
 
-def forwarded_frames(report: str) -> int:
-    return int(re.match(r"forwarded (\d+) frames, \d+ bytes, lost \d+; sent late by median ", report).group(1))
+def delay_line_counts(report: str) -> dict:
+    """The delay line's last line, read: frames forwarded, lost to --loss, not sent."""
+    found = re.match(r"forwarded (\d+) frames, \d+ bytes, lost (\d+), unsent (\d+); sent late by median ", report)
+    return dict(zip(("frames", "lost", "unsent"), map(int, found.groups())))
 
 
 @pytest.mark.parametrize("delay_ms", [0, 1, 5, 20])
@@ -49,7 +52,7 @@ def test_the_round_trip_is_twice_the_one_way_delay(delay_ms):
     else:
         assert median < ZERO_DELAY_BELOW_MS, round_trips
     # every request and reply crossed the delay line (not a bridge beside it)
-    assert forwarded_frames(cluster.delay_line_report) >= 2 * PINGS
+    assert delay_line_counts(cluster.delay_line_report)["frames"] >= 2 * PINGS
 
 
 def test_jitter_spreads_the_round_trip_and_loss_drops_packets():
@@ -90,7 +93,7 @@ def test_a_failure_inside_the_block_stops_the_delay_line_with_everything_else():
             assert delay_line in processes_in({cluster.inodes[cluster.switch]})
             raise RuntimeError("the test's own failure")
     assert left_behind(cluster, before) == {}
-    assert cluster.delay_line is None and forwarded_frames(cluster.delay_line_report) >= 0  # it ended and said so
+    assert cluster.delay_line is None and delay_line_counts(cluster.delay_line_report)  # it ended and said so
 
 
 def test_the_script_with_a_delay_stopped_by_ctrl_c_leaves_nothing():
@@ -136,3 +139,52 @@ def test_a_jitter_above_the_delay_is_one_line():
         .splitlines()[-1]
         .endswith("--jitter_ms 3.0: from 0 to --delay_ms (1.0), so no delay is below 0")
     )
+
+
+ALL_REDUCE = """
+import os, statistics, sys, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://10.77.0.1:29600", rank=int(sys.argv[1]), world_size=2)
+gradients = torch.ones(246_682)  # the default net's parameters: a 1 MB all-reduce, as each data-parallel step
+times_ms = []
+for _ in range(23):
+    start = time.perf_counter()
+    dist.all_reduce(gradients)
+    times_ms.append(1e3 * (time.perf_counter() - start))
+    time.sleep(0.02)  # a step's compute between two all-reduces
+print(statistics.median(times_ms[3:]))
+dist.destroy_process_group()
+"""
+
+
+def all_reduce_ms(delay_ms) -> tuple:
+    """The median of 20 gloo all-reduces of 1 MB between the two hosts, and the delay line's counts."""
+    with Cluster(2, delay_ms=delay_ms) as cluster:
+        ended, _ = run_on_hosts(
+            cluster,
+            [[sys.executable, "-c", ALL_REDUCE, str(rank)] for rank in range(2)],
+            timeout_s=120,
+            env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"},
+        )
+    assert [status for status, _ in ended] == [0, 0], [output[-2000:] for _, output in ended]
+    return float(ended[0][1].split()[-1]), cluster.delay_line_report
+
+
+@pytest.mark.slow  # two torch processes per cluster
+def test_gloo_all_reduces_keep_their_speed_through_the_delay_line_and_wait_for_its_delay():
+    """torch.distributed's gloo, 1 MB all-reduces (a data-parallel step's gradients of the
+    default net) between the hosts: through the delay line at 0 ms under 10 ms more than
+    through the bridge (a step here takes 100-200 ms; forwarding each 1.5 KB packet alone
+    would cost some 70 ms), and at 5 ms at least a round trip (10 ms) each; every frame sent."""
+    bridge, _ = all_reduce_ms(None)
+    undelayed, report = all_reduce_ms(0)
+    delayed, delayed_report = all_reduce_ms(5)
+    print(
+        f"1 MB gloo all-reduce, median: bridge {bridge:.2f} ms, delay line at 0 ms {undelayed:.2f} ms "
+        f"({report}), at 5 ms {delayed:.2f} ms"
+    )
+    assert undelayed <= bridge + 10, (bridge, undelayed)
+    assert delayed >= 10, (bridge, delayed)
+    for counts in (delay_line_counts(report), delay_line_counts(delayed_report)):
+        assert counts["frames"] > 0 and counts["lost"] == counts["unsent"] == 0, counts
