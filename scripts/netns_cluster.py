@@ -4,7 +4,8 @@ loopback; the hosts are joined by a bridge in a further namespace (the switch), 
 is added to this machine's own network. Every framework sees N machines: own addresses,
 own routing, no shared loopback (the file system and the hostname stay shared).
 
-    sudo .venv/bin/python scripts/netns_cluster.py --hosts 2 [--rate 100mbit] -- CMD_FOR_HOST_0 -- CMD_FOR_HOST_1
+    sudo .venv/bin/python scripts/netns_cluster.py --hosts 2 [--rate 100mbit]
+        [--delay_ms 5 [--jitter_ms 1] [--loss 0.1]] -- CMD_FOR_HOST_0 -- CMD_FOR_HOST_1
 
 runs one command in each host (`{host}` in a command is replaced by its address, `{first}`
 by host 0's), waits for all of them, and exits with the first non-zero status. Everything
@@ -13,15 +14,20 @@ killed outright (SIGKILL) leaves its namespaces; the next cluster started here r
 them (their names carry the owner's pid, and a cluster whose owner is gone is a leftover).
 `--rate` makes every cable that slow, both ways: the kernel's token-bucket shaper (`tc qdisc
 ... tbf`) on each end, as a 1 Gbit/s or 100 Mbit/s network would be (scripts/network_cost.py
-measures what that costs each strategy). A delay (`tc ... netem`) is not offered: the kernel
-this was written on has no netem (`Specified qdisc kind is unknown`), nor fq.
-Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2's `ip` and `tc`."""
+measures what that costs each strategy). `--delay_ms` adds a one-way delay to every packet
+between the hosts (and `--jitter_ms`, `--loss`): the kernel this was written on has no netem
+(`Specified qdisc kind is unknown`), so the switch is then not the bridge but the delay line
+of scripts/delay_line.py, a process in the switch's namespace that holds each frame for the
+delay before passing it on (scripts/network_latency.py measures what that costs each
+strategy); it stops with the cluster, and dies with the process that started it.
+Needs root (or CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_NET_RAW) and iproute2's `ip` and `tc`."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -34,6 +40,18 @@ STOP_GRACE_S = 5
 _clusters_made = 0  # in this process: makes each cluster's names unique
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")  # tc's units, bits per second
 SHAPER_QUEUE = "100ms"  # tbf's latency: how long a packet may wait for tokens before it is dropped
+DELAY_LINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_line.py")
+DELAY_LINE_READY_S = 30  # its start-up: a Python without imports beyond the standard library
+
+
+def check_delay(delay_ms, jitter_ms: float, loss: float) -> None:
+    """ValueError, naming the flag, for a delay line the flags cannot make."""
+    if delay_ms is not None and delay_ms < 0:
+        raise ValueError(f"--delay_ms {delay_ms}: a delay of 0 ms or more")
+    if not 0 <= jitter_ms <= (delay_ms or 0):
+        raise ValueError(f"--jitter_ms {jitter_ms}: from 0 to --delay_ms ({delay_ms or 0}), so no delay is below 0")
+    if not 0 <= loss <= 100:
+        raise ValueError(f"--loss {loss}: a percentage from 0 to 100")
 
 
 def rate_bits(rate: str) -> float:
@@ -107,15 +125,22 @@ def remove_leftovers() -> list:
 class Cluster:
     """`with Cluster(2) as cluster:` N hosts up; `cluster.start(i, command)` runs a command in
     host i; leaving the block (or `close()`) stops every process in every host and deletes
-    the namespaces, whatever raised."""
+    the namespaces, whatever raised. With `delay_ms` (0 included), `jitter_ms` or `loss` the
+    hosts meet through scripts/delay_line.py instead of the bridge; its last line (the frames
+    it forwarded, how late) is `delay_line_report` once the cluster is closed."""
 
-    def __init__(self, hosts: int, rate: str = None):
+    def __init__(self, hosts: int, rate: str = None, delay_ms: float = None, jitter_ms: float = 0.0, loss: float = 0.0):
         global _clusters_made
         if not 1 <= hosts <= 250:
             raise ValueError(f"--hosts {hosts}: 1 to 250 hosts fit the /24 subnet")
         self.rate = rate
         if rate is not None:
             rate_bits(rate)
+        check_delay(delay_ms, jitter_ms, loss)
+        self.delayed = delay_ms is not None or jitter_ms > 0 or loss > 0
+        self.delay_ms, self.jitter_ms, self.loss = delay_ms or 0.0, jitter_ms, loss
+        self.delay_line = None  # its Popen, while it runs
+        self.delay_line_report = None
         _clusters_made += 1
         base = f"{PREFIX}{os.getpid()}-{_clusters_made}"
         self.switch = f"{base}-sw"
@@ -147,7 +172,10 @@ class Cluster:
             self.inodes[host] = os.stat(f"/run/netns/{host}").st_ino
             # created in the switch with its peer in the host: never an interface in this machine's namespace
             ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", INTERFACE, "netns", host)
-            ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
+            if self.delayed:  # the delay line reads and writes the port: no bridge in between
+                ip("-n", self.switch, "link", "set", port, "up")
+            else:
+                ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
             # IPv4 only: gloo and TensorPipe take an interface's first address, which must be the cluster's
             self.exec(index, ["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])
             ip("-n", host, "addr", "add", f"{address}/24", "dev", INTERFACE)
@@ -156,6 +184,26 @@ class Cluster:
             if self.rate:
                 self._shape(host, INTERFACE)  # what the host sends
                 self._shape(self.switch, port)  # what it receives
+        if self.delayed:
+            self._start_delay_line()
+
+    def _start_delay_line(self) -> None:
+        """scripts/delay_line.py on every port, once it says `ready` (its sockets are open)."""
+        command = [sys.executable, DELAY_LINE, "--ports", ",".join(self.switch_port(i) for i in range(len(self.hosts)))]
+        command += ["--delay_ms", str(self.delay_ms), "--jitter_ms", str(self.jitter_ms), "--loss", str(self.loss)]
+        self.delay_line = subprocess.Popen(
+            ["ip", "netns", "exec", self.switch, *command, "--parent", str(os.getpid())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ready, _, _ = select.select([self.delay_line.stdout], [], [], DELAY_LINE_READY_S)
+        said = self.delay_line.stdout.readline().strip() if ready else ""
+        if said != "ready":
+            self.delay_line.kill()
+            error = self.delay_line.communicate()[1].strip()
+            self.delay_line = None
+            raise RuntimeError(f"the delay line did not start: {said or error or 'nothing said'}")
 
     def _shape(self, namespace: str, interface: str) -> None:
         """`--rate` on one end of a cable: a token bucket whose burst holds at least 4 ms of
@@ -195,7 +243,15 @@ class Cluster:
                 process.kill()
                 process.wait()
         if self.switch in namespaces():
-            remove_namespace(self.switch)
+            remove_namespace(self.switch)  # the delay line with it: SIGTERM, and it prints its counts
+        if self.delay_line is not None:
+            try:
+                output = self.delay_line.communicate(timeout=STOP_GRACE_S)[0]
+            except subprocess.TimeoutExpired:  # not yet exec'd into the namespace when stopped
+                self.delay_line.kill()
+                output = self.delay_line.communicate()[0]
+            self.delay_line_report = (output.strip().splitlines() or [None])[-1]
+            self.delay_line = None
 
 
 def _raise_on(signum, _frame):
@@ -225,13 +281,22 @@ def main(argv: list) -> int:
         default=None,
         help="every cable this slow, both ways (tc tbf): e.g. 1gbit, 100mbit (default: as fast as the CPU)",
     )
+    parser.add_argument(
+        "--delay_ms",
+        type=float,
+        default=None,
+        help="one-way delay added to every packet between hosts, by the delay line (default: none, the bridge)",
+    )
+    parser.add_argument("--jitter_ms", type=float, default=0.0, help="each packet's delay uniform in delay ± this")
+    parser.add_argument("--loss", type=float, default=0.0, help="percentage of packets the delay line drops")
     parser.add_argument("--cleanup", action="store_true", help="only remove the leftovers of killed earlier runs")
     args = parser.parse_args(own)
-    if args.rate is not None:
-        try:
+    try:
+        if args.rate is not None:
             rate_bits(args.rate)
-        except ValueError as error:
-            parser.error(str(error))
+        check_delay(args.delay_ms, args.jitter_ms, args.loss)
+    except ValueError as error:
+        parser.error(str(error))
     if args.cleanup:
         for namespace in remove_leftovers():
             print(f"removed {namespace}")
@@ -241,7 +306,7 @@ def main(argv: list) -> int:
         parser.error(f"--hosts {args.hosts} needs {args.hosts} commands, each after its own `--`; got {len(commands)}")
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _raise_on)
-    with Cluster(args.hosts, args.rate) as cluster:
+    with Cluster(args.hosts, args.rate, args.delay_ms, args.jitter_ms, args.loss) as cluster:
         first = cluster.addresses[0]
         running = [
             cluster.start(index, [word.replace("{host}", address).replace("{first}", first) for word in command])

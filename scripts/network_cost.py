@@ -17,8 +17,8 @@ taken its share. Each strategy and rate runs --repeats times and the fastest run
 reported: with one thread per host, anything else on either core slows a whole run.
 Written to --out as <date>-network-cost.md (the table, the machine, the load average
 before and after), .csv (one row per strategy and rate) and .png (step and communication
-time against the rate). A delay per packet (tc netem) is not measured: this kernel has no
-netem qdisc (nor fq, whose departure times could stand in for it).
+time against the rate). A delay per packet is scripts/network_latency.py's (this kernel has
+no netem qdisc: the delay line of scripts/delay_line.py makes it).
 Needs root, like the cluster.
 """
 

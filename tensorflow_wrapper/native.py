@@ -95,7 +95,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         native.run(schedule[warmup:])
         tf.profiler.experimental.stop()
         times = tf_op_times(logdir)
-    images, labels = native.batches[id(schedule[warmup][1])]
-    graph = native.step.get_concrete_function(images, labels, tf.constant([0, 0], tf.int64)).graph
+    batch = native.batches[id(schedule[warmup][1])]  # images, labels, uniforms
+    graph = native.step.get_concrete_function(*batch).graph
     shapes = graph_input_shapes(graph)
     return "tf.profiler (XSpace, host op self time)", [(op_label(name, shapes), ms) for name, ms in times.items()]

@@ -164,8 +164,9 @@ def test_a_short_last_step_says_its_own_rows(small_data, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rows(str(tmp_path / "r" / f"{NETWORK}_torch.csv"))
-    assert [(row["phase"], row["global_batch"]) for row in rows] == [("train", 100)] * 4 + [("train", 80), ("val", 100)]
-    assert [round(row["samples_per_sec"] * row["step_time_ms"] / 1000) for row in rows[:5]] == [100] * 4 + [80]
+    phases = [(row["phase"], row["global_batch"]) for row in rows]
+    assert phases == [("init", 100)] + [("train", 100)] * 4 + [("train", 80), ("val", 100)]
+    assert [round(row["samples_per_sec"] * row["step_time_ms"] / 1000) for row in rows[1:6]] == [100] * 4 + [80]
 
 
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out

@@ -44,6 +44,21 @@ def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp
     assert len(set(native_losses)) > 1  # it trained
 
 
+def test_tensorflows_profile_names_each_op_with_the_shapes_of_its_native_step(small_data, tmp_path):
+    """profile_ops traces the native step with a real batch (images, labels and their
+    dropout uniforms) to name each op's input shapes."""
+    from tensorflow_wrapper import native as native_module
+    from tensorflow_wrapper.train import describe_runtime
+    from algorithms.run.session import RunSession
+
+    config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
+    schedule = step_schedule(RunSession(config, dataset, describe_runtime()), 3)
+    profiler, ops = native_module.profile_ops(config, dataset, schedule, 1)
+    assert profiler.startswith("tf.profiler") and ops and all(ms >= 0 for _, ms in ops)
+    assert any("Conv2D" in label for label, _ in ops), ops[:10]
+    assert any(label.startswith("Greater") and "[32,128]" in label for label, _ in ops), ops[:10]  # the dropout mask
+
+
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
 def test_benchmark_table_reads_back(small_data, tmp_path):
     out = tmp_path / "bench"

@@ -74,11 +74,14 @@ def test_a_failure_inside_the_block_still_tears_everything_down():
     assert left_behind(cluster, before) == {}
 
 
-def start_script(hosts: int) -> tuple:
-    """The script with `sleep 600` in every host, once every host runs it: (process, namespace inodes)."""
+def start_script(hosts: int, *flags: str) -> tuple:
+    """The script (with `flags`) and `sleep 600` in every host, once every host runs it:
+    (process, namespace inodes)."""
     commands = [word for _ in range(hosts) for word in ("--", "sleep", "600")]
     process = subprocess.Popen(
-        [sys.executable, SCRIPT, "--hosts", str(hosts), *commands], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, SCRIPT, "--hosts", str(hosts), *flags, *commands],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     owned = f"{PREFIX}{process.pid}-"
     deadline = time.monotonic() + 30

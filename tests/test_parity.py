@@ -79,6 +79,9 @@ def test_frameworks_agree_at_step_one_and_the_report_is_recomputed(drift_run):
         expected = str(beyond[0] + 1) if beyond.size else ""
         assert row[f"cross_first_above_{threshold}"] == expected
     assert "tensorflow" in stdout and os.path.getsize(results / f"{RUN_ID}.png") > 10_000
+    # the drift command's table and notes fit a 160-column terminal (its progress lines above are the runs')
+    report = stdout[stdout.index("relative loss difference |dloss|/loss per step") :].splitlines()
+    assert not [line for line in report if len(line) >= 160 and len(line.split()) > 1], report
     with open(results / f"{RUN_ID}_steps.csv") as handle:
         assert sum(1 for line in handle) == 1 + 2 * STEPS
 

@@ -72,6 +72,7 @@ def test_drift_is_called_drift_and_each_error_is_caught_in_the_rows_or_the_epoch
     assert "within drift, epoch check within drift" in cross and cross.endswith("right")
     assert "real errors caught: 3 of 3; drift sources called drift: 7 of 7 (their epoch checks: 7 of 7)" in lines
     assert not any("WRONG" in line for line in lines)
+    assert all(len(line) < 160 for line in lines)  # the console's width
 
 
 def test_an_error_the_envelope_cannot_tell_from_drift_is_marked_wrong(tmp_path, capsys):

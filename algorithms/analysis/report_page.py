@@ -4,7 +4,8 @@ What a reader looks for first comes first: the pair verdicts, one table, each ve
 coloured by what it says (agree: same, within drift, within spread; beyond: a real
 difference; grey: no verdict, as for runs at other settings, a pair of the band or no
 yardstick) and linked to its evidence further down (the numbers it rests on: distance,
-band or envelope, p-value, step k). Then each run against its own shipped seeds, the
+band or envelope, p-value, step k). Then the agreement of the frameworks' test
+predictions as a matrix (run_all.py's report), each run against its own shipped seeds, the
 runs with their settings, the curves, the per-layer localisation heatmap when one is
 given, the evidence pair by pair, and the console text.
 
@@ -19,6 +20,7 @@ import datetime
 import html
 from typing import Optional
 
+from algorithms.analysis.agreement import agreement_matrix, agreement_summary, short_name
 from algorithms.analysis.report_files import KEY_META
 from algorithms.analysis.runs import curve_distance
 from algorithms.analysis.settings import value_text
@@ -93,6 +95,7 @@ def write_page(report: dict, text: str, notes: list, key: str, path: str, curves
         f"<h1>{_e(f'Comparison of {len(runs)} runs of {network}')}</h1>",
         f"<p class='note'>{_e(f'against {runs[0].label}; written {_now()}; comparison {key}')}</p>",
         *_verdicts(report, notes),
+        *_agreement(report),
         *_baseline(report),
         *_runs(report),
         *_image_section("curves", "Curves", curves_png, "training loss and validation accuracy of every run"),
@@ -130,6 +133,26 @@ def _verdicts(report: dict, notes: list) -> list:
         _table(("#", "run A", "run B", "verdict", "regime", "distance", "val acc gap", "p", "step k"), rows),
         *notes,
         f"<p class='note'>{_e(RULE)}</p></section>",
+    ]
+
+
+def _agreement(report: dict) -> list:
+    """The frameworks' test predictions, how often each two agree: a matrix (run_all.py's
+    report; none for a comparison of CSVs alone, which has no predictions to read)."""
+    agreement = report.get("agreement")
+    if not agreement:
+        return []
+    names, pairs, images = agreement
+    rows = [
+        [_td(_e(row[0]))] + [_td("-" if share is None else f"{100 * share:.1f}", "number") for share in row[1:]]
+        for row in agreement_matrix(names, pairs)
+    ]
+    return [
+        "<section id='agreement'><h2>How often the frameworks' test predictions agree</h2>",
+        f"<p>% of the {images:,} test images each two frameworks label alike.</p>",
+        _table(("", *(short_name(name) for name in names)), rows),
+        f"<p class='note'>{_e(agreement_summary(pairs))}</p>",
+        "</section>",
     ]
 
 

@@ -204,9 +204,14 @@ def _same_seed(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[s
 def _same_seed_rows(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
     envelope = yardsticks.envelope(a, b)
     test = drift_test(a, b, envelope) if envelope is not None else None
-    if test is None:
-        word = settings_line or "no band"
-        return Verdict(word, "same-seed", settings_line=settings_line, evidence=tuple(evidence + [_NO_ENVELOPE]))
+    if test is None:  # no drift yardstick at these settings: the seed regime's, where there is one
+        if settings_line:
+            evidence += [_NO_SPAN]
+            return Verdict(settings_line, "same-seed", settings_line=settings_line, evidence=tuple(evidence))
+        if a.backend_key == b.backend_key:
+            return Verdict("run-to-run", "seed", evidence=tuple(evidence + [_RUN_TO_RUN, _NO_ENVELOPE]))
+        verdict = _spread(a, b, yardsticks, evidence + [_NO_ENVELOPE])
+        return replace(verdict, evidence=verdict.evidence + (_NO_ENVELOPE,)) if verdict.word == "no band" else verdict
     evidence += list(test.evidence)
     if test.first_beyond is not None:
         word = f"beyond drift at step {test.first_beyond}"
@@ -258,6 +263,6 @@ _NO_SEEDS = (
     "or run at the shipped baselines' settings"
 )
 _NO_ENVELOPE = (
-    "no drift envelope for these settings: make one with python -m algorithms.studies.drift --envelope "
-    "and the same flags (the shipped one: results/baseline/drift/)"
+    "no drift envelope for these settings (so the seed regime judges the pair, where a band exists): make one with "
+    "python -m algorithms.studies.drift --envelope and the same flags (the shipped ones: results/baseline/drift/)"
 )

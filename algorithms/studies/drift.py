@@ -63,7 +63,7 @@ from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.studies.envelope import ENVELOPE_STEPS, measure_envelopes
 from algorithms.studies.suite import main_command_flags
-from algorithms.tables import number, text_table
+from algorithms.tables import number, text_table, wrapped
 
 THRESHOLDS = (1e-6, 1e-4, 1e-2)
 DEFAULT_STEPS = 100
@@ -231,18 +231,25 @@ def axis_rows(rows: list, reference: str, low_precision: str, not_run: dict = No
 
 def format_axes(rows: list, measured: list, reference: str, low_precision: str) -> list:
     not_run = {item["name"]: item.get("not_run", {}) for item in measured}
+    items = axis_rows(rows, reference, low_precision, not_run)
     body = [
         [
             item["framework"],
             item["axis"],
             _sci(item["step1"]) if item["ran"] else "",
-            _sci(item["max"]) if item["ran"] else f"not run: {item['why']}",
+            _sci(item["max"]) if item["ran"] else "not run (below)",
             "/".join(_step(step) for step in item["firsts"]) if item["ran"] else "",
         ]
-        for item in axis_rows(rows, reference, low_precision, not_run)
+        for item in items
     ]
     header = ["framework", "axis", "step 1", "max", "first >1e-6/1e-4/1e-2"]
-    return ["the same differences by axis:"] + text_table(header, body, indent="  ")
+    reasons = [
+        line
+        for item in items
+        if not item["ran"]
+        for line in wrapped(f"{item['framework']} {item['axis']}: not run: {item['why']}", "  ", "    ")
+    ]
+    return ["the same differences by axis:"] + text_table(header, body, indent="  ") + reasons
 
 
 def format_drift(rows: list, measured: list, reference: str, low_precision: str = "none") -> str:
@@ -280,7 +287,9 @@ def format_drift(rows: list, measured: list, reference: str, low_precision: str 
     lines += text_table(header, body, indent="  ")
     lines += ["", *format_axes(rows, measured, reference, low_precision)]
     lines.append("\nwhat each parity run could not make deterministic:")
-    lines += [f"  {item['name']}: {item['notes'] or 'not recorded'}" for item in measured if not item["failed"]]
+    for item in measured:
+        if not item["failed"]:
+            lines += wrapped(f"{item['name']}: {item['notes'] or 'not recorded'}", "  ", "    ")
     return "\n".join(lines)
 
 

@@ -56,7 +56,7 @@ from algorithms.config.argv import flag_value
 from algorithms.records import run_ids, read_settings
 from algorithms.studies import children
 from algorithms.studies.envelope import EVERY, SUMMATION_ORDERS, variants
-from algorithms.tables import text_table
+from algorithms.tables import text_table, wrapped
 
 DEFAULT_RUN_ID = "envelope50"
 DEFAULT_NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
         tables.append(format_confusion(rows, mode))
         right = right and all(row.right for row in rows)
     print("\n\n".join(tables))
-    print("not run:\n" + "\n".join(f"  {line}" for line in NOT_RUN))
+    print("not run:\n" + "\n".join(wrapped_line for line in NOT_RUN for wrapped_line in wrapped(line, "  ", "  ")))
     return 0 if right else 1
 
 

@@ -140,9 +140,9 @@ def main(argv=None) -> int:
             print("\n".join(wrapped(note)))
         print(
             "\nthe evidence: the report (every pair's verdict, its yardstick and numbers, the rule of the verdicts), "
-            f"for a browser:\n  {page}\nthe curves:\n  {png}\n"
-            f"per-step rows: {config.results_dir}/{config.network.name}_*.csv (run {first_run}); summaries: "
-            f"{config.results_log}\nany two runs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
+            f"for a browser:\n  {page}\nthe curves:\n  {png}\nper-step rows, run {first_run}:\n"
+            f"  {config.results_dir}/{config.network.name}_*.csv\nsummaries:\n  {config.results_log}\n"
+            "any two runs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
         )
     for _, this_run in runs:
         finished = [path for path in csv_paths if this_run in run_ids(path)]
