@@ -49,7 +49,7 @@ def test_tensorflows_profile_names_each_op_with_the_shapes_of_its_native_step(sm
     dropout uniforms) to name each op's input shapes."""
     from tensorflow_wrapper import native as native_module
     from tensorflow_wrapper.train import describe_runtime
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
 
     config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
     schedule = step_schedule(RunSession(config, dataset, describe_runtime()), 3)

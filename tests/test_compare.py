@@ -186,9 +186,9 @@ def test_every_shipped_baseline_records_todays_settings_of_its_command():
     from algorithms.analysis.settings import NOT_COMPARED_ACROSS_SEEDS
     from algorithms.paths import BASELINE_DIR, DEFAULT_TRAIN
     from algorithms.registry.frameworks import FRAMEWORKS
-    from algorithms.run.config import parse_config
-    from algorithms.run.recorder import results_csv_name, run_ids
-    from algorithms.run.settings_record import read_settings, settings_of
+    from algorithms.config.run_config import parse_config
+    from algorithms.records import results_csv_name, run_ids, read_settings
+    from algorithms.session.settings_record import settings_of
     from algorithms.spec.networks import NETWORKS
 
     def today(flags: list) -> dict:
