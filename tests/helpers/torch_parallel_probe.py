@@ -15,7 +15,6 @@ processes: hybrid, 2 replicas x each inner strategy on 2.
 import json
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 import torch.distributed as dist
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from algorithms.config.run_config import parse_config  # noqa: E402
 from algorithms.spec.data import load_kaggle_csv  # noqa: E402
-from algorithms.spec.networks import Dropout  # noqa: E402
+from algorithms.spec.dropout import uniforms  # noqa: E402
 from torch_wrapper.distributed import join_process_group  # noqa: E402
 from torch_wrapper.trainer import build_trainer  # noqa: E402
 
@@ -50,10 +49,8 @@ FOUR_PROCESS_RUNS = tuple(
 
 
 def config_for(train_csv: str, *flags):
-    """The run's config with every dropout rate set to 0 (same layer indices, so the same plan)."""
-    config = parse_config(["--train", train_csv, "--batch_size", str(BATCH), *flags], "probe", "probe")
-    layers = tuple(Dropout(0.0) if isinstance(layer, Dropout) else layer for layer in config.network.layers)
-    return replace(config, network=replace(config.network, layers=layers))
+    """The run's config, dropout on: every strategy drops the units the shared uniforms say."""
+    return parse_config(["--train", train_csv, "--batch_size", str(BATCH), *flags], "probe", "probe")
 
 
 def owned_layers(config, position: int) -> list:
@@ -64,8 +61,14 @@ def owned_layers(config, position: int) -> list:
 
 
 def step(trainer, images, labels, parts: int = 1):
-    """One optimizer step over `parts` accumulated batches; (loss, [(grad, weight), ...])."""
-    batches = [trainer.to_batch(x, y) for x, y in zip(np.array_split(images, parts), np.array_split(labels, parts))]
+    """One optimizer step over `parts` accumulated batches, each row's dropout uniforms cut
+    with it (spec/dropout.py); (loss, [(grad, weight), ...])."""
+    drawn = uniforms(trainer.network, 0, 0, np.arange(len(labels)))
+    cut = [np.array_split(u, parts) for u in drawn]
+    batches = [
+        trainer.to_batch(x, y, tuple(pieces[k] for pieces in cut))
+        for k, (x, y) in enumerate(zip(np.array_split(images, parts), np.array_split(labels, parts)))
+    ]
     loss = trainer.step(batches).loss
     return loss, [(p.grad.detach().cpu().numpy(), p.detach().cpu().numpy()) for p in trainer._parameters()]
 
