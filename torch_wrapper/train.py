@@ -50,7 +50,8 @@ def train(session):
         if lost is None:
             raise
         raise PeerLost(lost) from error
-    leave_process_group()
+    if session.config.part == "run":  # the epoch check's processes go on to the run in the same group
+        leave_process_group()
     return summary
 
 

@@ -20,7 +20,7 @@ from typing import Optional
 
 from algorithms.run.batch_finder import find_batch_size
 from algorithms.config.run_config import parse_config
-from algorithms.run.epoch_check import CHECK_STEPS, check_run
+from algorithms.run.epoch_check import ASYNCHRONOUS, CHECK_STEPS, check_run
 from algorithms.contract.types import Support
 from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
@@ -121,8 +121,16 @@ def run_epoch_check(wrapper, config, dataset, parity_notes) -> None:
     """The epoch check (run/epoch_check.py), before the run's own session starts its clock.
     A check that fails is said in one line and the run goes on: its compare then has no
     epoch check to judge."""
-    check_config, check_dataset = check_run(config, dataset)
     records = wrapper.records(config)
+    if config.strategy in ASYNCHRONOUS:
+        if records and not config.quiet:
+            print(
+                f"epoch check: not run with --strategy {config.strategy} (its workers and servers start once a "
+                "process); the compare judges this run's own rows only",
+                flush=True,
+            )
+        return
+    check_config, check_dataset = check_run(config, dataset)
     session = RunSession(check_config, check_dataset, wrapper.describe_runtime(), parity_notes, records)
     if records and not config.quiet:
         print(

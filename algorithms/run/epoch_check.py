@@ -14,7 +14,9 @@ a run's, against the envelope measured for the check.
 
 Its rows go to <results_dir>/epoch_check/<the run's CSV name>, under the run's id, with a
 settings record whose `part` names the check; it writes no results.log block, predictions
-or printed summary. A run resumed with --resume skips it (it ran before the first start).
+or printed summary. A run resumed with --resume skips it (it ran before the first start),
+and so do the asynchronous strategies (ps, async), whose workers and servers start once a
+process: their compare judges the run's own rows only.
 """
 
 from __future__ import annotations
@@ -26,15 +28,17 @@ from algorithms.records import CHECK_FOLDER
 from algorithms.spec.data import Dataset
 
 CHECK_STEPS = 3  # optimizer steps per epoch of the check
+# strategies whose worker and server processes start once a process (torch.distributed.rpc,
+# the ps cluster): they run no epoch check
+ASYNCHRONOUS = ("ps", "async")
 CHECK_EPOCHS = 4  # at most: three boundaries, all before step 13
 CHECK_VAL_ROWS = 200
 
 
-def check_part(config) -> str:
+def check_part(train_rows: int, val_rows: int) -> str:
     """The check's `part` setting: what it trains on, so two checks compare only alike."""
     return (
-        f"epoch check: {CHECK_STEPS} steps per epoch on the first {CHECK_STEPS * config.effective_batch_at(0)} "
-        f"training rows, validation on {CHECK_VAL_ROWS}"
+        f"epoch check: {CHECK_STEPS} steps per epoch on the first {train_rows} training rows, validation on {val_rows}"
     )
 
 
@@ -58,6 +62,6 @@ def check_run(config, dataset: Dataset) -> tuple:
         quiet=True,
         results_dir=os.path.join(config.results_dir, CHECK_FOLDER),
         epoch_check=False,
-        part=check_part(config),
+        part=check_part(rows, len(check_dataset.val_x)),
     )
     return check_config, check_dataset
