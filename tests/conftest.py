@@ -184,3 +184,17 @@ def outside_make() -> dict:
     its own command line, not from the outer one."""
     outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "XDIST", "LEGACY_PYTHON")
     return {k: v for k, v in os.environ.items() if k not in outer}
+
+
+def run_all_in(copy, results, flags: list, timeout: int = 600, **env) -> subprocess.CompletedProcess:
+    """run_all.py of a checkout copy (checkout_copy) with these flags, writing into `results`;
+    `env`: variables set for it, over this environment without an outer make's (outside_make)."""
+    environment = {**outside_make(), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **env}
+    return subprocess.run(
+        [sys.executable, str(copy / "run_all.py"), *flags, "--results_dir", str(results)],
+        cwd=copy,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

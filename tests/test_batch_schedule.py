@@ -89,11 +89,10 @@ def test_tensorflow_data_parallel_follows_the_schedule(small_data, tmp_path):
 
 
 def trainer_state(framework: str, trainer) -> list:
-    """Everything a step changes, as numpy arrays: weights, optimizer state and the
-    random state the next step's dropout draws from."""
+    """Everything a step changes, as numpy arrays: weights, optimizer state (its step
+    counter included) and, in torch, the generator's state."""
     if framework == "tensorflow":
-        variables = list(trainer.variables) + list(trainer.optimizer.variables)
-        return [variable.numpy() for variable in variables] + [np.array(trainer.optimizer_steps)]
+        return [variable.numpy() for variable in list(trainer.variables) + list(trainer.optimizer.variables)]
     import torch
 
     optimizer = trainer.optimizer.state_dict()["state"]
@@ -115,16 +114,20 @@ def check_a_step_on_zeros_is_undone(framework: str, flags: list, small_data, pre
     from importlib import import_module
 
     from algorithms.spec.data import load_dataset
+    from algorithms.spec.dropout import uniforms
 
     flags = flags + ["--batch_size", "20", "--threads", "2", "--train", str(small_data / "train.csv")]
     config = parse_config(flags, f"{framework}_script.py", "")
     dataset = load_dataset(config.train, None, None, config.validation_split, config.seed)
     trainer = import_module(f"{framework}_wrapper.trainer").build_trainer(config)
-    trainer.step([trainer.to_batch(dataset.train_x[:20], dataset.train_y[:20])])
+    trainer.step(
+        [trainer.to_batch(dataset.train_x[:20], dataset.train_y[:20], uniforms(config.network, 0, 0, np.arange(20)))]
+    )
     before = trainer_state(framework, trainer)
     prepare(trainer)
     assert same_state(before, trainer_state(framework, trainer))
-    trainer.step([trainer.to_batch(np.zeros((40, 28, 28), np.float32), np.zeros(40, np.int32))])
+    zeros = np.zeros((40, 28, 28), np.float32), np.zeros(40, np.int32), uniforms(config.network, 0, 0, np.arange(40))
+    trainer.step([trainer.to_batch(*zeros)])
     assert not same_state(before, trainer_state(framework, trainer))
 
 
@@ -136,7 +139,7 @@ def test_the_step_on_zeros_of_a_new_shape_is_undone_bit_for_bit(framework, small
     from algorithms.run.loop import step_on_zeros_then_restore
 
     def prepare(trainer):
-        step_on_zeros_then_restore(trainer, 40, trainer.input_shape, trainer._snapshot, trainer._restore)
+        step_on_zeros_then_restore(trainer, 40, trainer.network, trainer._snapshot, trainer._restore)
 
     check_a_step_on_zeros_is_undone(framework, [], small_data, prepare)
 
@@ -219,7 +222,7 @@ def test_a_real_run_ends_at_the_validation_that_reaches_the_target(small_data, t
     result = run_script("torch_script.py", args)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"))
-    assert [row["phase"] for row in rows] == ["train"] * 4 + ["val"]  # stopped after epoch 1 of 3
+    assert [row["phase"] for row in rows] == ["init"] + ["train"] * 4 + ["val"]  # stopped after epoch 1 of 3
     log = (tmp_path / "results.log").read_text()
     assert f"{rows[-1]['wall_time_s']:.2f} s, 480 samples" in log
 

@@ -168,8 +168,9 @@ def test_the_shipped_baselines_cover_every_framework_and_both_networks():
                     for run in every
                     if tuple(run.shown.get(key) for key in ("batch", "strategy", "devices", "epochs")) == shown
                 ]
-                # seeds 0-9 of every framework (docs/comparing.md)
-                assert [run.run_id for run in default] == [f"baseline-seed{seed}" for seed in range(10)], name
+                # seeds 0-9 of the main env's frameworks, 0-2 of the legacy ones (the Makefile, docs/comparing.md)
+                seeds = range(3) if framework.name in ("lasagne", "keras_theano", "caffe") else range(10)
+                assert [run.run_id for run in default] == [f"baseline-seed{seed}" for seed in seeds], name
                 assert all(run.path.startswith(os.path.join(BASELINE_DIR, "default")) for run in default)
                 assert all(run.final_val_accuracy > 0.9 for run in default), name
     assert "baseline-seed2" in open(os.path.join(BASELINE_DIR, "results.log")).read()

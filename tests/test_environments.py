@@ -12,27 +12,19 @@ import pytest
 
 from algorithms.registry.environments import apt_fix, check_caffe, reason_and_fix
 from algorithms.paths import REPO_ROOT
-from tests.conftest import outside_make
+from tests.conftest import outside_make, run_all_in
 
 
-def run_all_in(copy, small_data, results, only: str):
-    env = outside_make()
-    env.update(LEGACY_PYTHON="/nonexistent/python3.11", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+def run_all_without_legacy(copy, small_data, results, only: str):
+    """run_all.py of the copy, its legacy env to be built with a Python that does not exist."""
     flags = ["--only", only, "--max_steps", "2", "--batch_size", "32", "--run_id", "env-test"]
     flags += ["--train", str(small_data / "train.csv"), "--test", str(small_data / "test.csv")]
-    return subprocess.run(
-        [sys.executable, str(copy / "run_all.py"), *flags, "--results_dir", str(results)],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_all_in(copy, results, flags, timeout=300, LEGACY_PYTHON="/nonexistent/python3.11")
 
 
 @pytest.mark.slow  # one of the edit loop's slowest (7 s or more): make test-fast leaves it out
 def test_a_legacy_env_that_cannot_be_built_leaves_the_others_running(checkout_copy, small_data, tmp_path):
-    proc = run_all_in(checkout_copy, small_data, tmp_path / "results", "torch,lasagne")
+    proc = run_all_without_legacy(checkout_copy, small_data, tmp_path / "results", "torch,lasagne")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("framework"))
@@ -49,7 +41,7 @@ def test_a_legacy_env_that_cannot_be_built_leaves_the_others_running(checkout_co
 
 
 def test_when_no_framework_could_run_the_exit_status_is_1(checkout_copy, small_data, tmp_path):
-    proc = run_all_in(checkout_copy, small_data, tmp_path / "results", "lasagne,keras_theano")
+    proc = run_all_without_legacy(checkout_copy, small_data, tmp_path / "results", "lasagne,keras_theano")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("lasagne ", "keras "))]
     assert len(rows) == 2 and all(row.endswith("not run (below)") for row in rows)

@@ -39,6 +39,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     from algorithms.spec.parallel import layer_stages
     from algorithms.spec.networks import get_network
     from tensorflow_wrapper.devices import local_devices
+    from algorithms.spec.dropout import uniforms
     from tensorflow_wrapper.trainer import TensorFlowTrainer
     import tensorflow as tf
 
@@ -52,10 +53,14 @@ def probe(train_csv: str, results_dir: str) -> dict:
     def weights(t):
         return [v.numpy() for v in t.variables]
 
+    def batch(t, a, b):
+        """Rows a..b with their dropout uniforms (dropout on: every placement drops the same units)."""
+        return t.to_batch(images[a:b], labels[a:b], uniforms(network, 3, 0, np.arange(a, b)))
+
     def steps(t, batches, learning_rate=None):
         if learning_rate is not None:
             t.set_learning_rate(learning_rate)
-        return [t.step([t.to_batch(images[a:b], labels[a:b])]).loss for a, b in batches]
+        return [t.step([batch(t, a, b)]).loss for a, b in batches]
 
     def compare(reference, other, reference_losses, other_losses, start):
         return {
@@ -95,8 +100,8 @@ def probe(train_csv: str, results_dir: str) -> dict:
         ("accumulate_data", {"strategy": tf.distribute.MirroredStrategy(devices)}),
     ):
         whole, parts = trainer(), trainer(**placement)
-        whole_loss = whole.step([whole.to_batch(images[:64], labels[:64])]).loss
-        parts_loss = parts.step([parts.to_batch(images[a:b], labels[a:b]) for a, b in ((0, 32), (32, 64))]).loss
+        whole_loss = whole.step([batch(whole, 0, 64)]).loss
+        parts_loss = parts.step([batch(parts, a, b) for a, b in ((0, 32), (32, 64))]).loss
         out[name] = compare(whole, parts, [whole_loss], [parts_loss], start)
     for strategy in ("data", "model"):
         results = os.path.join(results_dir, strategy, "results")

@@ -27,6 +27,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     from algorithms.spec.parallel import layer_stages, tensor_shards
     from algorithms.spec.networks import get_network
     from tensorflow_wrapper.devices import local_devices
+    from algorithms.spec.dropout import uniforms
     from tensorflow_wrapper.trainer import TensorFlowTrainer
 
     devices = local_devices(3)  # before any op
@@ -49,7 +50,9 @@ def probe(train_csv: str, results_dir: str) -> dict:
         return gathered() if gathered else [v.numpy() for v in t.variables]
 
     def step(t, parts=((0, 64),)):
-        return t.step([t.to_batch(images[a:b], labels[a:b]) for a, b in parts]).loss
+        return t.step(
+            [t.to_batch(images[a:b], labels[a:b], uniforms(network, 3, 0, np.arange(a, b))) for a, b in parts]
+        ).loss
 
     single = trainer()
     start = weights(single)

@@ -7,12 +7,10 @@ the first update (step 2) for the learning rate, the forward pass for the ReLU: 
 init row's (step 0: the validation split scored at the initial weights)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import outside_make
+from tests.conftest import run_all_in
 
 pytestmark = pytest.mark.slow  # two run_all.py of two frameworks each, in a copy of the checkout
 
@@ -23,17 +21,10 @@ def plant(path, honest: str, bug: str) -> None:
     path.write_text(text.replace(honest, bug))
 
 
-def run_all_in(copy, full_data, results, only: str) -> subprocess.CompletedProcess:
-    env = {**outside_make(), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+def plain_run_all(copy, full_data, results, only: str):
+    """run_all.py of the copy with its defaults, 3 steps, on the default data."""
     flags = ["--only", only, "--max_steps", "3", "--train", str(full_data / "train.csv"), "--test", "none"]
-    return subprocess.run(
-        [sys.executable, str(copy / "run_all.py"), *flags, "--results_dir", str(results)],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_all_in(copy, results, flags)
 
 
 def verdict_line(stdout: str, name: str) -> str:
@@ -49,7 +40,7 @@ def test_a_bug_planted_in_wrapper_code_is_beyond_drift_in_the_default_comparison
     torch_model = copy / "torch_wrapper" / "model.py"
     honest = "torch.optim.SGD(parameters, lr=spec.learning_rate, "
     plant(torch_model, honest, "torch.optim.SGD(parameters, lr=spec.learning_rate * 0.5, ")
-    proc = run_all_in(copy, full_data, tmp_path / "lr", "tensorflow,torch")
+    proc = plain_run_all(copy, full_data, tmp_path / "lr", "tensorflow,torch")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = verdict_line(proc.stdout, "torch/torch")
     assert line.startswith("torch/torch beyond drift at step 2"), proc.stdout[-3000:]
@@ -58,7 +49,7 @@ def test_a_bug_planted_in_wrapper_code_is_beyond_drift_in_the_default_comparison
     plant(torch_model, "lr=spec.learning_rate * 0.5, ", "lr=spec.learning_rate, ")  # torch honest again
     leaky = '"relu": tf.nn.leaky_relu,'
     plant(copy / "tensorflow_wrapper" / "model.py", '"relu": tf.nn.relu,', leaky)
-    proc = run_all_in(copy, full_data, tmp_path / "relu", "torch,tensorflow")
+    proc = plain_run_all(copy, full_data, tmp_path / "relu", "torch,tensorflow")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert verdict_line(proc.stdout, "tensorflow/tensorflow").startswith(
         "tensorflow/tensorflow beyond drift at step 0"
