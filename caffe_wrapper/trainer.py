@@ -53,7 +53,7 @@ def feed(net, images: np.ndarray, labels=None, uniforms=()) -> None:
     the blobs reshaped for a batch of another size (the smaller last one)."""
     if net.blobs["data"].data.shape[0] != len(images):
         reshape_inputs(net, len(images))
-    net.blobs["data"].data[...] = images[:, None]
+    net.blobs["data"].data[...] = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
     if labels is not None:
         net.blobs["label"].data[...] = labels
     for position, values in enumerate(uniforms):

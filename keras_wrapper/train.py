@@ -14,7 +14,7 @@ from algorithms.spec.networks import Conv2D
 from algorithms.spec.weights import initial_weights
 from keras_wrapper.gradients import loss_and_gradients
 from keras_wrapper.model import build_model
-from keras_wrapper.trainer import build_trainer, make_model
+from keras_wrapper.trainer import build_trainer, make_model, nhwc
 
 
 def describe_runtime() -> Runtime:
@@ -64,8 +64,8 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     """Keras's own loss (model.evaluate, dropout off) and logits of the shared initial weights,
     from the inference model (images alone)."""
     model = make_model(network, network.training.optimizer, seed).inference
-    loss = compat.evaluate_loss(model, images[..., None], labels, batch_size=len(images))
-    logits = np.asarray(model.predict(images[..., None], batch_size=len(images), verbose=0))
+    loss = compat.evaluate_loss(model, nhwc(images), labels, batch_size=len(images))
+    logits = np.asarray(model.predict(nhwc(images), batch_size=len(images), verbose=0))
     return loss, logits
 
 
@@ -104,7 +104,7 @@ def layer_outputs_and_gradients(network, weights, images, labels, on_output=None
     gradients are taken; the gradients from the backend's own call, None for a weight
     left out of the trainable ones (frozen) or given none by the backend (disconnected)."""
     model = build_model(network, weights)
-    inputs = np.ascontiguousarray(images[..., None], np.float32)
+    inputs = np.ascontiguousarray(nhwc(images), np.float32)
     taps = keras.Model(model.inputs, [layer.output for layer in model.layers])
     values = taps.predict(inputs, batch_size=len(inputs), verbose=0)
     outputs = {layer_index(layer): np.asarray(value) for layer, value in zip(model.layers, values)}

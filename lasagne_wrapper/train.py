@@ -11,6 +11,7 @@ import theano
 import theano.tensor as T
 
 from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.spec.data import as_channels_first
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
 from lasagne_wrapper.model import build_model
@@ -38,7 +39,7 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
     output = build_model(network, initial_weights(network, seed), input_var=images_var)
     logits = lasagne.layers.get_output(output, deterministic=True)
     evaluate = theano.function([images_var, labels_var], [cross_entropy(logits, labels_var), logits])
-    loss, logits_value = evaluate(np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32))
+    loss, logits_value = evaluate(as_channels_first(images, network.input_shape), labels.astype(np.int32))
     return float(loss), np.asarray(logits_value)
 
 
@@ -83,7 +84,7 @@ def layer_outputs_and_gradients(network, weights, images, labels, on_output=None
     symbolic = theano.grad(loss, list(parameters.values()), disconnected_inputs="ignore", return_disconnected="None")
     connected = {key: gradient for key, gradient in zip(parameters, symbolic) if gradient is not None}
     run = theano.function([images_var, labels_var], [loss] + values + list(connected.values()))
-    results = run(np.ascontiguousarray(images[:, None], dtype=np.float32), labels.astype(np.int32))
+    results = run(as_channels_first(images, network.input_shape), labels.astype(np.int32))
     loss_value, outputs = results[0], results[1 : 1 + len(layers)]
     held = {
         index: output_from_channels_first(network, index, np.asarray(output))

@@ -14,6 +14,7 @@ import theano
 import theano.tensor as T
 
 from algorithms.run.contract import StepResult
+from algorithms.spec.data import as_channels_first
 from algorithms.spec.weights import initial_weights
 from lasagne_wrapper.model import build_model, make_updates, uniform_variables, uniforms_channels_first
 
@@ -25,6 +26,7 @@ def cross_entropy(logits, labels):
 
 class LasagneTrainer:
     def __init__(self, network, optimizer_spec, seed: int):
+        self.network = network
         images, labels = T.tensor4("images"), T.ivector("labels")
         self.output = build_model(network, initial_weights(network, seed), input_var=images)
         uniforms = uniform_variables(self.output)  # the dropout masks' numbers, fed with the rows
@@ -43,7 +45,7 @@ class LasagneTrainer:
 
     def to_batch(self, images, labels, uniforms):
         """NCHW float32 images, int32 labels, the uniforms channels-first."""
-        images = np.ascontiguousarray(images[:, None], dtype=np.float32)
+        images = as_channels_first(images, self.network.input_shape)
         return images, labels.astype(np.int32), uniforms_channels_first(uniforms)
 
     def step(self, batches: list) -> StepResult:
@@ -69,7 +71,7 @@ class LasagneTrainer:
         without a recompile."""
 
     def logits(self, images):
-        return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))
+        return self._logits(as_channels_first(images, self.network.input_shape))
 
 
 def build_trainer(config) -> LasagneTrainer:

@@ -17,7 +17,7 @@ from algorithms.run.flags import DEFAULT_SYNC_EVERY, build_parser, schedule_text
 from algorithms.run.schedule import LearningRateSchedule, linear_scale
 from algorithms.run.tuning import Tuning
 from algorithms.spec.data import batch_size_at
-from algorithms.spec.networks import Network, Optimizer, get_network
+from algorithms.spec.networks import Network, Optimizer, network_for_data
 from algorithms.spec.parallel import STRATEGIES, ParallelPlan, make_plan
 from algorithms.spec.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
 
@@ -238,7 +238,7 @@ def parse_config(argv: Optional[list], prog: str, description: str, support=None
     flags that cannot run together (or a plan the devices cannot hold) are an InputError.
     `support`: the wrapper's contract.Support, whose strategies and faults --help lists."""
     args = build_parser(prog, description, **help_scope(support)).parse_args(argv)
-    network = get_network(args.network)
+    network = network_for_data(args.network, args.train, args.input_shape)
     fault = None
     if args.fault is not None:
         try:

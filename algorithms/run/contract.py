@@ -113,11 +113,17 @@ class LayerProbe:
     model holds, None where the framework's own objects say it computed none (a tensor
     frozen or cut from the graph: torch's grad None, a TensorFlow tape's None, a variable
     left out of Keras's trainable weights, a Theano input disconnected from the loss),
-    never zeros in its place, and the framework's own mean cross-entropy."""
+    never zeros in its place, and the framework's own mean cross-entropy. Optional (a
+    wrapper that gives them localises more finely): `input_gradients` {layer index: d loss
+    / d the layer's input} where the model holds that input (the layer before's output, or
+    the images), and `evaluation_outputs` {layer index: the output in evaluation} (running
+    statistics in a BatchNormalization) where the network has a BatchNormalization."""
 
     loss: float
     outputs: Mapping[int, np.ndarray]
     gradients: Mapping[tuple, np.ndarray]
+    input_gradients: Mapping[int, np.ndarray] = field(default_factory=dict)
+    evaluation_outputs: Mapping[int, np.ndarray] = field(default_factory=dict)
 
 
 @runtime_checkable

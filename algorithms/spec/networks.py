@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Optional
 
 from algorithms.errors import InputError
+from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
+from algorithms.spec.data import describe_data, ensure_default_data, shape_text
 from algorithms.spec.layers import (  # noqa: F401  (the vocabulary, for every wrapper)
     PARAMETRIC,
     WEIGHTED,
@@ -77,6 +80,29 @@ def get_network(name: str) -> Network:
     if not name.lower().endswith(".toml"):
         raise InputError(f"{name}: --network takes a .toml network file or an .onnx model; rename it if it is one")
     return read_network_file(name)
+
+
+def network_for_data(name: str, train_path: str, input_shape: Optional[tuple] = None) -> Network:
+    """--network's network, ready to build: a file's checked layer by layer, with what it
+    leaves to the data (input_shape, the last layer's units) read from `train_path`;
+    `input_shape`: --input_shape, which a network's own must equal. InputError, one line."""
+    try:
+        network = get_network(name)
+    except KeyError as error:
+        raise InputError(f"--network {error.args[0]}") from None
+    if input_shape is not None and network.input_shape is not None and tuple(input_shape) != network.input_shape:
+        raise InputError(
+            f"--input_shape {shape_text(input_shape)}: {network_text(network)} takes "
+            f"{shape_text(network.input_shape)} images; drop the flag or give data and a network that agree"
+        )
+    if network.builtin:
+        return network
+    if network.input_shape is None or network.num_classes is None:
+        if os.path.abspath(train_path) == DEFAULT_TRAIN:
+            ensure_default_data(DEFAULT_DATA_DIR)
+        shape, classes = describe_data(train_path, input_shape)
+        return complete(network, shape, classes, train_path)
+    return complete(network, network.input_shape, network.num_classes, f"{network.name}'s own input")
 
 
 def network_text(network: Network) -> str:
