@@ -39,14 +39,17 @@ class LasagneTrainer:
         # the lr a shared variable, so set_learning_rate changes it without a recompile
         self.learning_rate = theano.shared(np.float32(optimizer_spec.learning_rate), name="learning_rate")
         updates = make_updates(optimizer_spec, loss, params, self.learning_rate)
-        self.state_variables = list(updates.keys())  # weights and optimizer slots, in a fixed order
+        # weights and optimizer slots, then the running statistics (updated by default updates), in a fixed order
+        self.state_variables = list(updates.keys()) + [
+            variable for variable in lasagne.layers.get_all_params(self.output) if variable not in updates
+        ]
         self._train = theano.function([images, labels, *uniforms], [loss, accuracy], updates=updates)
         self._logits = theano.function([images], lasagne.layers.get_output(self.output, deterministic=True))
 
     def to_batch(self, images, labels, uniforms):
         """NCHW float32 images, int32 labels, the uniforms channels-first."""
         images = as_channels_first(images, self.network.input_shape)
-        return images, labels.astype(np.int32), uniforms_channels_first(uniforms)
+        return images, labels.astype(np.int32), uniforms_channels_first(self.network, uniforms)
 
     def step(self, batches: list) -> StepResult:
         ((images, labels, uniforms),) = batches  # one batch: Lasagne does not declare --accumulate
