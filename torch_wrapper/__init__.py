@@ -83,6 +83,9 @@ def supported() -> Support:
             "--fault accuracy_labels",
             "--fault frozen",
             "--fault shape",
+            "--fault bn_mean",
+            "--fault bn_eval",
+            "--fault same_side",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={

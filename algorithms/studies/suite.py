@@ -198,6 +198,11 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
         code, wall = outcomes[name]
         path = children.results_csv(config.results_dir, config.network.name, name)
         rows = children.run_rows(path, run_id)
+        if code == EXIT_INPUT_ERROR and not rows:  # the framework refused the run (a layer, a flag): its one line
+            reason = refusal(os.path.join(config.results_dir, "logs", run_id, f"{name}.log"))
+            lines.append((framework, backend, "not run (below)"))
+            not_run_lines += wrapped(f"{framework}/{backend} not run: {reason}", "  ", "    ")
+            continue
         if code != 0 or not rows:
             lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
             continue
@@ -220,6 +225,16 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     for line in text_table(header, lines, left=2, rule=True) + not_run_lines:
         print(line)
     return finished
+
+
+def refusal(log: str) -> str:
+    """The one line an entry script refused its run with (the last `error: ` line of its stderr)."""
+    try:
+        with open(log, errors="replace") as handle:
+            errors = [line.strip() for line in handle if line.startswith("error: ")]
+    except OSError:
+        errors = []
+    return errors[-1].removeprefix("error: ") if errors else "refused (exit 2), no reason in its log"
 
 
 def to_accuracy_cells(rows: list, threshold: float) -> tuple:
