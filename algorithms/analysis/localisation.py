@@ -308,12 +308,12 @@ def cell_text(cell: Cell, first: bool) -> str:
 
 def what_was_found(cell: Cell, direction: str) -> str:
     """A faulty cell's finding, after its layer's name: "no gradient", "NaN in the output"."""
-    held = "output" if direction == "forward" else "gradient"
+    held = {"forward": "output", "evaluation": "output in evaluation"}.get(direction, "gradient")
     if cell.kind == NO_GRADIENT:
         return "no gradient"
     if cell.kind == SHAPE:
         return f"{held} shape {cell.note}"
     if cell.kind == NON_FINITE:
         return f"{cell.note} in the {held}"
-    tolerance = FORWARD_TOLERANCE if direction == "forward" else BACKWARD_TOLERANCE
+    tolerance = BACKWARD_TOLERANCE if direction == "backward" else FORWARD_TOLERANCE
     return f"relative error {cell.error:.2e} in the {held}, beyond the tolerance {tolerance:g}"

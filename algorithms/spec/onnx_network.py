@@ -387,6 +387,7 @@ def _read_cache(path: str) -> Optional[Network]:
     training = described.pop("training")
     training = TrainingDefaults(Optimizer(**training.pop("optimizer")), **training)
     described["input_shape"] = tuple(described["input_shape"])
+    described["init_scales"] = tuple(tuple(pair) for pair in described["init_scales"])
     network = Network(layers=layers, training=training, **described)
     weights = [
         LayerWeights(
