@@ -91,10 +91,12 @@ if KERAS_2:
             ],
             x,
         )
-        batch = backend.batch_normalization(x, mean, variance, layer.beta, layer.gamma, epsilon=layer.epsilon)
-        running = backend.batch_normalization(
-            x, layer.moving_mean, layer.moving_variance, layer.beta, layer.gamma, epsilon=layer.epsilon
-        )
+        epsilon = np.float32(layer.epsilon)  # not K.batch_normalization: Theano's refuses an epsilon of 1e-5 or less
+
+        def normalised(mean, variance):
+            return (x - mean) / backend.sqrt(variance + epsilon) * layer.gamma + layer.beta
+
+        batch, running = normalised(mean, variance), normalised(layer.moving_mean, layer.moving_variance)
         return backend.in_train_phase(activation(batch), activation(running), training=training)
 
     def mask_rule(x, uniforms, rate: float, scale):

@@ -59,11 +59,13 @@ def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
 
 def model_parameters(network) -> list:
     """The variables of the model build_model makes (a frozen one too), each with the layer
-    whose kernel or bias it is."""
+    whose kernel or bias it is (a batch norm's gamma and beta; its running statistics are no
+    parameters)."""
     model = build_model(network, initial_weights(network, 0), 0)
     owners = {variable.ref(): (index, "kernel") for index, variable in model.kernels.items()}
     owners.update({variable.ref(): (index, "bias") for index, variable in model.biases.items()})
     layouts = {4: "HWIO", 2: "IO", 1: "O"}
+    statistics = {variable.ref() for variable in model.statistics_in_order}  # a batch norm's state, not trained
     return [
         ModelParameter(
             variable.name,
@@ -72,6 +74,7 @@ def model_parameters(network) -> list:
             layouts.get(variable.shape.rank, "?"),
         )
         for variable in model.variables
+        if variable.ref() not in statistics
     ]
 
 

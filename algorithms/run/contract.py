@@ -133,7 +133,7 @@ class Trainer(Protocol):
     uses: the loop then calls it in the prefetch thread, during the step before."""
 
     def to_batch(self, images, labels, uniforms):
-        """numpy (N, H, W) float32 images, int labels and the rows' dropout uniforms (a tuple,
+        """numpy (N, H, W, C) float32 images, int labels and the rows' dropout uniforms (a tuple,
         one (N, *input shape) float32 array per Dropout layer, spec layout; () without dropout:
         spec/dropout.py, whose mask rule every wrapper applies) -> the framework's batch
         (timed as data time)."""
