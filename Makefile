@@ -56,7 +56,7 @@ caffe: setup
 	bash caffe_wrapper/build_caffe.sh $(PY)
 
 # Debian's Chromium, from apt when missing: `make test` opens the HTML report in it, headless
-# (tests/headless_chromium.py; a test marked slow), and fails, never skips, without it.
+# (tests/helpers/headless_chromium.py; a test marked slow), and fails, never skips, without it.
 browser:
 	@[ -x /usr/bin/chromium ] || (apt-get update && apt-get install -y chromium) || { \
 	  echo "[browser] error: chromium is missing and apt-get could not install it; fix: sudo apt-get install chromium"; exit 1; }

@@ -61,3 +61,12 @@ def profiled_ops(run) -> list:
         for event in profiler.key_averages(group_by_input_shape=True)
         if event.self_cpu_time_total > 0
     ]
+
+
+def device_name(device) -> str:
+    """The GPU's name, or the CPU with the threads torch computes on (the GPU check's rows)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({torch.get_num_threads()} threads)"

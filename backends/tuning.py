@@ -1,12 +1,12 @@
 """The --tuned switches that several wrappers share about one framework (the table
-mechanism is algorithms/run/tuning.py; each wrapper's `supported()` names its
+mechanism is algorithms/machine/tuning.py; each wrapper's `supported()` names its
 candidates and its best). Environment variables only: importing this loads no framework."""
 
 from __future__ import annotations
 
 import os
 
-from algorithms.run.tuning import Setting
+from algorithms.machine.tuning import Setting
 
 MEASURED = "results/benchmark/2026-12-01-tuned.md"  # where the current choices of `best` were measured
 YNN_OFF = "--xla_cpu_experimental_ynn_fusion_type="  # XLA CPU's YNNPACK fusions off (an empty list)
@@ -50,3 +50,9 @@ OPENBLAS_AVX512 = Setting(
     why="OpenBLAS's SkylakeX (AVX-512) kernels, where its CPU table takes the CPU for an AVX2 one",
     cpu_flag="avx512f",
 )
+
+# the variables above that hold a list (Tuning.lists, name -> separator): a setting's value is
+# appended to what the thread flags or the user put there, never put in its place
+TENSORFLOW_LISTS = {"XLA_FLAGS": " ", "TF_XLA_FLAGS": " "}
+XLA_LISTS = {"XLA_FLAGS": " "}
+THEANO_LISTS = {"THEANORC": os.pathsep}

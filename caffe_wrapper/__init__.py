@@ -9,9 +9,9 @@ import os
 # glog's INFO records (every layer's setup, the solver definition) off before pycaffe loads; its warnings stay
 os.environ.setdefault("GLOG_minloglevel", "1")
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import graph_only_fp32_advice
-from algorithms.run.tuning import Setting, Tuning
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import graph_only_fp32_advice
+from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OPENBLAS_AVX512
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
@@ -46,7 +46,7 @@ def supported() -> Support:
 
 
 def prepare_process(config, dataset) -> None:
-    """Nothing to set before Caffe loads: algorithms/run/threads.py sets its OpenBLAS threads."""
+    """Nothing to set before Caffe loads: algorithms/machine/threads.py sets its OpenBLAS threads."""
 
 
 def launch(config, argv: list) -> None:

@@ -1,4 +1,4 @@
-"""The benchmark's Caffe side (algorithms/bench/probe.py): Caffe's native loop (copy the
+"""The benchmark's Caffe side (algorithms/run/probe.py): Caffe's native loop (copy the
 batch into the input blobs, solver.step(1)) against the wrapper's step through
 algorithms/run/loop.py, on the same prototxt, weights and batches; an InnerProduct
 layer's forward (Caffe's own sgemm) for the GEMM peak."""
@@ -14,7 +14,7 @@ from caffe_wrapper.trainer import build_trainer, feed
 import caffe
 import numpy as np
 
-from algorithms.bench.probe import NativeLoop, hand_step_harness
+from algorithms.run.timing import NativeLoop, hand_step_harness
 from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
 

@@ -14,7 +14,7 @@ import tempfile
 import caffe
 import numpy as np
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_hand
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from caffe_wrapper.model import (
@@ -41,14 +41,19 @@ def records(config) -> bool:
 
 def train(session):
     config = session.config
-    session.execution_note = "graph: the prototxt Net, stepped by Caffe's own solver"
     directory = os.path.join(config.results_dir, "caffe", session.run_id)
     trainer = build_trainer(
         config, directory, session.checkpoint_root if config.checkpoint_every or config.resume else ""
     )
+    session.execution_note, session.precision_note = describe_modes(config, trainer)
     summary = train_by_hand(trainer, session)
     trainer.solver.net.save(os.path.join(directory, "trained.caffemodel"))
     return summary
+
+
+def describe_modes(config, trainer) -> tuple:
+    """(execution, precision) as the solver runs them, for results.log: graph-only, float32."""
+    return "graph: the prototxt Net, stepped by Caffe's own solver", "fp32: float32 weights and compute"
 
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:

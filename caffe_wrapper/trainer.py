@@ -13,7 +13,7 @@ import caffe
 import numpy as np
 from caffe.proto import caffe_pb2
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.spec.weights import initial_weights, to_channels_first
 from algorithms.spec.dropout import channels_first
 from caffe_wrapper.model import (
@@ -111,6 +111,15 @@ class CaffeTrainer:
         if learning_rate != self.base_lr:
             raise ValueError(f"Caffe's solver runs at its fixed base_lr {self.base_lr:g}, not {learning_rate:g}")
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """Caffe's blobs have a fixed batch: the train net's input blobs (data, label,
+        uniforms) reshaped to the new one, and the net with them."""
+        reshape_inputs(self.solver.net, batch_size)
+
+    def logits(self, images):
+        feed(self.deploy, images)
+        return self.deploy.forward()[LOGITS].copy()
+
     def save_checkpoint(self, folder: str) -> None:
         """Caffe's own snapshot (.caffemodel weights + .solverstate optimizer history),
         moved into `folder`; the solverstate is pointed at the moved weights."""
@@ -128,15 +137,6 @@ class CaffeTrainer:
 
     def load_checkpoint(self, folder: str) -> None:
         self.solver.restore(os.path.join(folder, "snapshot.solverstate"))  # weights, history, iteration
-
-    def prepare_batch(self, batch_size: int) -> None:
-        """Caffe's blobs have a fixed batch: the train net's input blobs (data, label,
-        uniforms) reshaped to the new one, and the net with them."""
-        reshape_inputs(self.solver.net, batch_size)
-
-    def logits(self, images):
-        feed(self.deploy, images)
-        return self.deploy.forward()[LOGITS].copy()
 
 
 def build_trainer(config, directory: str = "", checkpoint_root: str = "") -> CaffeTrainer:

@@ -14,11 +14,22 @@ import os
 # writes before reading this is dropped by the entry script: algorithms/run/notices.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
-from algorithms.run.resources import Footprint, Started
-from algorithms.run.tuning import Setting, Tuning
-from backends.tuning import MEASURED, OMP_SPIN, OPENBLAS_AVX512, TENSORFLOW, THEANO_OPENMP, YNN_OFF
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
+from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.tuning import Setting, Tuning
+from backends.tuning import (
+    MEASURED,
+    OMP_SPIN,
+    OPENBLAS_AVX512,
+    TENSORFLOW,
+    TENSORFLOW_LISTS,
+    THEANO_LISTS,
+    THEANO_OPENMP,
+    XLA_LISTS,
+    YNN_OFF,
+)
+from backends.xla import dump_to, thread_flags
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
@@ -114,9 +125,13 @@ TUNING = {
 }
 
 
+# the variables of each backend's settings that hold a list (appended to)
+FLAG_LISTS = {"tensorflow": TENSORFLOW_LISTS, "jax": XLA_LISTS, "theano": THEANO_LISTS}
+
+
 def tuning(name: str) -> Tuning:
     candidates, best = TUNING[name]
-    return Tuning(f"keras_{name}", candidates, best, MEASURED)
+    return Tuning(f"keras_{name}", candidates, best, MEASURED, FLAG_LISTS.get(name, {}))
 
 
 def started(config) -> Started:
@@ -143,6 +158,8 @@ def supported() -> Support:
             tuning=tuning(name),
             advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
             footprint=FOOTPRINTS[name],
+            thread_environment=thread_flags,  # XLA's, on jax and tensorflow
+            profile_environment=dump_to,
         )
     if name == "tensorflow":
         return Support(
@@ -157,6 +174,8 @@ def supported() -> Support:
                 **MODE_ADVICE.get(name, {}),
             },
             footprint=FOOTPRINTS[name],
+            thread_environment=thread_flags,  # XLA's, on jax and tensorflow
+            profile_environment=dump_to,
         )
     if name == "torch":
         return Support(
@@ -194,7 +213,7 @@ def prepare_process(config, dataset) -> None:
             f"{rows} training rows leave a last step of {rows % config.effective_batch} rows; pick "
             f"--batch_size x --accumulate dividing {rows} (or use tensorflow_script.py)"
         )
-    if config.plan.strategy in ("tensor", "hybrid"):
+    if config.strategy in ("tensor", "hybrid"):
         check_model_parallel(config, rows)
     for epoch, batch in config.batch_schedule if accumulate > 1 else ():
         if rows % (batch * accumulate):
@@ -213,12 +232,12 @@ def prepare_process(config, dataset) -> None:
             "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
             "gradient; drop --compile (--execution compiled) or --parity, or use KERAS_BACKEND=jax"
         )
-    if config.execution and config.plan.strategy in ("data", "tensor", "hybrid"):
+    if config.execution and config.strategy in ("data", "tensor", "hybrid"):
         raise InputError(
             f"--execution {config.execution} with --strategy {config.strategy}: Keras's distributed training runs in "
             "its default mode here; drop --execution / --compile"
         )
-    if config.plan.strategy not in ("data", "tensor", "hybrid"):
+    if config.strategy not in ("data", "tensor", "hybrid"):
         return
     if accumulate > 1 and name == "tensorflow":
         raise InputError(
@@ -226,7 +245,7 @@ def prepare_process(config, dataset) -> None:
             "MirroredStrategy; use tensorflow_script.py or KERAS_BACKEND=jax"
         )
     devices = config.devices
-    if name == "jax" and config.plan.strategy == "data" and rows % devices:
+    if name == "jax" and config.strategy == "data" and rows % devices:
         raise InputError(
             f"--strategy data --devices {devices}: jax splits every batch evenly across the devices, "
             f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
@@ -240,12 +259,12 @@ def prepare_process(config, dataset) -> None:
 def check_model_parallel(config, rows: int) -> None:
     """What jax's ModelParallel cannot shard (keras_wrapper/distribute.py), refused before Keras loads."""
     plan = config.plan
-    if plan.strategy == "hybrid" and plan.inner != "tensor":
+    if config.strategy == "hybrid" and plan.inner != "tensor":
         raise InputError(
             f"--strategy hybrid --inner {plan.inner}: Keras on jax runs hybrid as data x tensor parallel "
             "(a 2-D DeviceMesh, batch x model); use --inner tensor"
         )
-    width_flag = "--group" if plan.strategy == "hybrid" else "--devices"
+    width_flag = "--group" if config.strategy == "hybrid" else "--devices"
     for index, ranges in plan.shards.items():
         width = ranges[-1][1]
         if width % plan.group:

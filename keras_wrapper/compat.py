@@ -278,11 +278,11 @@ def describe_backend() -> tuple:
 
 def set_threads(threads: int) -> str:
     """--threads on the backend's own switches, as tensorflow_wrapper and torch_wrapper
-    set them (jax, Theano: the environment that algorithms/run/threads.py set before import)."""
+    set them (jax, Theano: the environment that algorithms/machine/threads.py set before import)."""
     if BACKEND == "tensorflow":
         from backends.tensorflow_backend import set_threads as set_backend_threads
     elif BACKEND == "torch":
         from backends.torch_backend import set_threads as set_backend_threads
     else:
-        return f"keras backend {BACKEND}: threads {threads} from the environment (algorithms/run/threads.py)"
+        return f"keras backend {BACKEND}: threads {threads} from the environment (algorithms/machine/threads.py)"
     return f"keras backend {BACKEND}: " + set_backend_threads(threads)

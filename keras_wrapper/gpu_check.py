@@ -1,16 +1,18 @@
 """The GPU check's Keras side, in its own process, on the backend KERAS_BACKEND names
 (algorithms/bench/gpu_check.py starts it as `python -m keras_wrapper.gpu_check PLAN.json
-ROWS.jsonl`, with a brought-along keras on PYTHONPATH where the machine has none):
+ROWS.jsonl`, with a brought-along keras on PYTHONPATH where the machine has none, and
+holds what every side does alike):
 keras_script.py's model (make_model) trained by model.fit on each batch size of the
 plan. A first fit compiles (jit); the second, timed, is the step time. One JSON line
 per run; without an importable keras, one line saying so."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from algorithms.bench.gpu_check import append_row, read_plan, run_within_budget, whole_batches
 
 
 def device_name(backend: str) -> str:
@@ -21,13 +23,14 @@ def device_name(backend: str) -> str:
         return f"{device.platform} ({device.device_kind})"
     import torch
 
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+    from backends.torch_backend import device_name as torch_device_name
+
+    return torch_device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def fit_run(plan: dict, dataset, run: dict) -> dict:
     import numpy as np
 
-    from algorithms.spec.data import batch_order
     from algorithms.spec.dropout import uniforms
     from algorithms.spec.networks import get_network
     from keras_wrapper.trainer import fit_inputs, make_model
@@ -35,8 +38,7 @@ def fit_run(plan: dict, dataset, run: dict) -> dict:
     network, seed = get_network(plan["network"]), plan["seed"]
     batch = run["batch"]
     model = make_model(network, network.training.optimizer, seed).training
-    steps = [(epoch, r) for epoch in range(64) for r in batch_order(len(dataset.train_y), batch, epoch, seed)]
-    steps = [(epoch, r) for epoch, r in steps if len(r) == batch]
+    steps = whole_batches(len(dataset.train_y), batch, seed)
     losses, seconds = [], []
     for part in (steps[: plan["warmup"]], steps[plan["warmup"] : plan["steps"]]):  # compile, then timed
         order = np.concatenate([r for _, r in part])
@@ -65,14 +67,11 @@ def fit_run(plan: dict, dataset, run: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    plan_path, rows_path = sys.argv[1:3] if argv is None else argv
-    with open(plan_path) as handle:
-        plan = json.load(handle)
+    plan, rows_path = read_plan(argv)
     backend = os.environ.get("KERAS_BACKEND", "")
 
     def write(row: dict) -> None:
-        with open(rows_path, "a") as handle:
-            handle.write(json.dumps({"framework": "keras", "backend": backend, **row}) + "\n")
+        append_row(rows_path, {"framework": "keras", "backend": backend, **row})
 
     try:
         import keras
@@ -84,16 +83,13 @@ def main(argv=None) -> int:
 
     dataset = load_dataset(plan["train"], None, None, 0.2, plan["seed"])
     versions = f"keras {keras.__version__} on {backend}"
-    deadline = time.monotonic() + plan["budget_s"]
-    for run in plan["keras_runs"]:
-        if time.monotonic() > deadline:
-            write({**run, "status": "not run: over the time budget"})
-            continue
-        try:
-            row = fit_run(plan, dataset, run)
-        except Exception as error:  # noqa: BLE001  (the row says what failed; the next batch still runs)
-            row = {**run, "status": f"failed: {type(error).__name__}: {str(error)[:160]}"}
-        write({**row, "device": device_name(backend), "versions": versions})
+    run_within_budget(
+        plan["keras_runs"],
+        time.monotonic() + plan["budget_s"],
+        lambda run: [fit_run(plan, dataset, run)],
+        write,
+        stamp=lambda row: {**row, "device": device_name(backend), "versions": versions},
+    )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The benchmark's Keras side (algorithms/bench/probe.py), on whichever backend Keras
+"""The benchmark's Keras side (algorithms/run/probe.py), on whichever backend Keras
 loaded: Keras's own loop (model.fit, no callback) against keras_script.py's fit
 with its per-step StepRecorder, on the same compiled model, weights and batches;
 the backend's matmul for the GEMM peak."""

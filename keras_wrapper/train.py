@@ -8,7 +8,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_epochs
 from algorithms.spec.networks import Conv2D
 from algorithms.spec.weights import initial_weights
@@ -32,12 +32,13 @@ def records(config) -> bool:
 
 def train(session):
     trainer = build_trainer(session.config)
-    session.execution_note, session.precision_note = describe_modes(trainer.model, session.config.precision)
+    session.execution_note, session.precision_note = describe_modes(session.config, trainer)
     return train_by_epochs(trainer, session)
 
 
-def describe_modes(model, precision: str) -> tuple:
-    """(execution, precision) as model.compile resolved them, for results.log."""
+def describe_modes(config, trainer) -> tuple:
+    """(execution, precision) as the trainer's model.compile resolved them, for results.log."""
+    model, precision = trainer.model, config.precision
     backend = compat.BACKEND
     if backend == "theano":
         return "graph: one compiled Theano train function (Keras 2)", "fp32: float32 weights and compute"

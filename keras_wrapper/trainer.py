@@ -165,9 +165,9 @@ class KerasTrainer:
             config.network,
             config.optimizer,
             config.seed,
-            config.devices if config.plan.strategy == "data" else 0,
+            config.devices if config.strategy == "data" else 0,
             config.accumulate,
-            config.plan if config.plan.strategy in ("tensor", "hybrid") else None,
+            config.plan if config.strategy in ("tensor", "hybrid") else None,
             config.precision,
             config.execution,
         )

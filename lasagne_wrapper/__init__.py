@@ -4,10 +4,10 @@ functions, `train.py` runs them through the shared loop in algorithms/run/loop.p
 backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 0.1
 (and Keras 2.3.1); it is imported before lasagne."""
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import graph_only_fp32_advice
-from algorithms.run.tuning import Tuning
-from backends.tuning import MEASURED, OPENBLAS_AVX512, THEANO_OPENMP
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import graph_only_fp32_advice
+from algorithms.machine.tuning import Tuning
+from backends.tuning import MEASURED, OPENBLAS_AVX512, THEANO_LISTS, THEANO_OPENMP
 from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Theano compiles each function for one device, and Lasagne has no way to split a model or a batch
@@ -26,7 +26,7 @@ def supported() -> Support:
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
-        tuning=Tuning("lasagne", (THEANO_OPENMP, OPENBLAS_AVX512), measured=MEASURED),
+        tuning=Tuning("lasagne", (THEANO_OPENMP, OPENBLAS_AVX512), measured=MEASURED, lists=THEANO_LISTS),
         advice=GRAPH_ONLY_FP32
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(
@@ -36,7 +36,7 @@ def supported() -> Support:
 
 
 def prepare_process(config, dataset) -> None:
-    """Nothing to set before Theano loads: algorithms/run/threads.py sets its OpenMP/BLAS threads."""
+    """Nothing to set before Theano loads: algorithms/machine/threads.py sets its OpenMP/BLAS threads."""
 
 
 def launch(config, argv: list) -> None:

@@ -1,4 +1,4 @@
-"""The benchmark's Lasagne side (algorithms/bench/probe.py, legacy env): the compiled
+"""The benchmark's Lasagne side (algorithms/run/probe.py, legacy env): the compiled
 Theano train function called directly on pre-converted arrays (Lasagne's native
 loop) against the wrapper's step through algorithms/run/loop.py, on the same weights
 and batches; a compiled T.dot for the GEMM peak."""
@@ -14,7 +14,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.bench.probe import NativeLoop, hand_step_harness
+from algorithms.run.timing import NativeLoop, hand_step_harness
 from algorithms.spec.dropout import uniforms
 from algorithms.tables import shape_text
 from lasagne_wrapper.trainer import build_trainer

@@ -10,7 +10,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.spec.data import as_channels_first
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
@@ -29,8 +29,14 @@ def records(config) -> bool:
 
 
 def train(session):
-    session.execution_note = "graph: one compiled theano.function per train step"
-    return train_by_hand(build_trainer(session.config), session)
+    trainer = build_trainer(session.config)
+    session.execution_note, session.precision_note = describe_modes(session.config, trainer)
+    return train_by_hand(trainer, session)
+
+
+def describe_modes(config, trainer) -> tuple:
+    """(execution, precision) as the trainer runs them, for results.log: graph-only, float32."""
+    return "graph: one compiled theano.function per train step", "fp32: float32 weights and compute"
 
 
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:

@@ -13,7 +13,7 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.spec.data import as_channels_first
 from algorithms.spec.weights import initial_weights
 from lasagne_wrapper.model import build_model, make_updates, uniform_variables, uniforms_channels_first
@@ -59,6 +59,13 @@ class LasagneTrainer:
     def set_learning_rate(self, learning_rate: float) -> None:
         self.learning_rate.set_value(np.float32(learning_rate))
 
+    def prepare_batch(self, batch_size: int) -> None:
+        """Nothing: the compiled Theano function's shapes are symbolic, any batch runs
+        without a recompile."""
+
+    def logits(self, images):
+        return self._logits(as_channels_first(images, self.network.input_shape))
+
     def save_checkpoint(self, folder):
         """Lasagne's way: the shared variables' values in an .npz (every weight and
         every optimizer slot the updates write)."""
@@ -68,13 +75,6 @@ class LasagneTrainer:
         with np.load(os.path.join(folder, "lasagne_state.npz")) as saved:
             for index, variable in enumerate(self.state_variables):
                 variable.set_value(saved[f"arr_{index}"])
-
-    def prepare_batch(self, batch_size: int) -> None:
-        """Nothing: the compiled Theano function's shapes are symbolic, any batch runs
-        without a recompile."""
-
-    def logits(self, images):
-        return self._logits(as_channels_first(images, self.network.input_shape))
 
 
 def build_trainer(config) -> LasagneTrainer:

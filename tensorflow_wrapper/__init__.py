@@ -17,11 +17,12 @@ import sys
 # before reading this is dropped by the entry script: algorithms/run/notices.py)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
-from algorithms.run.resources import Footprint, Started
-from algorithms.run.tuning import Tuning
-from backends.tuning import MEASURED, TENSORFLOW
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
+from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.tuning import Tuning
+from backends.tuning import MEASURED, TENSORFLOW, TENSORFLOW_LISTS
+from backends.xla import dump_to, thread_flags
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
 
@@ -74,40 +75,42 @@ def supported() -> Support:
             "--noise_scale",
             "--fault frozen",
         ),
-        tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED),
+        tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED, lists=TENSORFLOW_LISTS),
         advice=worker_strategy_advice(
             "tf.distribute has no lock-free shared-memory replicas nor periodic model averaging",
             ("async", "localsgd"),
         ),
         footprint=FOOTPRINT,
+        thread_environment=thread_flags,  # XLA's
+        profile_environment=dump_to,
     )
 
 
 def prepare_process(config, dataset) -> None:
     """--compile is the single-device fused step's XLA jit_compile."""
-    if config.compile and (config.plan.strategy != "single" or config.accumulate > 1):
+    if config.compile and (config.strategy != "single" or config.accumulate > 1):
         raise InputError(
             "--compile: tensorflow_script.py compiles the single-device step "
             "(--strategy single, no --accumulate); drop --compile"
         )
     if config.compile and config.parity:
         raise InputError(PARITY_XLA)
-    if config.precision == "fp16" and config.plan.strategy != "single":
+    if config.precision == "fp16" and config.strategy != "single":
         raise InputError(
             f"--precision fp16 with --strategy {config.strategy}: tensorflow_script.py scales the fp16 "
             "loss on one device only; use --precision bf16 (no loss scale needed) or --strategy single"
         )
-    if config.execution == "eager" and config.plan.strategy == "data":
+    if config.execution == "eager" and config.strategy == "data":
         raise InputError(
             "--execution eager with --strategy data: tensorflow_script.py runs data parallel as "
             "tf.function graphs; drop --execution eager"
         )
-    if config.precision != "fp32" and config.plan.strategy in ("tensor", "ps"):
+    if config.precision != "fp32" and config.strategy in ("tensor", "ps"):
         raise InputError(
             f"--precision {config.precision} with --strategy {config.strategy}: tensorflow_script.py runs "
             "its tensor-parallel shards and parameter-server workers in float32; drop --precision"
         )
-    if config.plan.strategy != "ps":
+    if config.strategy != "ps":
         return
     for flag, used in (
         ("--accumulate", config.accumulate > 1),
@@ -124,7 +127,7 @@ def launch(config, argv: list) -> None:
     """--strategy ps: without TF_CONFIG, starts the local cluster and becomes its chief;
     with TF_CONFIG, a worker or ps task serves here until killed (never returns).
     Multi-worker data parallel is started one process per worker by the user (TF_CONFIG)."""
-    if config.plan.strategy != "ps":
+    if config.strategy != "ps":
         return
     from tensorflow_wrapper import cluster
 

@@ -29,8 +29,9 @@ import struct
 import subprocess
 import sys
 
+from algorithms.ports import free_ports
 from algorithms.errors import ResourceError
-from algorithms.run.resources import why_not_started
+from algorithms.machine.resources import why_not_started
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -93,16 +94,6 @@ def run_chief_in_namespace(argv: list) -> int:
         except InterruptedError:
             continue
     return 128 - status if status < 0 else status
-
-
-def free_ports(count: int) -> list:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def _die_with_parent() -> None:

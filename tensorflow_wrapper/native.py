@@ -1,4 +1,4 @@
-"""The benchmark's TensorFlow side (algorithms/bench/probe.py): a minimal native
+"""The benchmark's TensorFlow side (algorithms/run/probe.py): a minimal native
 tf.function + GradientTape loop on the same model, weights and batches as
 tensorflow_script.py, the wrapper's own step as the harness, tf.linalg.matmul for
 the GEMM peak and XLA (jit_compile) beside graph mode."""
@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
-from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
-from algorithms.run.session import RunSession
+from algorithms.run.timing import NativeLoop, compiled_pair_ms, hand_step_harness
+from algorithms.session.run_session import RunSession
 from backends.tensorflow_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.model import build_model, make_optimizer
@@ -95,7 +95,7 @@ def profile_ops(config, dataset, schedule, warmup: int) -> tuple:
         native.run(schedule[warmup:])
         tf.profiler.experimental.stop()
         times = tf_op_times(logdir)
-    images, labels = native.batches[id(schedule[warmup][1])]
-    graph = native.step.get_concrete_function(images, labels, tf.constant([0, 0], tf.int64)).graph
+    batch = native.batches[id(schedule[warmup][1])]  # images, labels, uniforms
+    graph = native.step.get_concrete_function(*batch).graph
     shapes = graph_input_shapes(graph)
     return "tf.profiler (XSpace, host op self time)", [(op_label(name, shapes), ms) for name, ms in times.items()]

@@ -1,5 +1,5 @@
 """--strategy ps: tf.distribute.ParameterServerStrategy driven by a ClusterCoordinator,
-as an algorithms.run.contract.UpdatePool of the shared asynchronous loop
+as an algorithms.contract.types.UpdatePool of the shared asynchronous loop
 (algorithms/run/updates.py), like torch's parameter server.
 
 The variables (weights, optimizer slots, a version counter) live on the parameter
@@ -45,7 +45,7 @@ import tensorflow as tf
 
 from algorithms.spec.data import as_images
 from algorithms.errors import InputError
-from algorithms.run.contract import Update
+from algorithms.contract.types import Update
 from algorithms.spec.data import steps_per_epoch
 from algorithms.spec.weights import initial_weights
 from backends.tensorflow_backend import set_threads

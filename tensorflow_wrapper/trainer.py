@@ -30,9 +30,9 @@ import time
 import tensorflow as tf
 
 from algorithms.spec.data import as_images
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
-from algorithms.run.noise_scale import replica_gradient_norms
+from algorithms.session.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import dropout_layers
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import split_ranges
@@ -208,11 +208,6 @@ class TensorFlowTrainer:
         values = self.strategy.experimental_distribute_values_from_function(slice_for)
         return values, tf.constant(step_rows, tf.int32)
 
-    # ------------------------------------------------------------------ contract.Trainer
-    def set_learning_rate(self, learning_rate: float) -> None:
-        with self.strategy.scope():
-            self.optimizer.learning_rate = learning_rate
-
     def to_batch(self, images, labels, uniforms):
         return (
             tf.convert_to_tensor(as_images(images, self.network.input_shape)),
@@ -271,6 +266,11 @@ class TensorFlowTrainer:
         self._replica_apply(gradients)
         return StepResult(loss, float(correct) / step_rows, comm_ms, gradient_norms=norms)
 
+    # ------------------------------------------------------------------ contract.Trainer
+    def set_learning_rate(self, learning_rate: float) -> None:
+        with self.strategy.scope():
+            self.optimizer.learning_rate = learning_rate
+
     def prepare_batch(self, batch_size: int) -> None:
         """The single-device step functions take any batch (their input signatures leave
         it None): nothing to do. XLA (--compile) compiles each shape, and the data-parallel
@@ -289,6 +289,9 @@ class TensorFlowTrainer:
         with self.strategy.scope():
             for variable, value in zip(variables, values):
                 variable.assign(value)
+
+    def logits(self, images):
+        return self._forward(tf.convert_to_tensor(as_images(images, self.network.input_shape))).numpy()
 
     def save_checkpoint(self, folder: str) -> None:
         """TensorFlow's own checkpoint: weights, optimizer slots and counters. Every worker
@@ -330,22 +333,19 @@ class TensorFlowTrainer:
             weights=list(self.variables), statistics=self.model.statistics_in_order, optimizer=self.optimizer
         )
 
-    def logits(self, images):
-        return self._forward(tf.convert_to_tensor(as_images(images, self.network.input_shape))).numpy()
-
 
 def build_trainer(config) -> TensorFlowTrainer:
     """The trainer for the config's plan (devices are set up here, before any op)."""
     set_threads(config.threads)
     plan = config.plan
     modes = dict(precision=config.precision, eager=config.execution == "eager")
-    if plan.strategy == "data":
-        strategy = data_parallel_strategy(plan.devices)
+    if config.strategy == "data":
+        strategy = data_parallel_strategy(config.devices)
         return TensorFlowTrainer(
             config.network, config.optimizer, config.seed, strategy=strategy, noise_scale=config.noise_scale, **modes
         )
-    if plan.strategy in ("model", "pipeline"):
-        devices = local_devices(plan.devices)
+    if config.strategy in ("model", "pipeline"):
+        devices = local_devices(config.devices)
         layer_devices = [devices[stage] for stage, (first, stop) in enumerate(plan.stages) for _ in range(first, stop)]
         return TensorFlowTrainer(
             config.network,
@@ -355,29 +355,13 @@ def build_trainer(config) -> TensorFlowTrainer:
             micro_batches=plan.micro_batches,
             **modes,
         )
-    if plan.strategy == "tensor":
+    if config.strategy == "tensor":
         return TensorFlowTrainer(
             config.network,
             config.optimizer,
             config.seed,
             shards=plan.shards,
-            shard_devices=local_devices(plan.devices),
+            shard_devices=local_devices(config.devices),
             eager=config.execution == "eager",
         )
     return TensorFlowTrainer(config.network, config.optimizer, config.seed, jit_compile=config.compile, **modes)
-
-
-def describe_modes(config) -> tuple:
-    """(execution, precision) as this trainer runs them, for results.log."""
-    execution = {
-        "eager": "eager: the step's ops run one by one from Python (no tf.function)",
-        "compiled": "compiled: tf.function(jit_compile=True), the step compiled by XLA",
-    }.get(config.execution, "graph: tf.function, the step traced once into a TensorFlow graph (the default)")
-    precision = {
-        "fp32": "fp32: float32 weights and compute",
-        "bf16": "bf16: float32 variables cast to bfloat16 where used (a mixed_bfloat16 policy), float32 "
-        "logits and loss",
-        "fp16": "fp16: float32 variables cast to float16 where used (a mixed_float16 policy), float32 logits "
-        "and loss, tf.keras.mixed_precision.LossScaleOptimizer dynamic loss scale (the CSV's loss_scale column)",
-    }[config.precision]
-    return execution, precision

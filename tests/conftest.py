@@ -15,7 +15,7 @@ from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import Framework
 from algorithms.registry.legacy_env import in_legacy_env
 from algorithms.paths import DEFAULT_DATA_DIR, REPO_ROOT
-from algorithms.run.recorder import results_csv_name
+from algorithms.records import results_csv_name
 
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]
@@ -135,13 +135,13 @@ def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str
 
 
 def _uses_netns(item) -> bool:
-    return any(getattr(value, "__module__", None) == "tests.netns" for value in vars(item.module).values())
+    return any(getattr(value, "__module__", None) == "tests.helpers.netns" for value in vars(item.module).values())
 
 
 def pytest_itemcollected(item):
     """`make test` runs tests/ on two pytest-xdist workers (`-n 2 --dist loadgroup`): each
     file is one group, so its module-scoped runs train once, on one worker; the files that
-    build network namespaces (tests/netns.py: fixed namespace names and addresses) are one
+    build network namespaces (tests/helpers/netns.py: fixed namespace names and addresses) are one
     group together, so two clusters never exist at once. Marked here, as each test is
     collected: xdist reads the groups in its own pytest_collection_modifyitems. Without
     xdist the marks do nothing."""

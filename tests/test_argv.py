@@ -1,8 +1,8 @@
-"""Flags taken out of an argv before it goes to a child process (algorithms/run/argv.py):
+"""Flags taken out of an argv before it goes to a child process (algorithms/config/argv.py):
 both spellings of a valued flag with its value, a switch alone, and what was taken
 kept in order even where a value repeats one that stays."""
 
-from algorithms.run.argv import split_flags, without_flags
+from algorithms.config.argv import split_flags, without_flags
 
 
 def test_trials_drop_the_budget_flag_with_its_value():

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # two runs of three to four processes each

@@ -13,10 +13,10 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import REPO_ROOT, run_module, run_script, script_env, start_script
-from tests.flags import flags, run_flags
-from tests.listening import LOOPBACK, run_watching_sockets
+from tests.helpers.flags import flags, run_flags
+from tests.helpers.listening import LOOPBACK, run_watching_sockets
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 

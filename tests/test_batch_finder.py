@@ -15,9 +15,9 @@ import pytest
 from algorithms.run.batch_finder import MIN_STEPS_PER_EPOCH, START_BATCH, Trial, largest_batch, search
 from algorithms.registry.frameworks import get
 from algorithms.paths import REPO_ROOT
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import csv_suffix, framework_param, run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 
@@ -102,11 +102,11 @@ TRIED_HERE = [get(name) for name in ("tensorflow", "keras_tensorflow", "keras_ja
 
 
 def run_trial(framework, train, tmp_path, batch: int):
-    """One trial process (the finder's `python -m algorithms.bench.probe PACKAGE --mode trial`)
+    """One trial process (the finder's `python -m algorithms.run.probe PACKAGE --mode trial`)
     at `batch`, 3 timed steps: (its JSON, its CSV rows)."""
     out = tmp_path / "trial.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.bench.probe", framework.package, "--out", str(out), "--mode", "trial"]
+        [sys.executable, "-m", "algorithms.run.probe", framework.package, "--out", str(out), "--mode", "trial"]
         + ["--steps", "3", "--block", "1", "--gemm", "0", "--skip_compiled", "--train", str(train)]
         + ["--batch_size", str(batch), "--test", "none", "--results_dir", str(tmp_path / "results"), "--quiet"],
         cwd=REPO_ROOT,
@@ -164,8 +164,9 @@ def test_a_short_last_step_says_its_own_rows(small_data, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rows(str(tmp_path / "r" / f"{NETWORK}_torch.csv"))
-    assert [(row["phase"], row["global_batch"]) for row in rows] == [("train", 100)] * 4 + [("train", 80), ("val", 100)]
-    assert [round(row["samples_per_sec"] * row["step_time_ms"] / 1000) for row in rows[:5]] == [100] * 4 + [80]
+    phases = [(row["phase"], row["global_batch"]) for row in rows]
+    assert phases == [("init", 100)] + [("train", 100)] * 4 + [("train", 80), ("val", 100)]
+    assert [round(row["samples_per_sec"] * row["step_time_ms"] / 1000) for row in rows[1:6]] == [100] * 4 + [80]
 
 
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out

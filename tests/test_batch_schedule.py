@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.run.config import parse_config
-from algorithms.run.contract import Runtime
+from algorithms.config.run_config import parse_config
+from algorithms.contract.types import Runtime
 from algorithms.spec.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run.recorder import read_rows, results_csv_name
-from algorithms.run.session import RunSession
+from algorithms.records import read_rows, results_csv_name
+from algorithms.session.run_session import RunSession
 from tests.conftest import csv_suffix, framework_param, run_module, run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 SCHEDULE = "1:20,2:40"  # small_data at --validation_split 0.6: 240 training rows, 12 steps of 20, then 6 of 40
 BATCHES = ((1, 20), (2, 40))

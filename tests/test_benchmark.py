@@ -1,4 +1,4 @@
-"""The benchmark (benchmark.py, algorithms/bench/probe.py): that its native loop and
+"""The benchmark (benchmark.py, algorithms/run/probe.py): that its native loop and
 harness step do the same work, that its table reads back, and the --threads,
 --malloc and --compile flags it relies on. No timed assertions: the speed goals are the
 benchmark's printed ratios."""
@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.bench.probe import paired_ratio, step_schedule
-from algorithms.run.recorder import read_rows
+from algorithms.run.timing import paired_ratio, step_schedule
+from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 
 def small_flags(small_data, tmp_path) -> list:
@@ -28,7 +28,7 @@ def small_flags(small_data, tmp_path) -> list:
 def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp_path):
     native_module = pytest.importorskip("torch_wrapper.native")
     config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
     from torch_wrapper.train import describe_runtime
 
     session = RunSession(config, dataset, describe_runtime())
@@ -42,6 +42,21 @@ def test_torch_native_loop_and_harness_step_give_the_same_losses(small_data, tmp
     assert len(harness_losses) == 4
     assert native_losses == pytest.approx(harness_losses, rel=1e-5)
     assert len(set(native_losses)) > 1  # it trained
+
+
+def test_tensorflows_profile_names_each_op_with_the_shapes_of_its_native_step(small_data, tmp_path):
+    """profile_ops traces the native step with a real batch (images, labels and their
+    dropout uniforms) to name each op's input shapes."""
+    from tensorflow_wrapper import native as native_module
+    from tensorflow_wrapper.train import describe_runtime
+    from algorithms.session.run_session import RunSession
+
+    config, dataset = prepare(small_flags(small_data, tmp_path), "test", "")
+    schedule = step_schedule(RunSession(config, dataset, describe_runtime()), 3)
+    profiler, ops = native_module.profile_ops(config, dataset, schedule, 1)
+    assert profiler.startswith("tf.profiler") and ops and all(ms >= 0 for _, ms in ops)
+    assert any("Conv2D" in label for label, _ in ops), ops[:10]
+    assert any(label.startswith("Greater") and "[32,128]" in label for label, _ in ops), ops[:10]  # the dropout mask
 
 
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
@@ -97,7 +112,7 @@ def test_threads_flag_is_applied_and_recorded(small_data, tmp_path):
 FAULTS_PROBE = """
 import resource, subprocess, sys
 import numpy as np
-from algorithms.run.threads import set_malloc
+from algorithms.machine.threads import set_malloc
 print(set_malloc(sys.argv[1]), file=sys.stderr)
 def step():  # a training step's worth of large temporaries, written and freed
     for _ in range(4):

@@ -15,12 +15,12 @@ import pytest
 
 from algorithms.bench import precision
 from algorithms.bench.benchmark import COLUMNS
-from algorithms.bench.probe import step_schedule
+from algorithms.run.timing import step_schedule
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import get
 from algorithms.run.entry import prepare
-from algorithms.run.recorder import read_rows
-from algorithms.run.session import RunSession
+from algorithms.records import read_rows
+from algorithms.session.run_session import RunSession
 from tests.conftest import REPO_ROOT, run_small_benchmark
 
 # the first flags line of /proc/cpuinfo on two real machines (abridged around the units)

@@ -14,7 +14,7 @@ import pytest
 from algorithms.spec.data import load_kaggle_csv
 from algorithms.spec.networks import NETWORKS
 from tests.conftest import run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.caffe
 
@@ -140,10 +140,10 @@ def test_a_train_step_drops_by_the_mask_rule_and_sends_no_gradient_into_the_unif
 def test_caffe_native_loop_and_harness_step_give_the_same_losses_with_dropout_on(small_data, tmp_path):
     """The benchmark's two sides feed the same uniforms: the native loop's losses (read
     from the loss blob after each solver step) equal the harness's CSV rows."""
-    from algorithms.bench.probe import step_schedule
+    from algorithms.run.timing import step_schedule
     from algorithms.run.entry import prepare
-    from algorithms.run.recorder import read_rows
-    from algorithms.run.session import RunSession
+    from algorithms.records import read_rows
+    from algorithms.session.run_session import RunSession
     from caffe_wrapper import native as native_module
     from caffe_wrapper.train import describe_runtime
 
@@ -165,7 +165,7 @@ def test_a_run_resumed_from_caffes_snapshot_with_dropout_on_gives_the_uninterrup
     """The masks come with the rows, not from Caffe's RNG (which no snapshot holds): a run
     stopped after step 6 and resumed from its step-4 .caffemodel/.solverstate, dropout on,
     writes the uninterrupted run's rows exactly."""
-    from algorithms.run.recorder import read_rows
+    from algorithms.records import read_rows
 
     results = tmp_path / "results"
     common = run_flags(small_data / "train.csv", results, batch_size=32, num_epochs=2)

@@ -1,4 +1,4 @@
-"""The wrapper contract (algorithms/run/contract.py): every wrapper of the registry meets it,
+"""The wrapper contract (algorithms/contract/types.py): every wrapper of the registry meets it,
 each in its own process with its own environment (Keras's backend is chosen at import;
 the legacy ones run in tests/legacy/), and the checker itself catches a broken wrapper."""
 
@@ -10,16 +10,9 @@ import sys
 
 import pytest
 
-from algorithms.run.contract import (
-    Runtime,
-    StepResult,
-    Support,
-    WrapperSession,
-    check_wrapper,
-    known_flags,
-    member_problems,
-)
-from algorithms.run.tuning import Tuning
+from algorithms.contract.types import Runtime, StepResult, Support, WrapperSession
+from algorithms.contract.check import check_wrapper, known_flags, member_problems
+from algorithms.machine.tuning import Tuning
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.paths import REPO_ROOT
@@ -29,10 +22,10 @@ MAIN_ENV = [framework for framework in FRAMEWORKS if framework.venv == "main"]
 
 
 def assert_meets_the_contract(framework, timeout: int = 300) -> None:
-    """`python -m algorithms.run.contract` for one registry framework, in its own process and
+    """`python -m algorithms.contract` for one registry framework, in its own process and
     environment (tests/legacy/ calls this from .venv-legacy's Python)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.run.contract", framework.package],
+        [sys.executable, "-m", "algorithms.contract", framework.package],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
         capture_output=True,
@@ -50,8 +43,8 @@ def test_every_wrapper_meets_the_contract(framework):
 
 
 BROKEN = {
-    "__init__.py": "from algorithms.run.contract import Support\n"
-    "from algorithms.run.tuning import Tuning\n"
+    "__init__.py": "from algorithms.contract.types import Support\n"
+    "from algorithms.machine.tuning import Tuning\n"
     "def supported():\n    return Support(('single', 'warp'), ('--accumulate', '--turbo'), Tuning('broken'))\n"
     "def prepare_process(config, dataset):\n    pass\n",  # no launch
     "model.py": "def build_model(network, weights):\n    return None\n",
@@ -105,8 +98,8 @@ def write_package(root, name: str, files: dict) -> None:
 
 # a wrapper that meets the contract in full: the known answer for "no problem"
 SOUND = {
-    "__init__.py": "from algorithms.run.contract import Support\n"
-    "from algorithms.run.tuning import Tuning\n"
+    "__init__.py": "from algorithms.contract.types import Support\n"
+    "from algorithms.machine.tuning import Tuning\n"
     "def supported():\n    return Support(('single',), (), Tuning('sound'))\n"
     "def prepare_process(config, dataset):\n    pass\n"
     "def launch(config, argv):\n    pass\n",
@@ -115,17 +108,18 @@ SOUND = {
     "    def to_batch(self, images, labels, uniforms):\n        return images, labels, uniforms\n"
     "    def step(self, batches, tracing=False):\n        return None\n"  # an optional extra is fine
     "    def set_learning_rate(self, learning_rate):\n        pass\n"
+    "    def prepare_batch(self, batch_size):\n        pass\n"
     "    def logits(self, images):\n        return images\n"
     "    def save_checkpoint(self, folder):\n        pass\n"
     "    def load_checkpoint(self, folder):\n        pass\n"
-    "    def prepare_batch(self, batch_size):\n        pass\n"
     "def build_trainer(config):\n    return SoundTrainer()\n",
-    "train.py": "from algorithms.run.contract import Runtime\n"
+    "train.py": "from algorithms.contract.types import Runtime\n"
     "def describe_runtime():\n    return Runtime('sound', 'sound', {}, 'cpu')\n"
     "def records(config):\n    return True\n"
     "def train(session):\n"
     "    session.execution_note = 'graph'\n"
     "    return {'steps': session.config.max_steps}\n"
+    "def describe_modes(config, trainer):\n    return 'graph', 'fp32'\n"
     "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
     "def model_parameters(network):\n    return []\n"
     "def layer_outputs_and_gradients(network, weights, images, labels, on_output=None):\n    return None\n",
@@ -201,8 +195,8 @@ def test_the_checker_names_each_session_member_a_wrapper_uses_outside_the_contra
 def test_the_run_session_is_the_session_the_contract_names(tmp_path):
     import numpy as np
 
-    from algorithms.run.config import parse_config
-    from algorithms.run.session import RunSession
+    from algorithms.config.run_config import parse_config
+    from algorithms.session.run_session import RunSession
     from algorithms.spec.data import Dataset
 
     config = parse_config(["--results_dir", str(tmp_path), "--quiet"], "torch_script.py", "")

@@ -208,7 +208,7 @@ def test_a_trainer_that_converts_ahead_gets_its_batches_made_in_the_prefetch_thr
     import threading
     from types import SimpleNamespace
 
-    from algorithms.run.contract import StepResult
+    from algorithms.contract.types import StepResult
     from algorithms.run.loop import prefetcher_for, run_step
 
     rows = np.arange(40, dtype=np.float32).reshape(10, 2, 2)

@@ -19,7 +19,7 @@ import pytest
 
 from scripts.netns_cluster import Cluster, namespaces
 from scripts.ping import round_trips_ms
-from tests.netns import interfaces_here, left_behind, processes_in, require_namespaces, run_on_hosts
+from tests.helpers.netns import interfaces_here, left_behind, processes_in, require_namespaces, run_on_hosts
 from tests.test_netns_cluster import RECEIVE, SCRIPT, SEND, STOPPED_WITHIN_S, start_script, wait_for_listener
 
 WITHIN = 0.10  # of the set round trip

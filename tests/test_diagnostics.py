@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.run.faults import (
+from algorithms.session.faults import (
     STUCK_MIN_SAMPLES,
     STUCK_MIN_UPDATES,
     EpochEvidence,
@@ -22,7 +22,7 @@ from algorithms.run.faults import (
 )
 from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
 from tests.conftest import run_python, run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 CHANCE = math.log(10)
 VAL_LABELS = np.arange(800) % 10  # the default data's validation rows are about this balanced

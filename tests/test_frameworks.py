@@ -12,11 +12,11 @@ import pytest
 
 from algorithms.paths import REPO_ROOT
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run.recorder import CSV_COLUMNS, read_rows, run_ids
+from algorithms.records import CSV_COLUMNS, read_rows, run_ids
 from tests.conftest import csv_suffix, framework_param, run_python, run_script
-from tests.flags import run_flags
-from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
-from tests.training import assert_trains
+from tests.helpers.flags import run_flags
+from tests.helpers.initial_loss_probe import assert_same_initial_outputs, run_probe
+from tests.helpers.training import assert_trains
 
 pytestmark = pytest.mark.slow  # a real run of every framework: `make test-fast` leaves them out
 
@@ -94,7 +94,7 @@ def test_max_steps_stops_early_and_keras_tensorflow_script_warns_on_backend_mism
 
 PROGRESS_AT_EVERY_STEP = """
 import sys
-import algorithms.run.progress as progress
+import algorithms.session.progress as progress
 progress.NON_TTY_PROGRESS_EVERY_S = 0.0
 from algorithms.run.entry import run_entry_point
 sys.exit(run_entry_point("keras_wrapper.train", "keras_script.py", "", sys.argv[1:]))

@@ -12,10 +12,10 @@ import pytest
 
 from algorithms.registry.capabilities import environment
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
-from algorithms.run.config import OPTIONAL_FLAGS
+from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.paths import REPO_ROOT
 from algorithms.spec.parallel import STRATEGIES
-from algorithms.spec.variants import TRAINING_KINDS
+from algorithms.spec.variants import BARE_KINDS, TRAINING_KINDS
 from tests.conftest import framework_param, run_module, script_env
 
 FRAMEWORK_MODULES = ("tensorflow", "keras", "torch", "jax", "theano", "lasagne", "caffe")
@@ -114,9 +114,10 @@ def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_scri
     if len(support.strategies) < len(STRATEGIES):
         assert "algorithms.registry.capabilities" in strategy_help
     fault_help = blocks["--fault"]
-    for kind in TRAINING_KINDS:  # each kind named, with its syntax where this script puts it in
+    for kind in TRAINING_KINDS:  # each kind named, with its syntax (or what it does) where this script puts it in
         runs = f"--fault {kind}" not in OPTIONAL_FLAGS or f"--fault {kind}" in support.flags
-        assert kind in fault_help and (f"{kind}:" in fault_help) == runs, (kind, fault_help)
+        syntax = f"{kind} (" if kind in BARE_KINDS else f"{kind}:"
+        assert kind in fault_help and (syntax in fault_help) == runs, (kind, fault_help)
     if "ps" not in support.strategies:  # a strategy's own flags go with it
         assert "--ps_tasks" not in blocks and "--ps_sync" not in blocks
 

@@ -25,9 +25,21 @@ NOT_IN_THE_MAIN_ENV = {"caffe", "theano", "lasagne"}
 WRAPPER_THIRD_PARTY = {"numpy", "google"}
 SHARED_PACKAGES = {"algorithms", "backends"}
 # algorithms/'s layers, bottom up: a module imports from its own layer or one listed
-# before it, never from one after it; "" is the foundation (algorithms/*.py). studies/
-# and bench/ sit side by side at the top and import neither each other.
-LAYERS = ("", "spec", "run", "registry", "analysis", ("studies", "bench"))
+# before it, never from one after it; "" is the foundation (algorithms/*.py). Layers in
+# one tuple sit side by side (analysis/ and localisation/; studies/ and bench/ at the
+# top) and import neither each other.
+LAYERS = (
+    "",
+    "spec",
+    "machine",
+    "config",
+    "contract",
+    "session",
+    "run",
+    "registry",
+    ("analysis", "localisation"),
+    ("studies", "bench"),
+)
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in (names if isinstance(names, tuple) else (names,))}
 
 
@@ -55,7 +67,7 @@ def algorithms_modules() -> list:
 
 
 def module_name(path: Path) -> str:
-    """algorithms/run/session.py -> algorithms.run.session; a package's __init__.py -> the package."""
+    """algorithms/session/run_session.py -> algorithms.session.run_session; a package's __init__.py -> the package."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -108,10 +120,10 @@ def test_algorithms_layers_import_only_downward():
 
 def test_the_layer_check_sees_a_wrong_way_import():
     module = ROOT / "algorithms" / "spec" / "networks.py"
-    assert absolute(module, 2, "run.session") == "algorithms.run.session"
+    assert absolute(module, 2, "session.run_session") == "algorithms.session.run_session"
     assert absolute(module, 1, "data") == "algorithms.spec.data"
-    assert [layer_of(m) for m in ("algorithms.run.session", "algorithms.errors", "algorithms", "numpy")] == [
-        "run",
+    assert [layer_of(m) for m in ("algorithms.session.run_session", "algorithms.errors", "algorithms", "numpy")] == [
+        "session",
         "",
         "",
         None,
@@ -162,7 +174,7 @@ def test_backends_import_no_wrapper():
 
 
 def import_graph() -> dict:
-    """algorithms module path (run/session) -> {(module it imports, line)}, for imports of
+    """algorithms module path (session/run_session) -> {(module it imports, line)}, for imports of
     algorithms/ modules; `from algorithms.run import tuning` imports run/tuning."""
     paths = {module_name(path): path for path in algorithms_modules()}
     graph = {}
@@ -186,7 +198,7 @@ def modules_loaded(path: Path, nodes) -> list:
 
 
 def _short(module: str) -> str:
-    """algorithms.run.session -> run/session (a package -> its __init__)."""
+    """algorithms.session.run_session -> session/run_session (a package -> its __init__)."""
     return "/".join(module.split(".")[1:]) or "__init__"
 
 
@@ -258,11 +270,11 @@ def test_the_commands_offer_exactly_the_registry_in_its_order():
 
 
 # what a framework helper must not load: the flags, the entry point, the session, the loops
-RUN_CORE = ("run/config", "run/entry", "run/session", "run/loop")
+RUN_CORE = ("config/run_config", "run/entry", "session/run_session", "run/loop")
 
 
 def algorithms_reached(starts: set, graph: dict) -> set:
-    """Every algorithms module (run/session form) that importing `starts` loads, transitively."""
+    """Every algorithms module (session/run_session form) that importing `starts` loads, transitively."""
     reached, todo = set(), list(starts)
     while todo:
         name = todo.pop()
@@ -273,7 +285,8 @@ def algorithms_reached(starts: set, graph: dict) -> set:
 
 
 def backends_algorithms_imports() -> set:
-    """The algorithms modules backends/ imports (run/session form), `from algorithms.run import x` as run/x too."""
+    """The algorithms modules backends/ imports (session/run_session form), `from algorithms.machine import x`
+    as machine/x too."""
     found = set()
     for path in sorted((ROOT / "backends").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -300,7 +313,7 @@ def test_backends_load_no_run_core_and_no_benchmark_from_algorithms():
 
 
 def test_the_reach_check_sees_the_probe_load_the_run_core():
-    assert set(RUN_CORE) <= algorithms_reached({"bench/probe"}, import_graph())
+    assert set(RUN_CORE) <= algorithms_reached({"run/probe"}, import_graph())
 
 
 def files_run_by_importing(module: str) -> list:

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from algorithms.registry.frameworks import get
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import REPO_ROOT, csv_suffix, run_script, script_env
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.slow  # a real run per Keras backend, beside TensorFlow's
 
@@ -26,9 +26,9 @@ LATER_STEPS_RELATIVE = 1e-5  # two updates later, still float32 drift (measured 
 
 
 def probe_dropout(framework) -> dict:
-    """tests/keras_dropout_probe.py's JSON, run by the framework's own Python."""
+    """tests/helpers/keras_dropout_probe.py's JSON, run by the framework's own Python."""
     proc = subprocess.run(
-        [framework.python, "-m", "tests.keras_dropout_probe"],
+        [framework.python, "-m", "tests.helpers.keras_dropout_probe"],
         cwd=REPO_ROOT,
         env=script_env(framework.env),
         capture_output=True,

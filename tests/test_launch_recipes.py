@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from algorithms.paths import REPO_ROOT
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 
 SLURM_SCRIPT = os.path.join(REPO_ROOT, "scripts", "slurm_torchrun.sh")
 MANIFESTS = os.path.join(REPO_ROOT, "scripts", "kubernetes")

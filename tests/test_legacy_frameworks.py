@@ -8,9 +8,9 @@ import os
 import pytest
 
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import REPO_ROOT, run_script
-from tests.initial_loss_probe import assert_same_initial_outputs, run_probe
+from tests.helpers.initial_loss_probe import assert_same_initial_outputs, run_probe
 from tests.test_frameworks import NETWORK
 
 pytestmark = pytest.mark.slow  # the legacy env's frameworks, re-executed: `make test-fast` leaves them out

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.analysis.localisation import (
+from algorithms.localisation.localisation import (
     BACKWARD_TOLERANCE,
     BEYOND,
     FORWARD_TOLERANCE,
@@ -30,12 +30,12 @@ from algorithms.analysis.localisation import (
     compare_pass,
     first_faulty,
 )
-from algorithms.analysis.localisation_report import format_localisation
+from algorithms.localisation.localisation_report import format_localisation
 from algorithms.spec.networks import CNN2D_3LAYER
 from algorithms.spec.reference import forward_backward
 from algorithms.spec.variants import parse_fault
 from algorithms.spec.weights import initial_weights
-from algorithms.studies import localise
+from algorithms.localisation import localise
 
 NETWORK = CNN2D_3LAYER.without_dropout()
 

@@ -6,7 +6,7 @@ gradient, another shape, NaN, a process that dies) is a finding on its layer, wi
 status 1 and no traceback; and every framework's model passes the structural check and
 the localisation, with the heatmap written beside earlier ones, never over them.
 
-The tolerances (algorithms/analysis/localisation.py): 2e-5 forward and 1e-4 backward,
+The tolerances (algorithms/localisation/localisation.py): 2e-5 forward and 1e-4 backward,
 relative to each tensor's largest magnitude, 20 and 100 times the largest error a healthy
 framework showed on the default data (8.6e-7 and 9.6e-7: float32 rounding through up to
 1,568-term sums, in each framework's own order) and a thousand times below a kernel 10% off."""
@@ -17,10 +17,10 @@ import os
 
 import pytest
 
-from algorithms.analysis.localisation import BEYOND, FAULTY, NON_FINITE, SHAPE, WITHIN
+from algorithms.localisation.localisation import BEYOND, FAULTY, NON_FINITE, SHAPE, WITHIN
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.spec.networks import CNN2D_3LAYER
-from algorithms.studies import localise
+from algorithms.localisation import localise
 
 BATCH = 4  # a few images: every layer sees real digits, and the test stays short
 WEIGHTED = [layer for layer, _, _ in CNN2D_3LAYER.parametric_layers()]

@@ -15,7 +15,7 @@ import pytest
 
 from scripts.netns_cluster import PREFIX, Cluster, namespaces, pids_in
 from tests.conftest import REPO_ROOT
-from tests.netns import interfaces_here, left_behind, processes_in, require_namespaces
+from tests.helpers.netns import interfaces_here, left_behind, processes_in, require_namespaces
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "netns_cluster.py")
 STOPPED_WITHIN_S = 15  # the script's SIGTERM, then SIGKILL after its 5 s grace, with room for a loaded machine

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.netns import require_namespaces
+from tests.helpers.netns import require_namespaces
 
 pytestmark = pytest.mark.slow  # a reference run and a 2-host run
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.netns import require_namespaces
+from tests.helpers.netns import require_namespaces
 
 pytestmark = pytest.mark.slow  # a reference run and two 2-host runs
 

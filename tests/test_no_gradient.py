@@ -1,7 +1,7 @@
 """Each wrapper's layer_outputs_and_gradients says "no gradient" (None), never zeros and
 never a crash, for a parameter its framework computed none for: dense 9's bias built
 frozen through the real build path (--fault frozen:9), and the same bias cut from the
-graph by the framework's own stop-gradient (tests/gradient_probe.py, one process per
+graph by the framework's own stop-gradient (tests/helpers/gradient_probe.py, one process per
 framework: a Keras backend is fixed at import; the legacy env's two in tests/legacy/).
 The localiser's table names either as "layer 9 Dense 128 bias: no gradient"
 (tests/test_localise.py holds that for torch). jax differentiates every input it is
@@ -25,9 +25,9 @@ NO_BIAS_GRADIENT = {"none": [[9, "bias"]], "zeros": [], "held": 12}
 
 
 def probe_gradients(framework) -> dict:
-    """tests/gradient_probe.py's JSON for one framework, run by its own Python."""
+    """tests/helpers/gradient_probe.py's JSON for one framework, run by its own Python."""
     proc = subprocess.run(
-        [framework.python, "-m", "tests.gradient_probe", framework.package],
+        [framework.python, "-m", "tests.helpers.gradient_probe", framework.package],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
         capture_output=True,

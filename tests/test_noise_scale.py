@@ -1,4 +1,4 @@
-"""The gradient noise scale estimator (algorithms/run/noise_scale.py) on synthetic
+"""The gradient noise scale estimator (algorithms/session/noise_scale.py) on synthetic
 gradients with a known answer: a true gradient G and a per-sample covariance Sigma
 are drawn, each replica's gradient is G plus noise of covariance Sigma / B_small,
 and the all-reduced gradient is their mean, exactly as data parallel makes them."""
@@ -6,7 +6,7 @@ and the all-reduced gradient is their mean, exactly as data parallel makes them.
 import numpy as np
 import pytest
 
-from algorithms.run.noise_scale import GradientNorms, NoiseScale, replica_gradient_norms, unbiased_estimates
+from algorithms.session.noise_scale import GradientNorms, NoiseScale, replica_gradient_norms, unbiased_estimates
 
 DIMENSIONS = 64
 REPLICAS, B_SMALL = 2, 16

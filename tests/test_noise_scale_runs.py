@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.spec.data import batch_order, load_dataset
 from algorithms.spec.weights import initial_weights
-from algorithms.run.noise_scale import GradientNorms, unbiased_estimates
+from algorithms.session.noise_scale import GradientNorms, unbiased_estimates
 from tests.conftest import run_script
 from torch_wrapper.model import build_model
 

@@ -392,7 +392,12 @@ def export(model, shape: tuple, path) -> str:
 
     model.train()
     torch.onnx.export(
-        model, (torch.zeros(2, *shape),), str(path), dynamo=False, training=torch.onnx.TrainingMode.TRAINING
+        model,
+        (torch.zeros(2, *shape),),
+        str(path),
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
     )
     return str(path)
 

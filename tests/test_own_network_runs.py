@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run.recorder import read_rows, summarize_rows
+from algorithms.records import read_rows, summarize_rows
 from algorithms.studies import children
 from scripts.example_data import colour_digits, digits_8x8
 from tests.conftest import REPO_ROOT, framework_param, run_module, run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.slow  # every one starts framework processes
 
@@ -73,7 +73,12 @@ def exported_model(path) -> tuple:
     )
     model.train()
     torch.onnx.export(
-        model, (torch.zeros(2, 1, 8, 8),), str(path), dynamo=False, training=torch.onnx.TrainingMode.TRAINING
+        model,
+        (torch.zeros(2, 1, 8, 8),),
+        str(path),
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
     )
     return model, str(path)
 
@@ -201,7 +206,7 @@ PLANTED = {
 
 @pytest.mark.parametrize("fault", sorted(PLANTED))
 def test_a_planted_batch_norm_or_padding_bug_is_beyond_drift_and_localised(fault, bn_parity_run, bn_envelope, colour):
-    from algorithms.studies.localise import localise
+    from algorithms.localisation.localise import localise
 
     results, _ = bn_parity_run
     torch_script = get("torch").script
@@ -222,7 +227,7 @@ def test_a_planted_batch_norm_or_padding_bug_is_beyond_drift_and_localised(fault
 
 
 def test_the_clean_tree_is_within_tolerance_at_every_layer_of_the_batch_norm_example(colour):
-    from algorithms.studies.localise import localise
+    from algorithms.localisation.localise import localise
 
     result = localise(["torch", "tensorflow"], BN_NET, steps=2, train_path=colour[0])
     assert result.healthy(), [result.first_beyond(name) for name in result.frameworks]

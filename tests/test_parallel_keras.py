@@ -17,11 +17,11 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from algorithms.spec.networks import get_network
 from tests.conftest import run_script
-from tests.flags import run_flags
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
+from tests.helpers.flags import run_flags
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
 
 pytestmark = pytest.mark.slow  # Keras data parallel on two backends: `make test-fast` leaves them out
 
@@ -33,7 +33,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
     import keras
 
     from algorithms.run.entry import prepare
-    from algorithms.run.session import RunSession
+    from algorithms.session.run_session import RunSession
     from algorithms.spec.dropout import uniforms
     from keras_wrapper.train import describe_runtime
     from keras_wrapper.trainer import StepRecorder, fit_inputs, make_model

@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import run_script
-from tests.flags import run_flags
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
+from tests.helpers.flags import run_flags
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
 
 pytestmark = pytest.mark.slow  # jax on 4 host devices: `make test-fast` leaves it out
 
@@ -167,7 +167,7 @@ def test_what_a_framework_cannot_run_is_one_line_before_it_loads(script, backend
 def test_lasagne_refuses_every_parallel_strategy_naming_the_reason(small_data):
     """In-process: lasagne_script.py would first re-execute itself in .venv-legacy, but the
     refusal is read from lasagne_wrapper's supported() before Theano loads, in any env."""
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.errors import InputError
     from algorithms.run.entry import check_supported
 

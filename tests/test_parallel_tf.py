@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import CSV_COLUMNS
-from algorithms.run.settings_record import sidecar_path
+from algorithms.ports import free_ports
+from algorithms.records import CSV_COLUMNS, sidecar_path
 from tests.conftest import run_script, start_script
-from tests.flags import run_flags
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
+from tests.helpers.flags import run_flags
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
 
 pytestmark = pytest.mark.slow  # MirroredStrategy and TF_CONFIG multi-worker runs: `make test-fast` leaves them out
 
@@ -106,16 +105,6 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def free_ports(count: int) -> list:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def start_workers(data, results, extra: list) -> list:

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
+from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_rows, train_strategy
 
 pytestmark = pytest.mark.slow  # TensorFlow on logical devices: `make test-fast` leaves it out
 

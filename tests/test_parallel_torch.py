@@ -7,7 +7,6 @@ killed worker ends the run with an error, fast; impossible requests are one line
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,9 +14,10 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows, run_ids
+from algorithms.ports import free_ports
+from algorithms.records import read_rows, run_ids
 from tests.conftest import REPO_ROOT, run_script, start_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.slow  # torchrun runs of every strategy: `make test-fast` leaves them out
 
@@ -46,7 +46,7 @@ def run_probe(small_data, processes: int) -> dict:
         torchrun(
             "--standalone",
             f"--nproc_per_node={processes}",
-            "tests/torch_parallel_probe.py",
+            "tests/helpers/torch_parallel_probe.py",
             str(small_data / "train.csv"),
         ),
         cwd=REPO_ROOT,
@@ -61,7 +61,7 @@ def run_probe(small_data, processes: int) -> dict:
 
 @pytest.fixture(scope="module")
 def one_step_differences(small_data):
-    """tests/torch_parallel_probe.py once on two processes, for every strategy but hybrid."""
+    """tests/helpers/torch_parallel_probe.py once on two processes, for every strategy but hybrid."""
     return run_probe(small_data, 2)
 
 
@@ -121,7 +121,7 @@ def test_hybrid_on_four_processes_equals_one_device_for_every_inner_strategy(sma
 #   tensor: the first 5; a shard's convolutions have fewer channels, and oneDNN picks their
 #           kernels (their summation order) by channel count, so float32 differences then
 #           compound (on an AVX-512 host: 5e-4 at step 7, 1.3e-2 at step 15, where AVX2
-#           stayed under 1e-4 for the epoch); tests/torch_parallel_probe.py holds one
+#           stayed under 1e-4 for the epoch); tests/helpers/torch_parallel_probe.py holds one
 #           step's gradients to float32 tolerance
 STRATEGY_RUNS = [
     ("data", ["--strategy", "data", "--devices", "2"], 2, 0),
@@ -178,7 +178,7 @@ def test_each_strategy_trains_and_only_rank_0_records(
 
 
 def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_data, tmp_path):
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
 
     flags = [
         "--strategy",
@@ -208,14 +208,9 @@ def test_large_batch_flags_across_processes_follow_the_shared_schedule(small_dat
 # --------------------------------------------------------------------------- launching
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_torchrun_launchers_rendezvous_as_two_nodes(small_data, tmp_path):
-    results, port = tmp_path / "results", free_port()
+    (port,) = free_ports(1)
+    results = tmp_path / "results"
     nodes = [
         subprocess.Popen(
             torchrun(
@@ -356,7 +351,7 @@ def test_early_stopping_and_reduce_on_plateau_follow_the_validation_loss(small_d
     """A learning rate too small to move float32 weights: the validation loss never
     improves after epoch 1, so the lr halves after each epoch without gain and the run
     stops after two of them, with the lr the CSV records."""
-    from algorithms.run.recorder import read_rows
+    from algorithms.records import read_rows
 
     results = tmp_path / "results"
     proc = run_script(

@@ -13,7 +13,7 @@ import pytest
 from algorithms.spec.data import batch_order, load_dataset
 from algorithms.spec.networks import get_network
 from tests.conftest import run_module
-from tests.flags import flags, run_flags
+from tests.helpers.flags import flags, run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 BATCH = 32

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from algorithms.studies import power
-from tests.synthetic_runs import write_run
+from tests.helpers.synthetic_runs import write_run
 
 STEPS = 10
 CHECK_STEPS = 12  # the epoch check: 4 epochs of 3 steps

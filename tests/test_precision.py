@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_2layer_full_connected_2layer"  # the smaller spec: bf16 / fp16 on CPU are slow
 STEPS = 12
@@ -84,7 +84,7 @@ def test_torch_fp16_skips_a_step_whose_gradients_overflow(small_data):
     the weights stay as they were and the step says it was skipped."""
     import torch
 
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.spec.data import load_dataset
     from algorithms.spec.dropout import uniforms
     from torch_wrapper.trainer import build_trainer
@@ -160,7 +160,7 @@ def test_torch_eager_and_compiled_train_the_same_steps(small_data, tmp_path):
 )
 def test_what_a_framework_does_not_run_is_refused_in_one_line(small_data, tmp_path, script, env, flags, message):
     from algorithms.run.entry import check_supported
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.errors import InputError
 
     if script == "caffe_script.py" or (env or {}).get("KERAS_BACKEND") == "theano":

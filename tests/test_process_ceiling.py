@@ -15,7 +15,7 @@ import time
 import pytest
 
 from algorithms.paths import REPO_ROOT
-from algorithms.run.resources import children
+from algorithms.machine.resources import children
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 MARK = "CNN_PARALLEL_TEST_RUN"  # inherited by every process a test's run starts

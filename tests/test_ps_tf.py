@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_script, start_script
-from tests.flags import run_flags
-from tests.training import train_rows
-from tests.listening import LOOPBACK, listening, only_loopback
+from tests.helpers.flags import run_flags
+from tests.helpers.training import train_rows
+from tests.helpers.listening import LOOPBACK, listening, only_loopback
 
 pytestmark = pytest.mark.slow  # several TensorFlow processes per run: `make test-fast` leaves them out
 

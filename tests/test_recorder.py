@@ -5,16 +5,16 @@ import os
 import pytest
 
 from algorithms.errors import InputError
-from algorithms.run.recorder import (
+from algorithms.records import (
     CSV_COLUMNS,
     WARMUP_STEPS,
-    ResultsCsv,
     read_rows,
     results_csv_name,
     run_ids,
     steady_state_ms,
     summarize_rows,
 )
+from algorithms.session.recorder import ResultsCsv
 
 IDENTITY = {
     "framework": "torch",
@@ -123,7 +123,7 @@ def test_appending_to_an_older_schema_file_rewrites_it_with_todays_columns_keepi
 
 
 def test_a_writer_that_opened_the_older_file_before_another_upgraded_it_appends_to_the_upgraded_one(tmp_path):
-    from algorithms.run.recorder import _upgraded_if_older
+    from algorithms.session.recorder import _upgraded_if_older
 
     path = tmp_path / "net_torch.csv"
     old_schema_file(path)

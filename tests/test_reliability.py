@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from algorithms.spec.data import load_kaggle_csv
-from algorithms.run.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
+from algorithms.session.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
 from algorithms.registry.frameworks import get
-from algorithms.run.recorder import CSV_COLUMNS, read_rows, results_csv_name
+from algorithms.records import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 pytestmark = pytest.mark.slow  # signals, kills, resume and out-of-memory runs: `make test-fast` leaves them out
 
@@ -463,10 +463,10 @@ def test_a_checkpoint_state_of_an_earlier_version_resumes_with_its_clock_at_0(tm
     """state.json as versions before the carried clock wrote it (no wall_time_s): the run
     resumes at its step with its schedule, early-stopping counters and samples, and its
     clock from 0; a state with wall_time_s goes on from it."""
-    from algorithms.run.checkpoint import checkpoint_root, shared_settings, step_folder, write_state
-    from algorithms.run.config import parse_config
-    from algorithms.run.contract import Runtime
-    from algorithms.run.session import RunSession
+    from algorithms.session.checkpoint import checkpoint_root, shared_settings, step_folder, write_state
+    from algorithms.config.run_config import parse_config
+    from algorithms.contract.types import Runtime
+    from algorithms.session.run_session import RunSession
     from algorithms.spec.data import Dataset
 
     flags = ["--test", "none", "--results_dir", str(tmp_path), "--reduce_lr_on_plateau", "1", "--resume", "old"]

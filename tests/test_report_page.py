@@ -11,11 +11,12 @@ import re
 import numpy as np
 import pytest
 
+from algorithms.figures import pyplot
 from algorithms.analysis.compare import main
 from algorithms.analysis.drift_envelope import build_envelope, envelope_path, write_envelope
 from algorithms.analysis.settings import Settings
-from tests.headless_chromium import measure, screenshot
-from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
+from tests.helpers.headless_chromium import measure, screenshot
+from tests.helpers.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
 
 WINDOW = 1280
 CURVE = np.linspace(2.3, 0.5, 40)
@@ -172,12 +173,7 @@ def test_a_missing_heatmap_is_refused_in_one_line(comparison, capsys):
 
 def _heatmap_png(path, width_px: int) -> None:
     """A frameworks x layers picture as wide as `width_px`: what the localisation writes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(width_px / 100, 3), dpi=100)
+    figure, axis = pyplot().subplots(figsize=(width_px / 100, 3), dpi=100)
     axis.imshow(np.random.default_rng(0).random((4, 12)), aspect="auto")
     figure.savefig(path, dpi=100)
-    plt.close(figure)
+    pyplot().close(figure)

@@ -1,4 +1,4 @@
-"""A run never asks for more than the machine has (algorithms/run/resources.py): a
+"""A run never asks for more than the machine has (algorithms/machine/resources.py): a
 device count far beyond this machine's memory is refused in one line, exit 2, before
 any process of the run starts, for every framework and strategy that starts processes
 or devices; a process that cannot be started ends the run in one line and leaves none
@@ -17,8 +17,8 @@ import time
 import pytest
 
 from algorithms.paths import REPO_ROOT
-from algorithms.run.config import parse_config
-from algorithms.run.resources import available_memory_mb, descendants
+from algorithms.config.run_config import parse_config
+from algorithms.machine.resources import available_memory_mb, descendants
 from tests.conftest import write_random_kaggle_train
 
 HANDFUL = 3  # the most processes a refused run may ever have had under it
@@ -141,7 +141,7 @@ def test_a_count_far_beyond_the_machine_is_refused_in_one_line_before_anything_s
 
 def test_more_devices_than_cores_are_let_through_with_one_note(small_data, monkeypatch):
     """How a small machine shows N devices: allowed, said once, by the process that starts them."""
-    from algorithms.run.resources import check_resources
+    from algorithms.machine.resources import check_resources
 
     cores = os.cpu_count() or 1
     devices = cores + 1

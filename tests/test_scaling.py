@@ -10,7 +10,7 @@ from algorithms.spec.parallel import ring_allreduce_bytes
 from algorithms.studies.scaling import WORTH_IT_AT_TWO, ScalingRow, add_speedups, verdicts
 from algorithms.spec.networks import get_network
 from tests.conftest import run_script
-from tests.flags import flags, run_flags
+from tests.helpers.flags import flags, run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 

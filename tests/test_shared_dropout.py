@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from algorithms.registry.frameworks import get
-from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.records import read_rows, results_csv_name
 from tests.conftest import run_script
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
 STEPS, BATCH = 3, 100

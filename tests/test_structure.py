@@ -1,4 +1,4 @@
-"""The structural check (algorithms/analysis/structure.py), with known answers: torch's real
+"""The structural check (algorithms/localisation/structure.py), with known answers: torch's real
 model passes it, and the same model with one layer's bias removed or one kernel transposed
 is named, layer and all. The missing bias goes in through the real path, the spec variant
 --fault bias:3 that torch's builder translates into nn.Conv2d(..., bias=False); the
@@ -9,7 +9,7 @@ anything trains."""
 
 from __future__ import annotations
 
-from algorithms.analysis.structure import first_structural_layer, structural_problems
+from algorithms.localisation.structure import first_structural_layer, structural_problems
 from algorithms.spec.networks import CNN2D_3LAYER, Conv2D, weight_shapes
 from algorithms.spec.variants import apply_fault, parse_fault
 
@@ -44,7 +44,7 @@ def test_the_structural_check_passes_torchs_model_and_names_a_missing_bias_and_a
 
 
 def test_the_structural_check_reads_each_layout_and_names_a_parameter_no_layer_owns():
-    from algorithms.run.contract import ModelParameter
+    from algorithms.contract.types import ModelParameter
 
     tf_like = [
         ModelParameter(f"{role}_{index}", index, role, shape, layout)

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from tests.conftest import run_script
-from tests.flags import flags, run_flags
+from tests.helpers.flags import flags, run_flags
 
 
 def run_all_on_torch_and_tensorflow(small_data, tmp_path, run_id: str, **more):
@@ -122,7 +122,7 @@ def test_pairwise_agreement_of_test_predictions(tmp_path):
 
     from algorithms.analysis.agreement import format_agreement, pairwise_agreement, read_predictions
     from algorithms.errors import InputError
-    from algorithms.run.recorder import write_predictions
+    from algorithms.session.recorder import write_predictions
 
     labels = np.arange(100) % 10
     other = labels.copy()

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from algorithms.paths import REPO_ROOT
-from algorithms.run.recorder import ResultsCsv, read_rows, results_csv_name
+from algorithms.session.recorder import ResultsCsv
+from algorithms.records import read_rows, results_csv_name
 from algorithms.analysis.tensorboard import TAGS, export_run, load_writer, main, write_run
 
 pytest.importorskip("tensorboard", reason="tensorboard is in requirements.txt: pip install -r requirements.txt")

@@ -51,7 +51,7 @@ def test_the_bias_and_summed_loss_faults_build_what_they_say(tmp_path):
     """--fault bias:3 builds conv 3 without a bias (one parameter tensor fewer, the others
     loaded as the spec's); --fault loss:sum's first SGD step moves every weight by the
     batch size times the mean loss's step, while the step's logged loss stays the mean."""
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from torch_wrapper.trainer import build_trainer
 
     train = tmp_path / "train.csv"

@@ -1,4 +1,4 @@
-"""--tuned (algorithms/run/tuning.py, each wrapper's Support.tuning): every framework's table is well-formed, the
+"""--tuned (algorithms/machine/tuning.py, each wrapper's Support.tuning): every framework's table is well-formed, the
 setting's environment is applied before the framework loads and recorded in
 results.log (torch, and Keras on jax through XLA_FLAGS), a bad name is one line and
 status 2, and the benchmark puts a setting's row beside the defaults."""
@@ -12,10 +12,10 @@ import pytest
 
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import FRAMEWORKS, get
-from algorithms.run import tuning
+from algorithms.machine import tuning
 from backends.tuning import YNN_OFF
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
-from tests.flags import run_flags
+from tests.helpers.flags import run_flags
 
 
 def two_step_flags(small_data, tmp_path) -> list:
@@ -43,10 +43,10 @@ def test_every_framework_has_candidates_and_a_tuned_setting_among_them():
 
 def test_a_flag_list_is_appended_to_and_a_plain_variable_set():
     environ = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
-    line = tuning.apply(table("keras_jax").settings()["ynn_off"], environ)
+    line = tuning.apply(table("keras_jax").settings()["ynn_off"], environ, table("keras_jax").lists)
     assert environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false " + YNN_OFF
     assert line == f"ynn_off: XLA_FLAGS={YNN_OFF}"
-    tuning.apply(table("tensorflow").settings()["onednn_off"], environ)
+    tuning.apply(table("tensorflow").settings()["onednn_off"], environ, table("tensorflow").lists)
     assert environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 

@@ -18,12 +18,11 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
-from algorithms.run.settings_record import sidecar_path
+from algorithms.ports import free_ports
+from algorithms.records import read_rows, sidecar_path
 from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_script
-from tests.test_parallel_tf import free_ports
-from tests.netns import WILDCARD_HEX, interfaces_here, left_behind, require_namespaces, run_on_hosts
+from tests.helpers.netns import WILDCARD_HEX, interfaces_here, left_behind, require_namespaces, run_on_hosts
 
 pytestmark = pytest.mark.slow  # a TensorFlow process per host
 

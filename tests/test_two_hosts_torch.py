@@ -16,10 +16,10 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.run.recorder import read_rows
+from algorithms.records import read_rows
 from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_python, run_script
-from tests.netns import (
+from tests.helpers.netns import (
     LOOPBACK_HEX,
     WILDCARD_HEX,
     hex_address,

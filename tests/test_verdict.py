@@ -1,5 +1,5 @@
 """Verdicts with known answers: results CSVs and settings records written by hand
-(tests/synthetic_runs.py), so the right verdict is known before the verdict is asked:
+(tests/helpers/synthetic_runs.py), so the right verdict is known before the verdict is asked:
 runs at other settings are never paired against a band, the seed regime's test calls a
 draw of the same distribution within and a shifted one beyond (its p-values
 recomputed here with scipy), the parity regime names the first step a difference
@@ -27,8 +27,9 @@ from algorithms.analysis.settings import Settings
 from algorithms.analysis.spread import ALPHA, TAIL_DF
 from algorithms.analysis.student_t import t_sf
 from algorithms.analysis.verdict import Yardsticks, judge
-from algorithms.run.settings_record import append_settings, file_fingerprint, read_settings, settings_of
-from tests.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
+from algorithms.session.settings_record import append_settings, file_fingerprint, settings_of
+from algorithms.records import read_settings
+from tests.helpers.synthetic_runs import DEFAULT_SETTINGS, NETWORK, write_run
 
 STEPS = 60
 CURVE = 2.3 * np.exp(-np.arange(STEPS) / 15.0) + 0.1
@@ -277,7 +278,7 @@ def test_an_older_file_without_a_record_reads_its_settings_from_its_rows_and_say
 
 
 def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
 
     train = tmp_path / "train.csv"
     train.write_text("label,pixel0\n1,0\n")
@@ -304,7 +305,7 @@ def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
 
 def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad_ones_are_refused(tmp_path):
     from algorithms.errors import InputError
-    from algorithms.run.config import parse_config
+    from algorithms.config.run_config import parse_config
     from algorithms.spec.networks import get_network
     from algorithms.spec.weights import initial_weights
 

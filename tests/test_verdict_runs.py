@@ -17,9 +17,9 @@ import pytest
 from algorithms.analysis.compare import build_report
 from algorithms.analysis.drift_envelope import envelope_path, read_envelope
 from algorithms.paths import REPO_ROOT
-from algorithms.run.settings_record import read_settings
+from algorithms.records import read_settings
 from tests.conftest import run_python
-from tests.synthetic_runs import NETWORK, relabel
+from tests.helpers.synthetic_runs import NETWORK, relabel
 
 pytestmark = pytest.mark.slow  # twelve real training processes, each with its epoch check
 STEPS = 6

@@ -3,7 +3,7 @@ fit: one line, status 2, naming why and the fix, before any framework loads."""
 
 import pytest
 
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.errors import InputError
 from algorithms.run.entry import check_supported
 from tests.conftest import run_script

@@ -22,10 +22,11 @@ _SINGLE_ONLY_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_la
 
 import os
 
-from algorithms.run.contract import Support
-from algorithms.run.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
-from algorithms.run.resources import Footprint, Started
-from algorithms.run.tuning import Setting, Tuning
+from algorithms.config.run_config import TORCH_ONLY_FAULTS
+from algorithms.contract.types import Support
+from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
+from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import MEASURED, OMP_SPIN
 from algorithms.errors import InputError
 
@@ -75,12 +76,7 @@ def supported() -> Support:
             "--compile",
             "--execution eager",
             "--noise_scale",
-            "--fault bias",
-            "--fault loss",
-            "--fault eval_dropout",
-            "--fault momentum_reset",
-            "--fault lr_late",
-            "--fault accuracy_labels",
+            *TORCH_ONLY_FAULTS,
             "--fault frozen",
             "--fault shape",
             "--fault bn_mean",
@@ -113,7 +109,7 @@ def prepare_process(config, dataset) -> None:
             f"--fault {config.fault.describe()} with --strategy {config.strategy}: torch puts this known error "
             "into its one-device trainer only; drop --strategy"
         )
-    if config.compile and config.plan.strategy != "single":
+    if config.compile and config.strategy != "single":
         raise InputError(
             f"--compile with --strategy {config.strategy}: torch_script.py compiles the "
             "single-process model only; drop --compile"
@@ -124,7 +120,7 @@ def prepare_process(config, dataset) -> None:
             "DistributedDataParallel runs (one process per device); drop --dp_impl dataparallel"
         )
 
-    if config.precision != "fp32" and config.plan.strategy not in ("single", "data"):
+    if config.precision != "fp32" and config.strategy not in ("single", "data"):
         raise InputError(
             f"--precision {config.precision} with --strategy {config.strategy}: torch_script.py runs "
             "mixed precision with --strategy single or data; drop --precision"

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
 
 from algorithms.errors import EXIT_PEER_LOST, EXIT_RESOURCE_ERROR
-from algorithms.run.resources import children, end_children, why_not_started
+from algorithms.machine.resources import children, end_children, why_not_started
 from torch_wrapper.nodes import prepare
 
 # torchrun's own account of a failed rank, which the one line below replaces

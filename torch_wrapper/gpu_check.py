@@ -1,5 +1,6 @@
 """The GPU check's torch side, in its own process (algorithms/bench/gpu_check.py starts it
-as `python -m torch_wrapper.gpu_check PLAN.json ROWS.jsonl`): the device's own
+as `python -m torch_wrapper.gpu_check PLAN.json ROWS.jsonl`, and holds what every side
+does alike: the plan, the rows, the budget): the device's own
 matmul rate at fp32, tf32 and bf16, then the plan's training runs (eager or
 torch.compile; fp32, tf32 or bf16 autocast over float32 weights; any batch) and the
 cuDNN study (cudnn.benchmark against deterministic, each twice). One JSON line per
@@ -8,7 +9,6 @@ result, written as it finishes, so a run cut off by the time limit keeps the res
 from __future__ import annotations
 
 import contextlib
-import json
 import statistics
 import sys
 import time
@@ -18,10 +18,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.spec.data import batch_order, load_dataset
+from algorithms.bench.gpu_check import append_row, read_plan, run_within_budget, whole_batches
+from algorithms.spec.data import load_dataset
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.networks import get_network
+from backends.torch_backend import device_name
 from torch_wrapper.model import build_model, images_to_torch, make_optimizer, uniforms_to_torch
 
 CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")
@@ -77,10 +79,7 @@ def train_run(plan: dict, dataset, device: torch.device, run: dict) -> dict:
         torch._dynamo.reset()  # a fresh compile per run: dynamo's cache would fall back to eager after 8
         forward = torch.compile(model, backend=plan["compile_backend"])
     batch = run["batch"]
-    order = [
-        (epoch, rows) for epoch in range(64) for rows in batch_order(len(dataset.train_y), batch, epoch, plan["seed"])
-    ]
-    order = [(epoch, rows) for epoch, rows in order if len(rows) == batch][: plan["steps"]]
+    order = whole_batches(len(dataset.train_y), batch, plan["seed"])[: plan["steps"]]
     images = images_to_torch(network, dataset.train_x, device)
     labels = torch.from_numpy(dataset.train_y.astype(np.int64)).to(device)
     batches = [
@@ -141,16 +140,8 @@ def cudnn_study(plan: dict, dataset, device: torch.device, batch: int) -> list:
     return rows
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({torch.get_num_threads()} threads)"
-
-
 def main(argv=None) -> int:
-    plan_path, rows_path = sys.argv[1:3] if argv is None else argv
-    with open(plan_path) as handle:
-        plan = json.load(handle)
+    plan, rows_path = read_plan(argv)
     device = torch.device(plan["device"])
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: torch sees no CUDA device here; run with --dry-run on a CPU machine")
@@ -159,25 +150,18 @@ def main(argv=None) -> int:
 
     def write(row: dict) -> None:
         row = {key: value for key, value in row.items() if key != "weights"}
-        with open(rows_path, "a") as handle:
-            handle.write(json.dumps({**row, "device": device_name(device), "torch": torch.__version__}) + "\n")
+        append_row(rows_path, {**row, "device": device_name(device), "torch": torch.__version__})
+
+    def run_one(run: dict) -> list:
+        if run["kind"] == "cudnn":
+            return cudnn_study(plan, dataset, device, run["batch"])
+        return [train_run(plan, dataset, device, run)]
+
+    def failed(run: dict) -> list:
+        return [{**run, "mode": mode} for mode in CUDNN_MODES] if run["kind"] == "cudnn" else [run]
 
     write({"kind": "rates", "rates": matmul_rates(device, plan["matmul_n"], plan["matmul_reps"])})
-    for run in plan["runs"]:
-        if time.monotonic() > deadline:
-            write({**run, "status": "not run: over the time budget"})
-            continue
-        try:  # one failing run (a compiler missing on the machine) leaves the others' rows
-            results = (
-                cudnn_study(plan, dataset, device, run["batch"])
-                if run["kind"] == "cudnn"
-                else [train_run(plan, dataset, device, run)]
-            )
-        except Exception as error:  # noqa: BLE001  (the row says what failed)
-            failed = [{**run, "mode": mode} for mode in CUDNN_MODES] if run["kind"] == "cudnn" else [run]
-            results = [{**row, "status": f"failed: {type(error).__name__}: {str(error)[:160]}"} for row in failed]
-        for row in results:
-            write({"status": "ok", **row})
+    run_within_budget(plan["runs"], deadline, run_one, write, failed)
     return 0
 
 

@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.spec.weights import initial_weights
-from algorithms.run.contract import Update
+from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.workers import CONTEXT, Processes, ignore_interrupts
 
 
 class HogwildPool:
-    """The algorithms.run.contract.UpdatePool of a Hogwild run."""
+    """The algorithms.contract.types.UpdatePool of a Hogwild run."""
 
     def __init__(self, config, dataset):
         self.slots = self.parts = workers = config.plan.replicas

@@ -29,7 +29,7 @@ import tempfile
 
 from algorithms.errors import InputError
 from algorithms.paths import REPO_ROOT
-from algorithms.run.resources import die_with_parent
+from algorithms.machine.resources import die_with_parent
 
 
 LOOPBACK_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}
@@ -49,33 +49,32 @@ def loopback_torchrun(rendezvous_file: str, processes: int) -> list:
 
 
 def launch(config, argv: list) -> None:
-    plan = config.plan
     if "WORLD_SIZE" in os.environ:
         if AGENT_PID_VARIABLE in os.environ:
             die_with_parent(int(os.environ.pop(AGENT_PID_VARIABLE)))
         world = int(os.environ["WORLD_SIZE"])
-        if world != plan.devices:
+        if world != config.devices:
             raise InputError(
-                f"--strategy {plan.strategy} --devices {plan.devices} needs {plan.devices} processes; "
-                f"torchrun started {world} (set --nnodes x --nproc_per_node = {plan.devices})"
+                f"--strategy {config.strategy} --devices {config.devices} needs {config.devices} processes; "
+                f"torchrun started {world} (set --nnodes x --nproc_per_node = {config.devices})"
             )
         return
     if config.dp_impl == "dataparallel":
         import torch  # only now: the check needs CUDA's device count
 
         gpus = torch.cuda.device_count()
-        if gpus < plan.devices:
+        if gpus < config.devices:
             raise InputError(
-                f"--dp_impl dataparallel needs {plan.devices} CUDA devices and this machine has {gpus}; "
-                f"drop the flag to run DistributedDataParallel over {plan.devices} processes (gloo on CPU)"
+                f"--dp_impl dataparallel needs {config.devices} CUDA devices and this machine has {gpus}; "
+                f"drop the flag to run DistributedDataParallel over {config.devices} processes (gloo on CPU)"
             )
         return
-    if plan.strategy == "ps":  # TensorPipe logs every peer's disconnect; the run names the one that died
+    if config.strategy == "ps":  # TensorPipe logs every peer's disconnect; the run names the one that died
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    if plan.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (workers.py)
+    if config.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (workers.py)
         return
     script = os.path.abspath(sys.argv[0])
-    threads = max(1, (os.cpu_count() or 1) // plan.devices)  # the ranks share this machine's cores
+    threads = max(1, (os.cpu_count() or 1) // config.devices)  # the ranks share this machine's cores
     # nccl's bootstrap sockets on GPUs: loopback too, unless the user named an interface
     env = {"OMP_NUM_THREADS": str(threads), "NCCL_SOCKET_IFNAME": "lo", **os.environ, **LOOPBACK_ENVIRONMENT}
     env[AGENT_PID_VARIABLE] = str(os.getpid())  # execve keeps the pid: this process becomes the agent
@@ -87,13 +86,13 @@ def launch(config, argv: list) -> None:
         sys.executable,
         "-m",
         "torch_wrapper.agent",
-        *loopback_torchrun(rendezvous, plan.devices),
+        *loopback_torchrun(rendezvous, config.devices),
         script,
         *argv,
     ]
     if not config.quiet:
         print(
-            f"launching {plan.devices} processes: torchrun --nnodes=1 --nproc_per_node={plan.devices} "
+            f"launching {config.devices} processes: torchrun --nnodes=1 --nproc_per_node={config.devices} "
             f"(on 127.0.0.1) {os.path.basename(script)} ...",
             flush=True,
         )

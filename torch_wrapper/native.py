@@ -1,4 +1,4 @@
-"""The benchmark's PyTorch side (algorithms/bench/probe.py): a minimal native training
+"""The benchmark's PyTorch side (algorithms/run/probe.py): a minimal native training
 loop on the same model, weights, batches and dropout seed as torch_script.py, the
 wrapper's own step as the harness, torch.mm for the GEMM peak and torch.compile."""
 
@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
-from algorithms.bench.probe import NativeLoop, compiled_pair_ms, hand_step_harness
-from algorithms.run.session import RunSession
-from algorithms.run.tuning import tuned_options
+from algorithms.run.timing import NativeLoop, compiled_pair_ms, hand_step_harness
+from algorithms.session.run_session import RunSession
+from algorithms.machine.tuning import tuned_options
 from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.torch_backend import profiled_ops, set_threads
 from torch_wrapper.model import build_model, images_to_torch, make_optimizer, uniforms_to_torch

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from algorithms.spec.parallel import split_ranges
 from algorithms.spec.weights import initial_weights
-from algorithms.run.contract import Update
+from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.nodes import rpc_meeting
@@ -197,7 +197,7 @@ def work(config, worker: int, threads: int, rendezvous_file: str, interruptible:
 
 
 class ParameterServerPool:
-    """The algorithms.run.contract.UpdatePool of a parameter-server run."""
+    """The algorithms.contract.types.UpdatePool of a parameter-server run."""
 
     def __init__(self, config, dataset):
         global _MODEL

@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, InputError
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 
 PROG = "python -m torch_wrapper.ps_worker"
 
@@ -59,7 +59,7 @@ def main(argv: list) -> int:
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    from algorithms.run.threads import set_thread_environment
+    from algorithms.machine.threads import set_thread_environment
 
     set_thread_environment(config.threads)
     from torch_wrapper import param_server

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.run.contract import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
 from backends.torch_backend import set_threads
@@ -23,7 +23,7 @@ from torch_wrapper.distributed import (
     signal_of_any_rank,
 )
 from torch_wrapper.model import build_model, images_to_torch, layer_modules
-from torch_wrapper.trainer import build_trainer, describe_modes
+from torch_wrapper.trainer import build_trainer
 
 
 def describe_runtime() -> Runtime:
@@ -40,7 +40,7 @@ def train(session):
         return train_asynchronously(session)
     trainer = build_trainer(session.config)
     trainer.steps_per_epoch = session.steps_per_epoch  # where --fault momentum_reset and lr_late act
-    session.execution_note, session.precision_note = describe_modes(session.config)
+    session.execution_note, session.precision_note = describe_modes(session.config, trainer)
     if dist.is_initialized():  # one process per device: a signal to any stops all after the same step
         session.signal_of_any_process = signal_of_any_rank(trainer.device)
     try:
@@ -71,6 +71,22 @@ def train_asynchronously(session):
         raise
     pool.close()
     return summary
+
+
+def describe_modes(config, trainer) -> tuple:
+    """(execution, precision) as the trainer runs them (as `config` asks), for results.log."""
+    execution = (
+        "compiled: torch.compile (Inductor) of the model; the first step compiles"
+        if config.compile
+        else "eager: every op dispatched from Python (PyTorch's default)"
+    )
+    precision = {
+        "fp32": "fp32: float32 weights and compute",
+        "bf16": "bf16: torch.autocast(bfloat16) forward, float32 master weights, float32 loss",
+        "fp16": "fp16: torch.autocast(float16) forward, float32 master weights, float32 loss, "
+        "torch.amp.GradScaler dynamic loss scale (the CSV's loss_scale column)",
+    }[config.precision]
+    return execution, precision
 
 
 @torch.no_grad()

@@ -21,14 +21,14 @@ from torch import nn
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.parallel import DistributedDataParallel
 
-from algorithms.run.contract import StepResult
+from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
-from algorithms.run.noise_scale import replica_gradient_norms
+from algorithms.session.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
-from algorithms.run.threads import process_threads
-from algorithms.run.tuning import tuned_options
+from algorithms.machine.threads import process_threads
+from algorithms.machine.tuning import tuned_options
 from backends.torch_backend import set_threads
 from torch_wrapper.distributed import (
     CommClock,
@@ -108,16 +108,6 @@ class _StrategyTrainer:
             len(labels),
         )
 
-    def set_learning_rate(self, learning_rate: float) -> None:
-        if self.fault == "lr_late":  # the known error: the change lands an epoch after it was asked for
-            self._late_rates.append((self.steps_done + self.steps_per_epoch, learning_rate))
-            return
-        self._set_rate(learning_rate)
-
-    def _set_rate(self, learning_rate: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-
     def _known_error_before_step(self) -> None:
         """--fault momentum_reset and lr_late act here, before the step they change."""
         if self.fault == "momentum_reset" and self.steps_done and self.steps_done % self.steps_per_epoch == 0:
@@ -160,29 +150,15 @@ class _StrategyTrainer:
         )
         return StepResult(loss_sum / total, correct / total, self.clock.take(), scale, skipped, gradient_norms=norms)
 
-    def save_checkpoint(self, folder: str) -> None:
-        """This process's weights, optimizer state and RNG, in torch's format; returns
-        once every process of the run has written its file."""
-        torch.save(
-            {
-                "model": self._state_module().state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
-            },
-            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
-        )
-        if dist.is_initialized():
-            dist.barrier()
+    def set_learning_rate(self, learning_rate: float) -> None:
+        if self.fault == "lr_late":  # the known error: the change lands an epoch after it was asked for
+            self._late_rates.append((self.steps_done + self.steps_per_epoch, learning_rate))
+            return
+        self._set_rate(learning_rate)
 
-    def load_checkpoint(self, folder: str) -> None:
-        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self._state_module().load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"].cpu())
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state["scaler"])
+    def _set_rate(self, learning_rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
 
     def prepare_batch(self, batch_size: int) -> None:
         """Eager PyTorch runs any batch as it comes: nothing to do. A torch.compile'd
@@ -206,6 +182,30 @@ class _StrategyTrainer:
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
+
+    def save_checkpoint(self, folder: str) -> None:
+        """This process's weights, optimizer state and RNG, in torch's format; returns
+        once every process of the run has written its file."""
+        torch.save(
+            {
+                "model": self._state_module().state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
+            },
+            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
+        )
+        if dist.is_initialized():
+            dist.barrier()
+
+    def load_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self._state_module().load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"].cpu())
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
 
@@ -328,20 +328,20 @@ def _build_trainer(config):
     network, plan, seed = config.network, config.plan, config.seed
     weights = initial_weights(network, seed)
     blocks = whole_model_blocks(network, config.checkpointing)
-    if plan.strategy == "single" or config.dp_impl == "dataparallel":
-        device = torch.device("cuda" if plan.strategy != "single" else "cpu")
+    if config.strategy == "single" or config.dp_impl == "dataparallel":
+        device = torch.device("cuda" if config.strategy != "single" else "cpu")
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
         mode = tuned_options(config).get("torch.compile")  # --tuned compile / compile_max_autotune
         if config.compile or mode:  # --compile: torch.compile (Inductor); the first step compiles
             model = torch.compile(model, mode=None if mode in (None, "default") else mode)
-        if plan.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
-            model = nn.DataParallel(model, device_ids=list(range(plan.devices)))
+        if config.strategy != "single":  # one process driving every GPU (launch.py checked they exist)
+            model = nn.DataParallel(model, device_ids=list(range(config.devices)))
         return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, CommClock(False))
 
     device = join_process_group()
     clock = CommClock(measures=device.type == "cpu")  # nccl calls return before the transfer ends
     layout = make_layout(plan.replicas, plan.group)
-    inner = plan.inner or plan.strategy
+    inner = plan.inner or config.strategy
     replica = dict(replica=layout.replica, replicas=layout.replicas, data_group=layout.data_group)
     if inner == "data":
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
@@ -378,19 +378,3 @@ def _build_trainer(config):
 
 def _nccl_sum_hook(group, bucket):
     return dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future().then(lambda f: f.value()[0])
-
-
-def describe_modes(config) -> tuple:
-    """(execution, precision) as this trainer runs them, for results.log."""
-    execution = (
-        "compiled: torch.compile (Inductor) of the model; the first step compiles"
-        if config.compile
-        else "eager: every op dispatched from Python (PyTorch's default)"
-    )
-    precision = {
-        "fp32": "fp32: float32 weights and compute",
-        "bf16": "bf16: torch.autocast(bfloat16) forward, float32 master weights, float32 loss",
-        "fp16": "fp16: torch.autocast(float16) forward, float32 master weights, float32 loss, "
-        "torch.amp.GradScaler dynamic loss scale (the CSV's loss_scale column)",
-    }[config.precision]
-    return execution, precision

@@ -14,7 +14,7 @@ from typing import Callable
 import torch.multiprocessing as mp
 
 from algorithms.errors import PeerLost, ResourceError
-from algorithms.run.resources import die_with_parent, why_not_started
+from algorithms.machine.resources import die_with_parent, why_not_started
 
 CONTEXT = mp.get_context("spawn")  # a fresh interpreter: no OpenMP pool or lock copied from this one
 STOP_GRACE_S = 10

@@ -35,7 +35,7 @@ from algorithms.analysis.settings import (
 from algorithms.analysis.spread import reproduction_test
 from algorithms.paths import BASELINE_DIR
 from algorithms.tables import wrapped
-from algorithms.run.recorder import results_csv_name, run_ids
+from algorithms.records import results_csv_name, run_ids
 
 
 @dataclass

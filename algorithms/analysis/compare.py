@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.analysis.baseline import check_run, format_checks
 from algorithms.analysis.report_files import check_free, comparison_key, default_prefix, localisation_png
 from algorithms.analysis.report_page import write_page
@@ -308,11 +309,7 @@ def _time_cells(progress: tuple) -> tuple:
 
 
 def plot_png(report: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     for run in report["runs"]:
         loss_axis.plot(run.steps, run.losses, linewidth=0.8, alpha=0.35)
@@ -325,12 +322,8 @@ def plot_png(report: dict, path: str) -> None:
             accuracy_axis.plot(steps, accuracy, marker="o", color=color, label=label)
     loss_axis.set(title="training loss per step (faint) and its 5-step mean", xlabel="step", ylabel="loss")
     accuracy_axis.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
-    for axis in (loss_axis, accuracy_axis):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    grid_and_legend(loss_axis, accuracy_axis, fontsize=7)
+    save_figure(figure, path)
 
 
 def main(argv=None) -> int:

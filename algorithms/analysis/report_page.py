@@ -25,7 +25,7 @@ from algorithms.analysis.report_files import KEY_META
 from algorithms.analysis.runs import curve_distance
 from algorithms.analysis.settings import value_text
 from algorithms.analysis.verdict import RULE
-from algorithms.run.recorder import read_rows, steady_state_ms
+from algorithms.records import read_rows, steady_state_ms
 from algorithms.tables import number
 
 # a verdict's class -> (its colour, what it means): the legend and the CSS from one place

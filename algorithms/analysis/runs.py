@@ -13,9 +13,7 @@ import numpy as np
 
 from algorithms.analysis.settings import Settings, from_key as settings_from_key, from_rows as settings_from_rows
 from algorithms.errors import InputError
-from algorithms.run.epoch_check import check_csv
-from algorithms.run.recorder import read_rows, run_ids
-from algorithms.run.settings_record import read_settings
+from algorithms.records import check_csv, read_rows, run_ids, read_settings
 
 SMOOTHING_STEPS = 5
 

@@ -1,5 +1,5 @@
 """A run's settings as the comparison reads them: the run's settings record
-(algorithms/run/settings_record.py), or for an older file without one, what its rows
+(algorithms/session/settings_record.py), or for an older file without one, what its rows
 show (network, batch, strategy, devices, the learning rate of its train rows, the
 epochs it validated); a setting neither says is unknown, and said so.
 

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.recorder import read_log_field, read_rows, run_ids
+from algorithms.records import read_log_field, read_rows, run_ids
 
 DEFAULT_LOGDIR = os.path.join(RESULTS_DIR, "tensorboard")
 # phase -> {TensorBoard tag: CSV column}; a tag's prefix is its section in TensorBoard

@@ -1,5 +1,5 @@
 """The benchmark (`python benchmark.py`): for every framework of algorithms/registry/frameworks.py,
-at every precision of --precision it trains in, one probe process (algorithms/bench/probe.py)
+at every precision of --precision it trains in, one probe process (algorithms/run/probe.py)
 measures the harness against a native loop (interleaved), the GEMM peak through the
 framework's own matmul at that precision, compiled paths and peak RSS; a second one the
 native loop on 1 thread; a third profiles, with the framework's own profiler, each
@@ -22,10 +22,12 @@ from algorithms.spec.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
 from algorithms.run import probe_process
-from algorithms.run.flags import PRECISIONS, OneLineErrorParser, count, positive
-from algorithms.run.threads import MALLOC_POLICIES
+from algorithms.config.flags import PRECISIONS
+from algorithms.config.values import count, positive
+from algorithms.config.parser import OneLineErrorParser
+from algorithms.machine.threads import MALLOC_POLICIES
 from algorithms.registry.capabilities import support
-from algorithms.run.tuning import DEFAULT
+from algorithms.machine.tuning import DEFAULT
 from algorithms.tables import last_line, text_table
 
 COLUMNS = [

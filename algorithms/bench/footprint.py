@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from algorithms.run.resources import descendants
+from algorithms.machine.resources import descendants
 
 SAMPLE_EVERY_S = 0.05
 

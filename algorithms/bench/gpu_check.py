@@ -7,7 +7,10 @@ on one GPU. In their own processes (imports no framework itself):
   keras_wrapper/gpu_check.py   Keras on torch and on jax (a keras brought along with
                                --keras_path where the machine has none)
 and writes one table, each run's MFU against the device's own matmul rate at the
-run's precision, as CSV and markdown. --dry-run: the same on CPU at tiny sizes (CI)."""
+run's precision, as CSV and markdown. --dry-run: the same on CPU at tiny sizes (CI).
+What every side does alike is here too, for the sides to call: the plan read back, each
+row appended as it is made, the steps of the shared batch order a run times, and its
+runs within the time budget (`run_within_budget`)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from algorithms.spec.data import ensure_default_data
+from algorithms.spec.data import batch_order, ensure_default_data
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.spec.networks import DEFAULT_NETWORK, get_network
 from algorithms.tables import last_line
@@ -228,3 +231,43 @@ def speed_cost(rows: list) -> None:
     fast, exact = study.get("cudnn.benchmark=True"), study.get("cudnn.deterministic=True")
     if fast and exact:
         exact["speed_cost_pct"] = f"{100.0 * (float(exact['ms_per_step']) / float(fast['ms_per_step']) - 1):.1f}"
+
+
+# ----------------------------------------------------------------------------- a side's process
+
+
+def read_plan(argv=None) -> tuple:
+    """(the plan, where the rows go), from a side's command line: PLAN.json ROWS.jsonl."""
+    plan_path, rows_path = sys.argv[1:3] if argv is None else argv
+    with open(plan_path) as handle:
+        return json.load(handle), rows_path
+
+
+def append_row(rows_path: str, row: dict) -> None:
+    """One JSON line, written as the result finishes: a side cut off by its time limit keeps the rest."""
+    with open(rows_path, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
+def whole_batches(rows: int, batch: int, seed: int) -> list:
+    """(epoch, row indices) of every step of the shared batch order (64 epochs at most)
+    that takes a whole batch: the steps a run at `batch` times."""
+    order = [(epoch, indices) for epoch in range(64) for indices in batch_order(rows, batch, epoch, seed)]
+    return [(epoch, indices) for epoch, indices in order if len(indices) == batch]
+
+
+def run_within_budget(runs: list, deadline: float, run_one, write, failed=lambda run: [run], stamp=lambda row: row):
+    """Each of `runs` through `run_one(run) -> [row, ...]`, each row written ("ok" unless
+    it says otherwise); one past `deadline` (time.monotonic()) is a "not run" row, and one
+    that raises is `failed(run)`'s rows saying what failed, so the next still runs.
+    `stamp(row)`: what the side adds to each row of a run it ran (its device, say)."""
+    for run in runs:
+        if time.monotonic() > deadline:
+            write({**run, "status": "not run: over the time budget"})
+            continue
+        try:  # one failing run (a compiler missing on the machine) leaves the others' rows
+            results = run_one(run)
+        except Exception as error:  # noqa: BLE001  (the row says what failed)
+            results = [{**row, "status": f"failed: {type(error).__name__}: {str(error)[:160]}"} for row in failed(run)]
+        for row in results:
+            write({"status": "ok", **stamp(row)})

@@ -6,8 +6,8 @@ framework."""
 
 from __future__ import annotations
 
-from algorithms.run.flags import PRECISIONS
-from algorithms.run.tuning import cpu_flags, flags_in
+from algorithms.config.flags import PRECISIONS
+from algorithms.machine.tuning import cpu_flags, flags_in
 
 # the x86 flags of the units that run bf16 / fp16 matmuls natively (Linux's names)
 LOW_PRECISION_UNITS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_fp16")

@@ -11,8 +11,8 @@ import os
 from contextlib import contextmanager
 
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
-from algorithms.run.config import OPTIONAL_FLAGS, WITHOUT_TABLE_COLUMN
-from algorithms.run.contract import Support
+from algorithms.config.run_config import OPTIONAL_FLAGS, WITHOUT_TABLE_COLUMN
+from algorithms.contract.types import Support
 from algorithms.spec.parallel import STRATEGIES
 
 # the table's flag columns, in the order of OPTIONAL_FLAGS

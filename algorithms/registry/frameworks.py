@@ -64,3 +64,12 @@ def get(name: str) -> Framework:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown framework {name!r}; choose from {', '.join(NAMES)}") from None
+
+
+def framework_names(parser, text: str, flag: str) -> list:
+    """A comma-separated list of registry names (a command's --only), or the parser's one-line error."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in NAMES]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(NAMES)}")
+    return names

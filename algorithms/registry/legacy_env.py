@@ -62,8 +62,8 @@ def prepare_inputs(argv: list) -> None:
 
     from algorithms.errors import EXIT_INPUT_ERROR, InputError
     from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN
-    from algorithms.run.argv import flag_value
-    from algorithms.run.flags import image_shape
+    from algorithms.config.argv import flag_value
+    from algorithms.config.values import image_shape
     from algorithms.spec.data import load_images
     from algorithms.spec.networks import DEFAULT_NETWORK, network_for_data
 

@@ -2,7 +2,7 @@
 memory budget, found as Lightning's BatchSizeFinder finds its batch (double until a
 trial does not fit, then bisect between the last that did and the first that did
 not), each trial a few real steps of the wrapper's own trainer in a child process
-(`python -m algorithms.bench.probe PACKAGE --mode trial`, the benchmark's harness).
+(`python -m algorithms.run.probe PACKAGE --mode trial`, the benchmark's harness).
 
 A child process per trial because the CPU's peak memory is the process's peak RSS
 (ru_maxrss only grows); on a GPU the trial reports the framework's own
@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from algorithms.errors import InputError
-from algorithms.run.argv import without_flags
+from algorithms.config.argv import without_flags
 from algorithms.run.probe_process import run_probe
 from algorithms.spec.parallel import make_plan
 from algorithms.tables import last_line
-from algorithms.run.resources import available_memory_mb
+from algorithms.machine.resources import available_memory_mb
 
 START_BATCH = 16
 # the largest batch tried leaves the run at least this many optimizer steps an epoch: a batch

@@ -1,7 +1,7 @@
 """What every entry script does: parse the shared flags, load and check the data
 (before any framework is imported, so a bad input fails fast with status 2 and
 writes nothing), then hand the run to one wrapper, through the names of
-algorithms/run/contract.py:
+algorithms/contract/types.py:
 
     package.supported()                      refuse what it does not run, before it loads
     package.prepare_process(config, dataset) what the framework reads at import (device counts)
@@ -19,12 +19,12 @@ from dataclasses import replace
 from typing import Optional
 
 from algorithms.run.batch_finder import find_batch_size
-from algorithms.run.config import parse_config
+from algorithms.config.run_config import parse_config
 from algorithms.run.epoch_check import CHECK_STEPS, check_run
-from algorithms.run.contract import Support
+from algorithms.contract.types import Support
 from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
-from algorithms.run.faults import (
+from algorithms.session.faults import (
     exit_status,
     install_signal_handlers,
     interruption_name,
@@ -34,12 +34,12 @@ from algorithms.run.faults import (
     out_of_memory_advice,
 )
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
-from algorithms.run.recorder import check_writable
-from algorithms.run.resources import check_resources, dataset_mb
-from algorithms.run.session import RunSession
+from algorithms.session.recorder import check_writable
+from algorithms.machine.resources import check_resources, dataset_mb
+from algorithms.session.run_session import RunSession
 from algorithms.run.notices import startup_notices_dropped
-from algorithms.run.threads import process_threads, set_malloc, set_thread_environment
-from algorithms.run.tuning import apply_tuned, resolve_tuned
+from algorithms.machine.threads import process_threads, set_malloc, set_thread_environment
+from algorithms.machine.tuning import apply_tuned, resolve_tuned
 
 
 def prepare(argv: Optional[list], prog: str, description: str, support: Optional[Support] = None):
@@ -114,9 +114,10 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     for note in notes if not config.quiet else ():  # the run goes ahead: said once, before anything starts
         print(note, flush=True)
     package.launch(config, argv)
-    set_thread_environment(process_threads(config.threads))  # before the framework loads its BLAS / OpenMP
+    # before the framework loads its BLAS / OpenMP
+    set_thread_environment(process_threads(config.threads), support.thread_environment)
     set_malloc(config.malloc)
-    apply_tuned(config)  # XLA and TensorFlow read their flags at import
+    apply_tuned(config)  # compilers read their flags at import
     with startup_notices_dropped():  # the framework loads here (its determinism switches first)
         parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
         wrapper = importlib.import_module(wrapper_module)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from algorithms.records import CHECK_FOLDER
 from algorithms.spec.data import Dataset
 
 CHECK_STEPS = 3  # optimizer steps per epoch of the check
 CHECK_EPOCHS = 4  # at most: three boundaries, all before step 13
 CHECK_VAL_ROWS = 200
-CHECK_FOLDER = "epoch_check"
 
 
 def check_part(config) -> str:
@@ -61,8 +61,3 @@ def check_run(config, dataset: Dataset) -> tuple:
         part=check_part(config),
     )
     return check_config, check_dataset
-
-
-def check_csv(csv_path: str) -> str:
-    """Where the epoch check of the run whose rows are in `csv_path` keeps its rows."""
-    return os.path.join(os.path.dirname(csv_path), CHECK_FOLDER, os.path.basename(csv_path))

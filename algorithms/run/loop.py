@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from algorithms.run.contract import FitTrainer, Trainer
-from algorithms.run.session import RunSession
+from algorithms.contract.types import FitTrainer, Trainer
+from algorithms.session.run_session import RunSession
 from algorithms.spec.dropout import uniforms
 
 

@@ -1,4 +1,4 @@
-"""One probe process (`python -m algorithms.bench.probe PACKAGE --out JSON ...`) and the
+"""One probe process (`python -m algorithms.run.probe PACKAGE --out JSON ...`) and the
 JSON it wrote: the benchmark's measurements and --batch_size auto's trials both run
 one, each framework in its own process. Imports no framework."""
 
@@ -27,7 +27,7 @@ def run_probe(python: str, package: str, probe_args: list, timeout: float, env: 
     with tempfile.TemporaryDirectory(prefix="probe-") as scratch:
         out = os.path.join(scratch, "probe.json")
         proc = subprocess.run(
-            [python, "-m", "algorithms.bench.probe", package, "--out", out, *probe_args],
+            [python, "-m", "algorithms.run.probe", package, "--out", out, *probe_args],
             cwd=REPO_ROOT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
             capture_output=True,

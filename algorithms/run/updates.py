@@ -1,7 +1,7 @@
 """The loop of the asynchronous strategies (ps, async), in every framework that runs
 them: workers apply their updates whenever they are done, and every applied update is
 one CSV row, naming its worker and its staleness, with the worker's own time for it.
-Framework-free: a wrapper supplies an `UpdatePool` (algorithms/run/contract.py).
+Framework-free: a wrapper supplies an `UpdatePool` (algorithms/contract/types.py).
 
 The shared batch order is cut as for data parallel: each step's global batch into
 `pool.parts` pieces (the workers' shares), handed out in order to whichever worker
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from algorithms.run.contract import UpdatePool
+from algorithms.contract.types import UpdatePool
 from algorithms.run.loop import batched_logits, evaluate_initial, finish_with_test, validate
 from algorithms.spec.parallel import split_ranges
 

@@ -20,7 +20,8 @@ The graph must be a chain: one image input (N, C, H, W), each node taking the on
 output and constants. Anything else is refused in one line naming the node. The model
 has no training settings: the network file defaults' (network_file.py) and the flags'.
 
-torch.onnx.export(model, example, path, dynamo=False, training=torch.onnx.TrainingMode.TRAINING)
+torch.onnx.export(model, example, path, dynamo=False, do_constant_folding=False,
+                  training=torch.onnx.TrainingMode.TRAINING)
 keeps the BatchNormalization and Dropout nodes (an export in evaluation folds a batch norm
 into the convolution before it, and drops dropout). The legacy env has no `onnx`: the main
 env caches the network and its weights beside the file (`cache_path`), and the legacy env

@@ -1,5 +1,5 @@
 """The spec's forward and backward pass in float64 numpy: the yardstick each framework's
-per-layer outputs and gradients are measured against (algorithms/studies/localise.py).
+per-layer outputs and gradients are measured against (algorithms/localisation/localise.py).
 
 Canonical layout throughout (algorithms/spec/weights.py): NHWC activations, HWIO conv
 kernels, (in, out) dense kernels whose rows follow the NHWC flatten. Convolutions and

@@ -1,5 +1,5 @@
 """Known errors, put in on purpose, to prove that they are found: by the localisation
-(algorithms/studies/localise.py --fault FRAMEWORK:..., into one framework's model) and by
+(algorithms/localisation/localise.py --fault FRAMEWORK:..., into one framework's model) and by
 the parity verdict (an entry script's --fault, into one training run; the confusion table
 of algorithms/studies/power.py). Each reaches the framework through its real build path:
 a spec variant its build_model translates (`padding`, `dropout`, `bias`), initial weights

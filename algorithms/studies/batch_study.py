@@ -16,16 +16,18 @@ from __future__ import annotations
 import os
 import sys
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.registry.capabilities import capabilities
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.run.argv import without_flags
-from algorithms.run.recorder import read_rows
+from algorithms.config.argv import without_flags
+from algorithms.records import read_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.settings import epoch_batches
-from algorithms.run.flags import DefaultsHelpFormatter
-from algorithms.run.session import new_run_id
+from algorithms.config.parser import DefaultsHelpFormatter
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table
+from algorithms.registry.frameworks import framework_names
 
 
 def parse_study_args(argv: list):
@@ -46,7 +48,7 @@ def parse_study_args(argv: list):
     parser.add_argument("--num_epochs", type=int, default=6, help="epochs of both arms")
     parser.add_argument("--learning_rate", type=float, default=None, help="the starting lr (default: the preset's)")
     args, forwarded = children.parse_study_flags(parser, argv)
-    (name,) = children.framework_names(parser, args.framework, "--framework")
+    (name,) = framework_names(parser, args.framework, "--framework")
     if "--lr_schedule" not in dict((n, f) for n, _, f in capabilities())[name]:
         parser.error(
             f"--framework {name}: it has no per-step lr hook (--lr_schedule); use torch, tensorflow or keras_*"
@@ -109,10 +111,7 @@ def format_table(results: dict) -> str:
 
 
 def plot(results: dict, title: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import matplotlib.ticker
 
     figure, (by_epoch, by_update) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -123,14 +122,10 @@ def plot(results: dict, title: str, path: str) -> None:
     by_epoch.set(title="validation accuracy by epoch", xlabel="epoch", ylabel="accuracy")
     by_epoch.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     by_update.set(title="validation accuracy by optimizer update", xlabel="update", ylabel="accuracy")
-    for axis in (by_epoch, by_update):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    grid_and_legend(by_epoch, by_update, fontsize=8)
     figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv=None) -> int:

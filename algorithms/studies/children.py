@@ -1,7 +1,6 @@
 """The studies' child runs: an entry script run in a process of its own (so timings do
 not compete) and the rows it wrote read back, and the command line every study shares
-(its framework names from the registry, and a --help that also lists the entry
-scripts' flags it passes on)."""
+(a --help that also lists the entry scripts' flags it passes on)."""
 
 from __future__ import annotations
 
@@ -11,10 +10,10 @@ import sys
 import time
 
 from algorithms.paths import REPO_ROOT
-from algorithms.registry.frameworks import NAMES, get
-from algorithms.run.flags import OneLineErrorParser
+from algorithms.registry.frameworks import get
+from algorithms.config.parser import OneLineErrorParser
 from algorithms.run.entry import prepare
-from algorithms.run.recorder import read_rows, results_csv_name
+from algorithms.records import read_rows, results_csv_name
 from algorithms.tables import last_line
 from algorithms.studies.child_output import run_logged
 
@@ -63,15 +62,6 @@ def results_csv(results_dir: str, network: str, name: str) -> str:
 def run_rows(path: str, run_id: str) -> list:
     """The rows run `run_id` wrote to `path`; none when it failed before the file was made."""
     return read_rows(path, run_id) if os.path.exists(path) else []
-
-
-def framework_names(parser, text: str, flag: str) -> list:
-    """A comma-separated list of registry names (algorithms/registry/frameworks.py), or the parser's one-line error."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in NAMES]
-    if unknown or not names:
-        parser.error(f"{flag}: unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(NAMES)}")
-    return names
 
 
 def study_parser(prog: str, description: str = None, **options) -> OneLineErrorParser:

@@ -49,16 +49,17 @@ from typing import Optional
 
 import numpy as np
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.analysis.drift_envelope import MODES, relative_difference
 from algorithms.spec.data import steps_per_epoch
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
-from algorithms.run.argv import split_flags, without_flags
-from algorithms.run.recorder import read_log_field
+from algorithms.config.argv import split_flags, without_flags
+from algorithms.records import read_log_field
 from algorithms.registry.capabilities import environment
 from algorithms.run.entry import prepare, support_of
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.studies.envelope import ENVELOPE_STEPS, measure_envelopes
 from algorithms.studies.suite import main_command_flags
@@ -321,11 +322,7 @@ def write_csvs(rows: list, measured: list, prefix: str) -> None:
 
 
 def plot_drift(measured: list, reference: str, path: str, low_precision: str = "none") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     floor = 1e-10  # where a zero difference is drawn on the log axis
     figure, axis = plt.subplots(figsize=(10, 5))
     for item in measured:
@@ -355,11 +352,8 @@ def plot_drift(measured: list, reference: str, path: str, low_precision: str = "
         ylabel="|dloss| / loss",
         title=f"parity mode: cross-framework (solid), run-to-run (dashed), precision (dotted); zero drawn at {floor:g}",
     )
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    grid_and_legend(axis, fontsize=7, ncol=2)
+    save_figure(figure, path)
 
 
 def runs_precision(name: str, precision: str) -> bool:
@@ -425,7 +419,7 @@ def parse_args(argv: list) -> tuple:
         help="a third run per framework at this --precision, measured against its float32 run (none: skip)",
     )
     args, forwarded = children.parse_study_flags(parser, argv, " (--parity and --max_steps are added)")
-    names = children.framework_names(parser, args.only or ",".join(NAMES), "--only")
+    names = framework_names(parser, args.only or ",".join(NAMES), "--only")
     args.steps = args.steps or (ENVELOPE_STEPS if args.envelope else DEFAULT_STEPS)
     if args.steps < 1:
         parser.error(f"--steps {args.steps}: must be 1 or more")

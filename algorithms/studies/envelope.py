@@ -36,8 +36,7 @@ from algorithms.analysis.drift_envelope import (
 )
 from algorithms.analysis.settings import Settings
 from algorithms.registry.frameworks import FRAMEWORKS
-from algorithms.run.epoch_check import CHECK_FOLDER
-from algorithms.run.settings_record import read_settings
+from algorithms.records import CHECK_FOLDER, read_settings
 from algorithms.studies import children
 from algorithms.tables import text_table
 

@@ -24,14 +24,15 @@ import csv
 import os
 import sys
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.registry.capabilities import environment
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import get
+from algorithms.registry.frameworks import framework_names, get
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.argv import without_flags
-from algorithms.run.recorder import steady_state_ms
+from algorithms.config.argv import without_flags
+from algorithms.records import steady_state_ms
 from algorithms.run.entry import prepare, support_of
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import text_table
 
@@ -58,7 +59,7 @@ def parse_args(argv: list) -> tuple:
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first 3 are not timed)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"), help="where the table and plot go")
     args, forwarded = children.parse_study_flags(parser, argv, " (--execution is added)")
-    names = children.framework_names(parser, args.only, "--only")
+    names = framework_names(parser, args.only, "--only")
     try:
         batches = [int(text) for text in args.batches.split(",") if text.strip()]
     except ValueError:
@@ -124,11 +125,7 @@ def format_sweep(rows: list, batches: list) -> str:
 
 
 def plot_sweep(rows: list, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 5))
     styles = {"eager": "-", "graph": "--", "compiled": ":"}
     colours = {}
@@ -147,11 +144,8 @@ def plot_sweep(rows: list, path: str) -> None:
         ylabel="ms per sample (median step / batch)",
         title="eager (solid), graph (dashed), compiled (dotted): where per-op overhead stops mattering",
     )
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    grid_and_legend(axis, fontsize=8, which="both")
+    save_figure(figure, path)
 
 
 def main(argv=None) -> int:

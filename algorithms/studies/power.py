@@ -31,7 +31,7 @@ those runs' settings. Its rows, per mode:
   (--fault weights:3:1.1), conv 3 without its bias (--fault bias:3), a dropout of 0.5
   where the parity spec has none (--fault dropout:10:0.5), the loss summed, not averaged
   (--fault loss:sum), epoch 1's batches in another order (--fault order:1:1); for the
-  three layer faults the per-layer localisation (studies/localise.py) runs too, and the
+  three layer faults the per-layer localisation (localisation/localise.py) runs too, and the
   row is right only if it names the fault's layer (by a value beyond float32 tolerance,
   or else the structural check: a missing bias changes no value at the zero initial biases).
 Not a row, and why (printed too): TensorFlow's own XLA (it refuses `--compile` with
@@ -52,9 +52,8 @@ from algorithms.analysis.drift_envelope import ENVELOPE_FACTOR, MODES, build_env
 from algorithms.analysis.runs import load_run
 from algorithms.analysis.settings import Settings
 from algorithms.paths import DEFAULT_TRAIN, RESULTS_DIR
-from algorithms.run.argv import flag_value
-from algorithms.run.recorder import run_ids
-from algorithms.run.settings_record import read_settings
+from algorithms.config.argv import flag_value
+from algorithms.records import run_ids, read_settings
 from algorithms.studies import children
 from algorithms.studies.envelope import EVERY, SUMMATION_ORDERS, variants
 from algorithms.tables import text_table, wrapped
@@ -267,7 +266,7 @@ def error_rows(results_dir: str, network: str, run_id: str, mode: str, forwarded
 def localised_layer(network: str, settings: dict, fault: str, train: str) -> dict:
     """The localisation of `fault` put into torch alone, at the run's seed and on the
     run's training file: Row's fields."""
-    from algorithms.studies.localise import localise
+    from algorithms.localisation.localise import localise
 
     print(f"[power] localising torch with --fault {fault}", flush=True)
     result = localise(["torch"], network, seed=settings["seed"], train_path=train, faults={"torch": fault})

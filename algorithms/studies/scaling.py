@@ -32,15 +32,16 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
-from algorithms.run.argv import without_flags
-from algorithms.run.faults import NEAR_CHANCE
-from algorithms.run.recorder import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
+from algorithms.config.argv import without_flags
+from algorithms.session.faults import NEAR_CHANCE
+from algorithms.records import WARMUP_STEPS, read_log_field, steady_state_ms, update_rates
 from algorithms.run.entry import prepare
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.studies import children
 from algorithms.tables import number, text_table
 
@@ -115,7 +116,7 @@ def parse_args(argv: list):
     )
     parser.add_argument("--run_id", default=None, help="names the report (default: time + random)")
     args, forwarded = children.parse_study_flags(parser, argv)
-    frameworks = children.framework_names(parser, args.frameworks, "--frameworks")
+    frameworks = framework_names(parser, args.frameworks, "--frameworks")
     try:
         devices = sorted({int(text) for text in args.devices.split(",")})
     except ValueError:
@@ -303,11 +304,7 @@ def write_csv(rows: list, path: str) -> None:
 
 
 def plot_png(rows: list, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (time_axis, speed_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = list(dict.fromkeys(r.framework for r in rows))
     width = 0.8 / len(names)
@@ -336,13 +333,9 @@ def plot_png(rows: list, path: str, title: str) -> None:
     )
     time_axis.set(title="ms per step (median, warm-up excluded)", xlabel="devices", ylabel="ms", xticks=counts)
     speed_axis.set(title="speedup against 1 device", xlabel="devices", ylabel="speedup", xticks=counts)
-    for axis in (time_axis, speed_axis):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+    grid_and_legend(time_axis, speed_axis, fontsize=7)
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv=None) -> int:

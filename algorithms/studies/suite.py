@@ -20,13 +20,13 @@ from algorithms.analysis.compare import agreement_notes, build_report, format_ag
 from algorithms.analysis.report_files import default_prefix, localisation_png
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
-from algorithms.registry.frameworks import NAMES, get
+from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
-from algorithms.run.argv import flag_value, without_flags
-from algorithms.run.recorder import run_ids, summarize_rows
+from algorithms.config.argv import flag_value, without_flags
+from algorithms.records import run_ids, summarize_rows
 from algorithms.run.entry import prepare
 from algorithms.analysis.runs import val_progress
-from algorithms.run.session import new_run_id
+from algorithms.session.run_session import new_run_id
 from algorithms.analysis.tensorboard import export_run
 from algorithms.studies import children
 from algorithms.tables import number, text_table, wrapped
@@ -90,7 +90,7 @@ def parse_suite_args(argv):
             parser.error("--seeds and --seed: give one of them")
     if not args.no_epoch_check and "--epoch_check" not in forwarded:
         forwarded = forwarded + ["--epoch_check"]
-    names = children.framework_names(parser, args.only, "--only")
+    names = framework_names(parser, args.only, "--only")
     return names, args.preset, seeds, forwarded, args.verbose, args.baseline
 
 

@@ -22,7 +22,7 @@ from algorithms.spec.dropout import apply, layer_uniforms  # noqa: E402
 from algorithms.spec.networks import NETWORKS  # noqa: E402
 from lasagne_wrapper.model import SharedUniformDropout, uniforms_channels_first  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
-from tests.flags import run_flags  # noqa: E402
+from tests.helpers.flags import run_flags  # noqa: E402
 
 NETWORK = NETWORKS["cnn2d_3layer_fullconnected_3layer"]
 
@@ -88,10 +88,10 @@ def test_the_train_function_takes_the_uniforms_and_the_logits_function_does_not(
 
 def test_lasagne_native_loop_and_harness_step_give_the_same_losses_with_dropout_on(small_data, tmp_path):
     """The benchmark's two sides feed the same uniforms (tests/test_benchmark.py's check)."""
-    from algorithms.bench.probe import step_schedule
+    from algorithms.run.timing import step_schedule
     from algorithms.run.entry import prepare
-    from algorithms.run.recorder import read_rows
-    from algorithms.run.session import RunSession
+    from algorithms.records import read_rows
+    from algorithms.session.run_session import RunSession
     from lasagne_wrapper import native as native_module
     from lasagne_wrapper.train import describe_runtime
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from algorithms.registry.frameworks import FRAMEWORKS
-from algorithms.studies import localise
+from algorithms.localisation import localise
 from tests.test_localise import BATCH, assert_within_everywhere
 from tests.test_no_gradient import NO_BIAS_GRADIENT, probe_gradients
 
