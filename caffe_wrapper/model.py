@@ -4,7 +4,17 @@ caffe.proto.caffe_pb2 and written as prototxt a person can read and run with
 Caffe's tools.
 
 Caffe has no zero-padding layer: a ZeroPad2D followed by a convolution becomes
-that convolution's `pad`. Only fields of BVLC Caffe 1.0 are emitted.
+that convolution's `pad`. Only fields of BVLC Caffe 1.0 are emitted. A `same`
+convolution whose padding differs between its sides (its odd pixel at the bottom and
+right) is padded explicitly first: a 1x1 convolution per channel with the weight 1 (exact,
+never trained) and Caffe's symmetric pad of the larger side, then a Crop to the padded
+size from the right offset (its reference shape an Input blob `padref<k>`, never fed).
+A BatchNormalization is Caffe's BatchNorm (batch statistics in TRAIN, its stored ones in
+TEST) and a Scale with a bias (gamma, beta). Caffe stores the running sums s and their
+weight w, and normalises with s / w; started at w = 1 / (1 - momentum) (and s = the
+running value times w), w stays there and s / w moves exactly by Keras's momentum rule;
+Caffe's stored variance is the unbiased one, the spec's. A global average pool is a
+Pooling with global_pooling, flattened.
 
 Caffe's own Dropout layer draws its mask from Caffe's RNG. The train net applies the
 uniforms fed with the rows instead (algorithms/spec/dropout.py), with standard layers:
@@ -22,30 +32,65 @@ from caffe.proto import caffe_pb2
 from google.protobuf import text_format
 
 from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
-from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import (
+    AveragePooling2D,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAveragePooling2D,
+    MaxPool2D,
+    Network,
+    ZeroPad2D,
+)
 
 LOGITS = "logits"
 
 
 def layer_names(network: Network) -> dict:
-    """Spec layer index -> Caffe layer name, for the layers that own weights."""
+    """Spec layer index -> Caffe layer name, for the layers that own weights (a
+    BatchNormalization's: its Scale, which holds gamma and beta)."""
     names, counts = {}, {}
     for index, layer, _ in network.parametric_layers():
-        kind = "conv" if isinstance(layer, Conv2D) else "fc"
+        kind = "conv" if isinstance(layer, Conv2D) else "bn" if isinstance(layer, BatchNormalization) else "fc"
         counts[kind] = counts.get(kind, 0) + 1
-        names[index] = f"{kind}{counts[kind]}"
+        names[index] = f"{kind}{counts[kind]}" + ("_scale" if kind == "bn" else "")
     names[len(network.layers) - 1] = LOGITS
     return names
 
 
+def statistics_names(network: Network) -> dict:
+    """BatchNormalization index -> its Caffe BatchNorm layer (the running statistics' blobs)."""
+    return {
+        index: name.removesuffix("_scale") for index, name in layer_names(network).items() if name.endswith("_scale")
+    }
+
+
 def layer_tops(network: Network) -> dict:
     """Spec layer index -> the blob that holds its output (after its in-place ReLU), for
-    the layers that have one: convolutions, pools and inner products. A ZeroPad2D lives in
-    the next convolution's `pad` and a Flatten in the next InnerProduct: neither has a blob."""
+    the layers that have one: convolutions, batch normalisations, pools, global pools and
+    inner products. A ZeroPad2D lives in the next convolution's `pad` and a Flatten in the
+    next InnerProduct (or the Flatten before a Dropout): neither has a blob of its own."""
     tops = dict(layer_names(network))
-    pools = [index for index, layer in enumerate(network.layers) if isinstance(layer, MaxPool2D)]
+    tops.update(statistics_names(network))  # the Scale works in place on its BatchNorm's blob
+    pools = [index for index, layer in enumerate(network.layers) if isinstance(layer, (MaxPool2D, AveragePooling2D))]
     tops.update({index: f"pool{number}" for number, index in enumerate(pools, start=1)})
+    globals_ = [index for index, layer in enumerate(network.layers) if isinstance(layer, GlobalAveragePooling2D)]
+    tops.update({index: f"gap{number}_flat" for number, index in enumerate(globals_, start=1)})
     return tops
+
+
+def pad_references(network: Network) -> dict:
+    """Convolution index -> (the Input blob giving its explicit padding's shape, [C, H, W]) for
+    each convolution padded explicitly (its sides differ)."""
+    references = {}
+    for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
+        if isinstance(layer, Conv2D) and layer.padding == "same" and layer.symmetric_padding(in_shape) is None:
+            (top, bottom), (left, right) = layer.paddings(in_shape)
+            shape = [in_shape[2], in_shape[0] + top + bottom, in_shape[1] + left + right]
+            references[index] = (f"padref{len(references) + 1}", shape)
+    return references
 
 
 def uniform_blob(position: int) -> str:
@@ -79,6 +124,10 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
     for name, (_, _, shape) in zip(uniforms, dropout_layers(network)):
         blob = net.layer.add(name=name, type="Input", top=[name])
         blob.input_param.shape.add(dim=[batch_size, *channels_first(shape)])
+    references = pad_references(network)
+    for name, shape in references.values():
+        blob = net.layer.add(name=name, type="Input", top=[name])
+        blob.input_param.shape.add(dim=[batch_size, *shape])
     next_uniforms = iter(uniforms)  # each Dropout layer takes the next
     names = layer_tops(network)
     bottom, pending_pad, counts = "data", 0, {}
@@ -87,7 +136,8 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
         counts[kind] = counts.get(kind, 0) + 1
         return f"{kind}{counts[kind]}"
 
-    for index, layer in enumerate(network.layers):
+    statistics, scales = statistics_names(network), layer_names(network)
+    for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
         if pending_pad and not isinstance(layer, Conv2D):
             raise ValueError(f"caffe_wrapper: zero padding must be followed by a convolution (layer {index})")
         if isinstance(layer, ZeroPad2D):
@@ -95,23 +145,54 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
             continue
         if isinstance(layer, Conv2D):
             name = names[index]
+            same = 0
+            if index in references:  # the sides differ: padded explicitly first
+                bottom = add_explicit_padding(net, bottom, layer.paddings(in_shape), in_shape[2], *references[index])
+            elif layer.padding == "same":
+                same = layer.symmetric_padding(in_shape)
             conv = net.layer.add(name=name, type="Convolution", bottom=[bottom], top=[name])
-            same = (layer.kernel_size - 1) // 2 if layer.padding == "same" else 0
             conv.convolution_param.num_output = layer.filters
             conv.convolution_param.kernel_size.append(layer.kernel_size)
+            if layer.stride != 1:
+                conv.convolution_param.stride.append(layer.stride)
             if pending_pad + same:
                 conv.convolution_param.pad.append(pending_pad + same)
             frozen_bias(conv, layer)
             pending_pad, bottom = 0, name
-        elif isinstance(layer, MaxPool2D):
+        elif isinstance(layer, BatchNormalization):
+            if not layer.mean_in_gradient or layer.evaluation != "running":
+                raise ValueError(f"caffe_wrapper does not build a faulty BatchNormalization (layer {index})")
+            name = statistics[index]
+            norm = net.layer.add(name=name, type="BatchNorm", bottom=[bottom], top=[name])
+            norm.batch_norm_param.moving_average_fraction = layer.momentum
+            norm.batch_norm_param.eps = layer.epsilon
+            for _ in range(3):  # the statistics are Caffe's to update in the forward pass, never the solver's
+                norm.param.add(lr_mult=0, decay_mult=0)
+            scale = net.layer.add(name=scales[index], type="Scale", bottom=[name], top=[name])
+            scale.scale_param.bias_term = True
+            bottom = name
+        elif isinstance(layer, (MaxPool2D, AveragePooling2D)):
             name = names[index]
             pool = net.layer.add(name=name, type="Pooling", bottom=[bottom], top=[name])
-            pool.pooling_param.pool = caffe_pb2.PoolingParameter.MAX
+            is_max = isinstance(layer, MaxPool2D)
+            pool.pooling_param.pool = caffe_pb2.PoolingParameter.MAX if is_max else caffe_pb2.PoolingParameter.AVE
             pool.pooling_param.kernel_size = layer.pool_size
             pool.pooling_param.stride = layer.pool_size
             pool.pooling_param.ceil_mode = False  # Caffe's default pools a partial last window; the spec drops it
             bottom = name
+        elif isinstance(layer, GlobalAveragePooling2D):
+            name = names[index].removesuffix("_flat")
+            pool = net.layer.add(name=name, type="Pooling", bottom=[bottom], top=[name])
+            pool.pooling_param.pool = caffe_pb2.PoolingParameter.AVE
+            pool.pooling_param.global_pooling = True
+            flat = net.layer.add(name=names[index], type="Flatten", bottom=[name], top=[names[index]])
+            flat.flatten_param.axis = 1  # (N, C, 1, 1) -> (N, C)
+            bottom = names[index]
         elif isinstance(layer, Flatten):
+            after = network.layers[index + 1] if index + 1 < len(network.layers) else None
+            if isinstance(after, Dropout) and len(in_shape) == 3 and dropout:  # its mask's blob is (N, C*H*W)
+                net.layer.add(name=f"flat{index}", type="Flatten", bottom=[bottom], top=[f"flat{index}"])
+                bottom = f"flat{index}"
             continue  # InnerProduct flattens its input (C, H, W order, as to_channels_first expects)
         elif isinstance(layer, Dense):
             name = names[index]
@@ -120,8 +201,6 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
             frozen_bias(fc, layer)
             bottom = name
         elif isinstance(layer, Dropout):
-            if index and isinstance(network.layers[index - 1], Flatten):  # its blob is still (N, C, H, W)
-                raise ValueError(f"caffe_wrapper: a Dropout right after a Flatten (layer {index}) is not translated")
             if dropout:
                 bottom = add_dropout(net, bottom, next(next_uniforms), layer.rate)
             continue
@@ -140,6 +219,30 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
         net.layer.add(name="loss", type="SoftmaxWithLoss", bottom=[LOGITS, "label"], top=["loss"])
         net.layer.add(name="accuracy", type="Accuracy", bottom=[LOGITS, "label"], top=["accuracy"])
     return net
+
+
+def add_explicit_padding(net, bottom: str, paddings: tuple, channels: int, reference: str, shape: list) -> str:
+    """`bottom` padded by ((top, bottom), (left, right)) zeros with BVLC layers: a 1x1
+    per-channel convolution of weight 1 with the larger side's symmetric pad, then a Crop to
+    `shape` from the offset that leaves the smaller side's; returns the padded blob."""
+    (top, bottom_rows), (left, right) = paddings
+    grow = f"{reference}_zeros"
+    identity = net.layer.add(name=grow, type="Convolution", bottom=[bottom], top=[grow])
+    identity.convolution_param.num_output = channels
+    identity.convolution_param.group = channels
+    identity.convolution_param.kernel_size.append(1)
+    identity.convolution_param.pad_h = max(top, bottom_rows)
+    identity.convolution_param.pad_w = max(left, right)
+    identity.convolution_param.bias_term = False
+    identity.convolution_param.weight_filler.type = "constant"
+    identity.convolution_param.weight_filler.value = 1.0
+    identity.param.add(lr_mult=0, decay_mult=0)  # exact and never trained: x * 1
+    padded = f"{reference}_padded"
+    crop = net.layer.add(name=padded, type="Crop", bottom=[grow, reference], top=[padded])
+    crop.crop_param.axis = 2
+    crop.crop_param.offset.extend([max(top, bottom_rows) - top, max(left, right) - left])
+    crop.propagate_down.extend([True, False])
+    return padded
 
 
 def add_dropout(net: caffe_pb2.NetParameter, bottom: str, uniforms: str, rate: float) -> str:

@@ -17,7 +17,15 @@ import numpy as np
 from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_hand
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
-from caffe_wrapper.model import LOGITS, build_model, layer_names, layer_tops, write_prototxt
+from caffe_wrapper.model import (
+    LOGITS,
+    build_model,
+    layer_names,
+    layer_tops,
+    pad_references,
+    statistics_names,
+    write_prototxt,
+)
 from caffe_wrapper.trainer import build_trainer, feed, load_weights
 
 
@@ -70,11 +78,16 @@ def spec_net(network, batch_size: int, phase):
 def model_parameters(network) -> list:
     """The Net's own parameter blobs: each layer's blob 0 (the kernel, OIHW or (out, in)) and blob 1 (the bias)."""
     owners = {name: index for index, name in layer_names(network).items()}
+    paddings = {f"{name}_zeros" for name, _ in pad_references(network).values()}
+    helpers = set(statistics_names(network).values()) | paddings
     found = []
     for name, blobs in spec_net(network, 1, caffe.TEST).params.items():
+        if name in helpers:  # a BatchNorm's running statistics, an explicit padding's fixed weight
+            continue
         for position, blob in enumerate(blobs):
             shape = tuple(blob.data.shape)
-            role, layout = ("kernel", "OIHW" if len(shape) == 4 else "OI") if position == 0 else ("bias", "O")
+            kernel_layout = {4: "OIHW", 2: "OI", 1: "O"}[len(shape)]
+            role, layout = ("kernel", kernel_layout) if position == 0 else ("bias", "O")
             found.append(ModelParameter(f"{name}[{position}]", owners.get(name, -1), role, shape, layout))
     return found
 
@@ -98,6 +111,16 @@ def layer_outputs_and_gradients(network, weights, images, labels, on_output=None
     for index, output in outputs.items():
         if on_output is not None:
             on_output(index, output)
+    evaluation = {}
+    if network.batch_normalizations():  # the TEST net: Caffe's BatchNorm on its stored statistics
+        test = spec_net(network, len(images), caffe.TEST)
+        load_weights(test, network, weights)
+        feed(test, images, labels)
+        test.forward()
+        evaluation = {
+            index: output_from_channels_first(network, index, test.blobs[top].data.copy())
+            for index, top in layer_tops(network).items()
+        }
     net.backward()
     frozen = {
         (layer.name, position)
@@ -110,4 +133,4 @@ def layer_outputs_and_gradients(network, weights, images, labels, on_output=None
         for index, name in layer_names(network).items()
         for position, role in enumerate(("kernel", "bias"))
     }
-    return LayerProbe(loss, outputs, gradients_from_channels_first(network, gradients))
+    return LayerProbe(loss, outputs, gradients_from_channels_first(network, gradients), {}, evaluation)

@@ -15,7 +15,16 @@ from caffe.proto import caffe_pb2
 
 from algorithms.contract.types import StepResult
 from algorithms.spec.weights import initial_weights, to_channels_first
-from caffe_wrapper.model import LOGITS, build_model, layer_names, solver_parameter, uniform_blob, write_prototxt
+from algorithms.spec.dropout import channels_first
+from caffe_wrapper.model import (
+    LOGITS,
+    build_model,
+    layer_names,
+    solver_parameter,
+    statistics_names,
+    uniform_blob,
+    write_prototxt,
+)
 
 
 def write_definitions(
@@ -30,12 +39,20 @@ def write_definitions(
 
 
 def load_weights(net, network, weights: list) -> None:
-    """Canonical weights (the shared numpy init), channels-first (OIHW kernels, (out, in) inner products)."""
-    names = layer_names(network)
+    """Canonical weights (the shared numpy init), channels-first (OIHW kernels, (out, in)
+    inner products; a BatchNormalization's gamma and beta in its Scale, its running
+    statistics in its BatchNorm as Caffe keeps them: model.py)."""
+    names, statistics = layer_names(network), statistics_names(network)
     for weights in to_channels_first(network, weights):
         params = net.params[names[weights.layer_index]]
         params[0].data[...] = weights.kernel
         params[1].data[...] = weights.bias
+        if weights.layer_index in statistics:
+            weight = np.float32(1.0 / (1.0 - network.layers[weights.layer_index].momentum))
+            stored = net.params[statistics[weights.layer_index]]
+            stored[0].data[...] = weights.running_mean * weight
+            stored[1].data[...] = weights.running_var * weight
+            stored[2].data[...] = weight
 
 
 def reshape_inputs(net, batch_size: int) -> None:
@@ -53,7 +70,7 @@ def feed(net, images: np.ndarray, labels=None, uniforms=()) -> None:
     the blobs reshaped for a batch of another size (the smaller last one)."""
     if net.blobs["data"].data.shape[0] != len(images):
         reshape_inputs(net, len(images))
-    net.blobs["data"].data[...] = images[:, None]
+    net.blobs["data"].data[...] = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
     if labels is not None:
         net.blobs["label"].data[...] = labels
     for position, values in enumerate(uniforms):
@@ -65,6 +82,7 @@ class CaffeTrainer:
 
     def __init__(self, network, optimizer, seed: int, batch_size: int, directory: str, checkpoint_root: str = ""):
         caffe.set_mode_cpu()
+        self.network = network
         self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
         paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
         self.solver = caffe.get_solver(paths["solver"])
@@ -76,9 +94,7 @@ class CaffeTrainer:
     def to_batch(self, images, labels, uniforms):
         """The arrays Caffe's input blobs take: float32 images, float labels, the uniforms
         channels-first ((N, H, W, C) maps transposed to (N, C, H, W))."""
-        uniforms = tuple(
-            np.ascontiguousarray(u.transpose(0, 3, 1, 2) if u.ndim == 4 else u, np.float32) for u in uniforms
-        )
+        uniforms = channels_first(self.network, uniforms)
         return np.ascontiguousarray(images, np.float32), labels.astype(np.float32), uniforms
 
     def step(self, batches: list) -> StepResult:

@@ -56,6 +56,11 @@ def max_pool(pool_size: int, name: str):
     return keras.layers.Lambda(pool, output_shape=shape, name=name)
 
 
+def add_weight(layer, name: str, shape: tuple, initializer: str, trainable: bool):
+    """A layer's weight, float32 (Keras 2 and 3 take the same keywords)."""
+    return layer.add_weight(name=name, shape=shape, initializer=initializer, trainable=trainable)
+
+
 def freeze(layer, variable) -> None:
     """One weight of a built layer left out of its trainable weights (--fault frozen:...)."""
     if KERAS_2:
@@ -67,6 +72,32 @@ def freeze(layer, variable) -> None:
 
 if KERAS_2:
     KEEP_INPUT_DTYPES: dict = {}  # Keras 2 casts no layer input
+
+    def batch_norm(layer, x, training, activation):
+        """The spec's BatchNormalization (layers.py) in Keras 2's backend ops, then
+        `activation`: the batch's statistics (biased variance) in the training phase, whose
+        updates move the running ones (the unbiased variance) by the layer's momentum; the
+        running ones otherwise (the activation inside each branch, so the output keeps
+        in_train_phase's mark that it depends on the learning phase)."""
+        backend = keras.backend
+        axes = list(range(backend.ndim(x) - 1))
+        mean, variance = backend.mean(x, axis=axes), backend.var(x, axis=axes)
+        count = backend.cast(backend.prod(backend.shape(x)[:-1]), backend.floatx())
+        unbiased = variance * count / backend.maximum(count - 1.0, 1.0)
+        layer.add_update(
+            [
+                backend.moving_average_update(layer.moving_mean, mean, layer.momentum),
+                backend.moving_average_update(layer.moving_variance, unbiased, layer.momentum),
+            ],
+            x,
+        )
+        epsilon = np.float32(layer.epsilon)  # not K.batch_normalization: Theano's refuses an epsilon of 1e-5 or less
+
+        def normalised(mean, variance):
+            return (x - mean) / backend.sqrt(variance + epsilon) * layer.gamma + layer.beta
+
+        batch, running = normalised(mean, variance), normalised(layer.moving_mean, layer.moving_variance)
+        return backend.in_train_phase(activation(batch), activation(running), training=training)
 
     def mask_rule(x, uniforms, rate: float, scale):
         """x * where(u > rate, scale, 0): spec/dropout.py's rule, one float32 multiply."""
@@ -80,6 +111,29 @@ if KERAS_2:
 else:
     # a mixed policy would cast every floating input to bfloat16 / float16, the uniforms too
     KEEP_INPUT_DTYPES = {"autocast": False}
+
+    def batch_norm(layer, x, training, activation):
+        """The spec's BatchNormalization (layers.py) in keras.ops, then `activation`, in float32 (as Keras's own
+        layer computes under a mixed policy): in training the batch's statistics (biased
+        variance), the running ones (the unbiased variance) assigned by the layer's momentum;
+        otherwise the running ones."""
+        ops = keras.ops
+        dtype = x.dtype
+        x = ops.cast(x, "float32")
+        if training:
+            axes = list(range(len(x.shape) - 1))
+            mean, variance = ops.mean(x, axis=axes), ops.var(x, axis=axes)
+            count = ops.cast(ops.shape(x)[0], "float32") * float(np.prod(x.shape[1:-1]))
+            unbiased = variance * count / ops.maximum(count - 1.0, 1.0)
+            momentum = layer.momentum
+            layer.moving_mean.assign(momentum * layer.moving_mean + (1.0 - momentum) * mean)
+            layer.moving_variance.assign(momentum * layer.moving_variance + (1.0 - momentum) * unbiased)
+        else:
+            mean, variance = layer.moving_mean, layer.moving_variance
+        normalised = ops.batch_normalization(
+            x, mean, variance, axis=-1, offset=layer.beta, scale=layer.gamma, epsilon=layer.epsilon
+        )
+        return activation(ops.cast(normalised, dtype))
 
     def mask_rule(x, uniforms, rate: float, scale):
         """x * where(u > rate, scale, 0): spec/dropout.py's rule, one multiply in x's dtype
@@ -160,6 +214,14 @@ else:
 
         def reset_state(self):
             self.value.assign(0.0)
+
+
+def training_outputs(model, images) -> list:
+    """`model`'s outputs in training (fit's mode: a BatchNormalization on the batch's statistics)."""
+    if KERAS_2:
+        run = keras.backend.function(model.inputs + [keras.backend.learning_phase()], model.outputs)
+        return run([images, 1])
+    return [np.asarray(keras.ops.convert_to_numpy(value)) for value in model([images], training=True)]
 
 
 def evaluate_loss(model, images, labels, batch_size: int) -> float:

@@ -8,7 +8,14 @@ rows (algorithms/spec/dropout.py), the same in every framework. So the layers se
 models: `build_model`'s, on the images alone (predict, evaluate: dropout is the identity),
 and `training_model`'s, the same layers called on the images and, as extra inputs, the
 rows' uniforms, which model.fit cuts with the images into batches, accumulated parts and
-data-parallel slices, so a sample keeps its uniforms however the batch is split."""
+data-parallel slices, so a sample keeps its uniforms however the batch is split.
+
+A `same` convolution is Keras's own 'same' where every backend pads as the spec does
+(stride 1, an odd kernel: the same zeros on every side); otherwise its ZeroPadding2D with
+the spec's sides (the odd pixel at the bottom and right), then a 'valid' convolution:
+Keras 2's Theano pads 'same' symmetrically. BatchNormalization is `SpecBatchNormalization`,
+from the backend's primitives (compat.batch_norm), since Keras's own keeps the running
+variance biased where the spec keeps it unbiased."""
 
 from __future__ import annotations
 
@@ -18,7 +25,18 @@ import keras
 from keras import layers
 
 from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
-from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import (
+    AveragePooling2D,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAveragePooling2D,
+    MaxPool2D,
+    Network,
+    ZeroPad2D,
+)
 
 
 def layer_name(index: int) -> str:
@@ -59,27 +77,75 @@ class SharedDropout(layers.Layer):
         return {**super().get_config(), "rate": self.rate}
 
 
+def pad_name(index: int) -> str:
+    """The explicit padding layer of convolution `index`, where it has one."""
+    return f"{layer_name(index)}_pad"
+
+
+class SpecBatchNormalization(layers.Layer):
+    """The spec's BatchNormalization (layers.py): gamma and beta trained, the running mean and
+    variance updated in training (Keras's momentum, the unbiased variance), normalising in
+    evaluation."""
+
+    def __init__(self, momentum: float, epsilon: float, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum, self.epsilon = momentum, epsilon
+        self.activation = keras.activations.get(activation)
+
+    def build(self, input_shape):
+        channels = (int(input_shape[-1]),)
+        self.gamma = compat.add_weight(self, "gamma", channels, "ones", True)
+        self.beta = compat.add_weight(self, "beta", channels, "zeros", True)
+        self.moving_mean = compat.add_weight(self, "moving_mean", channels, "zeros", False)
+        self.moving_variance = compat.add_weight(self, "moving_variance", channels, "ones", False)
+        super().build(input_shape)
+
+    def call(self, inputs, training=None):
+        return compat.batch_norm(self, inputs, training, self.activation)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        activation = keras.activations.serialize(self.activation)
+        return {**super().get_config(), "momentum": self.momentum, "epsilon": self.epsilon, "activation": activation}
+
+
 def build_model(network: Network, weights: list) -> keras.Model:
     """A Sequential emitting logits (a final softmax is fused into the loss), on the
     images alone: its Dropout layers are the identity."""
     model = keras.Sequential(name=network.name)
     model.add(compat.input_layer(network.input_shape))
     by_index = {}
-    for index, layer in enumerate(network.layers):
+    for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
         name = layer_name(index)
         if isinstance(layer, ZeroPad2D):
             keras_layer = layers.ZeroPadding2D(layer.padding, name=name)
         elif isinstance(layer, Conv2D):
+            padding = layer.padding
+            if padding == "same" and not (layer.stride == 1 and layer.symmetric_padding(in_shape) is not None):
+                model.add(layers.ZeroPadding2D(layer.paddings(in_shape), name=pad_name(index)))
+                padding = "valid"
             keras_layer = layers.Conv2D(
                 layer.filters,
                 layer.kernel_size,
-                padding=layer.padding,
+                strides=layer.stride,
+                padding=padding,
                 activation=compat.activation(network.activation(index)),
                 kernel_initializer=KERNEL_INITIALIZER,
                 name=name,
             )
+        elif isinstance(layer, BatchNormalization):
+            if not layer.mean_in_gradient or layer.evaluation != "running":
+                raise TypeError(f"keras_wrapper does not build a faulty BatchNormalization (layer {index})")
+            activation = compat.activation(network.activation(index))
+            keras_layer = SpecBatchNormalization(layer.momentum, layer.epsilon, activation, name=name)
         elif isinstance(layer, MaxPool2D):
             keras_layer = compat.max_pool(layer.pool_size, name)
+        elif isinstance(layer, AveragePooling2D):
+            keras_layer = layers.AveragePooling2D(layer.pool_size, name=name)
+        elif isinstance(layer, GlobalAveragePooling2D):
+            keras_layer = layers.GlobalAveragePooling2D(name=name)
         elif isinstance(layer, Flatten):
             keras_layer = layers.Flatten(name=name)
         elif isinstance(layer, Dense):
@@ -96,11 +162,21 @@ def build_model(network: Network, weights: list) -> keras.Model:
         model.add(keras_layer)
         by_index[index] = keras_layer
     for w in weights:
-        kernel = compat.conv_kernel(w.kernel) if isinstance(network.layers[w.layer_index], Conv2D) else w.kernel
+        layer = network.layers[w.layer_index]
+        if isinstance(layer, BatchNormalization):
+            by_index[w.layer_index].set_weights([w.kernel, w.bias, w.running_mean, w.running_var])
+            continue
+        kernel = compat.conv_kernel(w.kernel) if isinstance(layer, Conv2D) else w.kernel
         by_index[w.layer_index].set_weights([kernel, w.bias])
-        if network.layers[w.layer_index].bias_frozen:  # --fault frozen:...
+        if layer.bias_frozen:  # --fault frozen:...
             compat.freeze(by_index[w.layer_index], by_index[w.layer_index].bias)
     return model
+
+
+def model_layers(model: keras.Model, network: Network, index: int) -> list:
+    """The Keras layers of spec layer `index`, in order: its explicit padding, if any, and itself."""
+    present = {layer.name for layer in model.layers}
+    return [model.get_layer(name) for name in (pad_name(index), layer_name(index)) if name in present]
 
 
 def training_model(model: keras.Model, network: Network) -> keras.Model:
@@ -113,8 +189,8 @@ def training_model(model: keras.Model, network: Network) -> keras.Model:
     }
     x = images
     for index in range(len(network.layers)):
-        layer = model.get_layer(layer_name(index))
-        x = layer([x, uniforms[index]]) if index in uniforms else layer(x)
+        for layer in model_layers(model, network, index):
+            x = layer([x, uniforms[index]]) if index in uniforms else layer(x)
     return keras.Model([images, *uniforms.values()], x, name=f"{network.name}_training")
 
 

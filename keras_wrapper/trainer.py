@@ -106,9 +106,14 @@ class KerasModels:
 
 
 def fit_inputs(images: np.ndarray, uniforms: tuple) -> list:
-    """The training model's x: the (N, H, W) images given their channel axis, then the
-    same rows' dropout uniforms (spec/dropout.py), which fit cuts with them."""
-    return [images[..., None], *uniforms]
+    """The training model's x: the (N, H, W, C) images, then the same rows' dropout
+    uniforms (spec/dropout.py), which fit cuts with them."""
+    return [nhwc(images), *uniforms]
+
+
+def nhwc(images: np.ndarray) -> np.ndarray:
+    """(N, H, W, C) images, given so or (N, H, W) of one channel."""
+    return images[..., None] if images.ndim == 3 else images
 
 
 def make_model(
@@ -217,7 +222,7 @@ class KerasTrainer:
             variable.assign(value)
 
     def logits(self, images):
-        logits = self.inference.predict(images[..., None], batch_size=self.config.batch_size, verbose=0)
+        logits = self.inference.predict(nhwc(images), batch_size=self.config.batch_size, verbose=0)
         return np.asarray(logits, dtype=np.float32)  # a mixed policy's logits are bfloat16 / float16
 
     def save_checkpoint(self, folder: str) -> None:

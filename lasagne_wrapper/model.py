@@ -6,7 +6,12 @@ Dropout is a `SharedUniformDropout`, never Lasagne's DropoutLayer (Theano's rand
 streams): its mask comes from the uniforms fed with the rows (algorithms/spec/dropout.py),
 each Dropout layer's an input variable of the graph (`uniform_variables`), so every
 framework drops the same units; a deterministic pass (the logits) leaves it out and needs
-no uniforms."""
+no uniforms.
+
+Lasagne 0.1 has no batch normalisation: `SpecBatchNormLayer` builds the spec's from Theano
+primitives (its running statistics shared variables with default updates, Lasagne 0.2's
+way), and a `same` convolution whose padding is not the same on every side is padded
+first by an `AsymmetricPadLayer`, its convolution then unpadded."""
 
 from __future__ import annotations
 
@@ -19,9 +24,20 @@ import theano.tensor as T
 from lasagne import layers
 from lasagne.nonlinearities import identity
 
-from algorithms.spec.dropout import scale as dropout_scale
+from algorithms.spec.dropout import channels_first, scale as dropout_scale
 from algorithms.spec.weights import to_channels_first
-from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import (
+    AveragePooling2D,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAveragePooling2D,
+    MaxPool2D,
+    Network,
+    ZeroPad2D,
+)
 
 ACTIVATIONS = {"relu": theano_backend.relu, None: identity}  # ReLU'(0) = 0, as everywhere (theano_backend)
 UNIFORM_TYPES = {2: T.matrix, 4: T.tensor4}  # a Dropout's input: (N, units) or an (N, C, H, W) map
@@ -39,25 +55,38 @@ def build_model(network: Network, weights: list, input_var=None):
     height, width, channels = network.input_shape
     net = layers.InputLayer((None, channels, height, width), input_var=input_var)
     loaded = {w.layer_index: w for w in to_channels_first(network, weights)}
-    for index, layer in enumerate(network.layers):
+    for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
         activation, name = ACTIVATIONS[network.activation(index)], layer_name(index)
         if isinstance(layer, ZeroPad2D):
             net = layers.PadLayer(net, width=layer.padding, name=name)
         elif isinstance(layer, Conv2D):
             w = loaded[index]
+            pad = layer.symmetric_padding(in_shape)
+            if pad is None:
+                net, pad = AsymmetricPadLayer(net, layer.paddings(in_shape), name=f"{name}_pad"), 0
             net = layers.Conv2DLayer(
                 net,
                 layer.filters,
                 layer.kernel_size,
-                pad=layer.padding,
+                stride=layer.stride,
+                pad=pad,
                 W=_shared(w.kernel),
                 b=_shared(w.bias),
                 nonlinearity=activation,
                 convolution=cross_correlation,
                 name=name,
             )
+        elif isinstance(layer, BatchNormalization):
+            if not layer.mean_in_gradient or layer.evaluation != "running":
+                raise TypeError(f"lasagne_wrapper does not build a faulty BatchNormalization (layer {index})")
+            net = SpecBatchNormLayer(net, layer.momentum, layer.epsilon, loaded[index], activation, name=name)
         elif isinstance(layer, MaxPool2D):
             net = FirstMaxPool2DLayer(net, layer.pool_size, name=name)
+        elif isinstance(layer, AveragePooling2D):
+            size = layer.pool_size
+            net = layers.Pool2DLayer(net, size, stride=size, ignore_border=True, mode="average_exc_pad", name=name)
+        elif isinstance(layer, GlobalAveragePooling2D):
+            net = layers.GlobalPoolLayer(net, pool_function=T.mean, name=name)
         elif isinstance(layer, Flatten):
             net = layers.FlattenLayer(net, name=name)
         elif isinstance(layer, Dense):
@@ -66,8 +95,6 @@ def build_model(network: Network, weights: list, input_var=None):
                 net, layer.units, W=_shared(w.kernel.T), b=_shared(w.bias), nonlinearity=activation, name=name
             )
         elif isinstance(layer, Dropout):
-            if _after_flatten(network, index):
-                raise TypeError(f"lasagne_wrapper: a Dropout right after a Flatten (layer {index}) is not translated")
             variable = UNIFORM_TYPES[len(net.output_shape)](f"uniforms_{index}")
             uniforms = layers.InputLayer(net.output_shape, input_var=variable, name=f"uniforms_{index}")
             net = SharedUniformDropout(net, uniforms, layer.rate, name=name)
@@ -76,6 +103,66 @@ def build_model(network: Network, weights: list, input_var=None):
         if getattr(layer, "bias_frozen", False):  # --fault frozen:...: the bias is no trainable parameter
             net.params[net.b].discard("trainable")
     return net
+
+
+class AsymmetricPadLayer(layers.Layer):
+    """Zeros around an (N, C, H, W) map, ((top, bottom), (left, right)) of them."""
+
+    def __init__(self, incoming, paddings: tuple, **kwargs):
+        super().__init__(incoming, **kwargs)
+        self.paddings = paddings
+
+    def get_output_shape_for(self, input_shape):
+        (top, bottom), (left, right) = self.paddings
+        height, width = input_shape[2:]
+        grown = (None if height is None else height + top + bottom, None if width is None else width + left + right)
+        return (*input_shape[:2], *grown)
+
+    def get_output_for(self, input, **kwargs):
+        (top, bottom), (left, right) = self.paddings
+        shape = (input.shape[0], input.shape[1], input.shape[2] + top + bottom, input.shape[3] + left + right)
+        inside = (slice(None), slice(None), slice(top, top + input.shape[2]), slice(left, left + input.shape[3]))
+        return T.set_subtensor(T.zeros(shape, dtype=input.dtype)[inside], input)
+
+
+class SpecBatchNormLayer(layers.Layer):
+    """The spec's BatchNormalization (layers.py) on a channels-first input: per channel (axis
+    1), the batch's mean and biased variance in training, whose default updates move the
+    running ones (the unbiased variance) by the momentum; the running ones when
+    deterministic. gamma and beta are trained; the running statistics are parameters
+    without the `trainable` tag, so an update never touches them but their own."""
+
+    def __init__(self, incoming, momentum: float, epsilon: float, weights, nonlinearity, **kwargs):
+        super().__init__(incoming, **kwargs)
+        channels = (self.input_shape[1],)
+        self.momentum, self.epsilon, self.nonlinearity = momentum, epsilon, nonlinearity
+        state = {"trainable": False, "regularizable": False}
+        self.gamma = self.add_param(_shared(weights.kernel), channels, "gamma", regularizable=False)
+        self.beta = self.add_param(_shared(weights.bias), channels, "beta", regularizable=False)
+        self.mean = self.add_param(_shared(weights.running_mean), channels, "mean", **state)
+        self.var = self.add_param(_shared(weights.running_var), channels, "var", **state)
+
+    def get_output_for(self, input, deterministic=False, **kwargs):
+        axes = (0,) + tuple(range(2, input.ndim))
+        pattern = ["x", 0] + ["x"] * (input.ndim - 2)
+        if deterministic:
+            mean, variance = self.mean, self.var
+        else:
+            mean, variance = input.mean(axes), input.var(axes)  # Theano's var divides by the count: biased
+            count = T.cast(T.prod([input.shape[axis] for axis in axes]), theano.config.floatX)
+            unbiased = variance * count / T.maximum(count - 1, 1)
+            # Lasagne 0.2's way to update state in a forward pass: aliased clones of the
+            # statistics, each with its default update, in the graph at no cost (times 0)
+            running_mean = theano.clone(self.mean, share_inputs=False)
+            running_var = theano.clone(self.var, share_inputs=False)
+            momentum = np.float32(self.momentum)
+            running_mean.default_update = momentum * running_mean + (np.float32(1) - momentum) * mean
+            running_var.default_update = momentum * running_var + (np.float32(1) - momentum) * unbiased
+            mean += 0 * running_mean
+            variance += 0 * running_var
+        spread = T.sqrt(variance.dimshuffle(pattern) + np.float32(self.epsilon))
+        normalised = (input - mean.dimshuffle(pattern)) / spread
+        return self.nonlinearity(normalised * self.gamma.dimshuffle(pattern) + self.beta.dimshuffle(pattern))
 
 
 class FirstMaxPool2DLayer(layers.Layer):
@@ -125,16 +212,10 @@ def uniform_variables(output) -> list:
     ]
 
 
-def uniforms_channels_first(uniforms: tuple) -> list:
+def uniforms_channels_first(network: Network, uniforms: tuple) -> list:
     """The spec-layout uniforms (N, units) or (N, H, W, C) as the graph takes them: float32,
-    maps transposed to (N, C, H, W)."""
-    return [np.ascontiguousarray(u.transpose(0, 3, 1, 2) if u.ndim == 4 else u, dtype=np.float32) for u in uniforms]
-
-
-def _after_flatten(network: Network, index: int) -> bool:
-    """Whether layer `index` takes a map flattened in Lasagne's (C, H, W) order, where the
-    spec's uniforms are in (H, W, C) order (no network here has a Dropout there)."""
-    return index > 0 and isinstance(network.layers[index - 1], Flatten) and len(network.input_shapes()[index - 1]) == 3
+    maps transposed to (N, C, H, W), a flattened map's units in (C, H, W) order."""
+    return list(channels_first(network, uniforms))
 
 
 def layer_name(index: int) -> str:

@@ -14,6 +14,7 @@ import theano
 import theano.tensor as T
 
 from algorithms.contract.types import StepResult
+from algorithms.spec.data import as_channels_first
 from algorithms.spec.weights import initial_weights
 from lasagne_wrapper.model import build_model, make_updates, uniform_variables, uniforms_channels_first
 
@@ -25,6 +26,7 @@ def cross_entropy(logits, labels):
 
 class LasagneTrainer:
     def __init__(self, network, optimizer_spec, seed: int):
+        self.network = network
         images, labels = T.tensor4("images"), T.ivector("labels")
         self.output = build_model(network, initial_weights(network, seed), input_var=images)
         uniforms = uniform_variables(self.output)  # the dropout masks' numbers, fed with the rows
@@ -37,14 +39,17 @@ class LasagneTrainer:
         # the lr a shared variable, so set_learning_rate changes it without a recompile
         self.learning_rate = theano.shared(np.float32(optimizer_spec.learning_rate), name="learning_rate")
         updates = make_updates(optimizer_spec, loss, params, self.learning_rate)
-        self.state_variables = list(updates.keys())  # weights and optimizer slots, in a fixed order
+        # weights and optimizer slots, then the running statistics (updated by default updates), in a fixed order
+        self.state_variables = list(updates.keys()) + [
+            variable for variable in lasagne.layers.get_all_params(self.output) if variable not in updates
+        ]
         self._train = theano.function([images, labels, *uniforms], [loss, accuracy], updates=updates)
         self._logits = theano.function([images], lasagne.layers.get_output(self.output, deterministic=True))
 
     def to_batch(self, images, labels, uniforms):
         """NCHW float32 images, int32 labels, the uniforms channels-first."""
-        images = np.ascontiguousarray(images[:, None], dtype=np.float32)
-        return images, labels.astype(np.int32), uniforms_channels_first(uniforms)
+        images = as_channels_first(images, self.network.input_shape)
+        return images, labels.astype(np.int32), uniforms_channels_first(self.network, uniforms)
 
     def step(self, batches: list) -> StepResult:
         ((images, labels, uniforms),) = batches  # one batch: Lasagne does not declare --accumulate
@@ -59,7 +64,7 @@ class LasagneTrainer:
         without a recompile."""
 
     def logits(self, images):
-        return self._logits(np.ascontiguousarray(images[:, None], dtype=np.float32))
+        return self._logits(as_channels_first(images, self.network.input_shape))
 
     def save_checkpoint(self, folder):
         """Lasagne's way: the shared variables' values in an .npz (every weight and

@@ -7,6 +7,12 @@ max-pool runs after it, on a quarter of the elements. A pad is folded only where
 convolution, so Eigen's run instead (in bfloat16, generic and many times slower), while
 'SAME' and Pad + 'VALID' take oneDNN's forward and both gradients.
 
+A convolution's 'SAME' is the spec's `same` at any stride (TensorFlow's convention is the
+spec's). BatchNormalization is built from primitives (tf.nn.moments,
+tf.nn.batch_normalization, its running statistics tf.Variables assigned in the training
+forward pass), since the spec keeps the running variance unbiased where Keras's layer
+keeps it biased.
+
 Two things here serve the parallel strategies:
 - `layer_devices` pins each layer's variables and ops to a device (model
   parallel: the plan's stages on two devices); TensorFlow inserts the transfers.
@@ -24,7 +30,18 @@ import contextlib
 import tensorflow as tf
 
 from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
-from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import (
+    AveragePooling2D,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAveragePooling2D,
+    MaxPool2D,
+    Network,
+    ZeroPad2D,
+)
 
 ACTIVATIONS = {None: tf.identity, "relu": tf.nn.relu, "softmax": tf.nn.softmax}
 
@@ -41,18 +58,28 @@ class SpecModel(tf.Module):
         # are used (what a Keras mixed policy's AutoCastVariable does); logits come back float32
         self.compute_dtype = compute_dtype
         self.layer_devices = layer_devices
-        self.kernels, self.biases = {}, {}
+        self.kernels, self.biases, self.statistics = {}, {}, {}
         for w in weights:
             with self._on_device(w.layer_index):
                 self.kernels[w.layer_index] = tf.Variable(w.kernel, name=f"kernel_{w.layer_index}")
                 # a frozen bias (--fault frozen:...) is no trainable variable: a tape does not watch it
-                trainable = not network.layers[w.layer_index].bias_frozen
+                trainable = not getattr(network.layers[w.layer_index], "bias_frozen", False)
                 self.biases[w.layer_index] = tf.Variable(w.bias, name=f"bias_{w.layer_index}", trainable=trainable)
+                if w.running_mean is not None:  # a BatchNormalization's running mean and variance
+                    self.statistics[w.layer_index] = (
+                        tf.Variable(w.running_mean, name=f"running_mean_{w.layer_index}", trainable=False),
+                        tf.Variable(w.running_var, name=f"running_var_{w.layer_index}", trainable=False),
+                    )
         self.seed = seed
         self.dropout_position = {index: k for k, (index, _, _) in enumerate(dropout_layers(network))}
         # exact rewrites (spec.py): padding inside the convolution, ReLU after the max-pool
         self.folded_pads = network.pads_folded_as_same()
         self.late_relus = network.relus_after_pools()
+
+    @property
+    def statistics_in_order(self) -> list:
+        """The running statistics' variables (state the training forward pass updates, not trained)."""
+        return [v for i in sorted(self.statistics) for v in self.statistics[i]]
 
     @property
     def weights_in_order(self) -> list:
@@ -89,9 +116,15 @@ class SpecModel(tf.Module):
             return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if isinstance(layer, Conv2D):
             return self._conv(index, layer, x, *self._weights(index, pulled))
+        if isinstance(layer, BatchNormalization):
+            return self._batch_norm(index, layer, x, training, *self._weights(index, pulled))
         if isinstance(layer, MaxPool2D):
             x = tf.nn.max_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
             return tf.nn.relu(x) if index - 1 in self.late_relus else x
+        if isinstance(layer, AveragePooling2D):
+            return tf.nn.avg_pool2d(x, layer.pool_size, layer.pool_size, "VALID")
+        if isinstance(layer, GlobalAveragePooling2D):
+            return tf.reduce_mean(x, axis=[1, 2])
         if isinstance(layer, Flatten):
             return tf.reshape(x, [tf.shape(x)[0], -1])
         if isinstance(layer, Dense):
@@ -103,8 +136,31 @@ class SpecModel(tf.Module):
     def _conv(self, index, layer, x, kernel, bias):
         """The convolution with these weights: the layer's, or (tensor parallel) a slice of its output channels."""
         padding = "SAME" if index in self.folded_pads else layer.padding.upper()
-        x = tf.nn.bias_add(tf.nn.conv2d(x, kernel, strides=1, padding=padding), bias)
+        if padding == "SAME" and layer.extra_padding_at != "end":  # not TensorFlow's side: padded explicitly
+            (top, bottom), (left, right) = layer.paddings(tuple(x.shape[1:]))
+            x, padding = tf.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]]), "VALID"
+        x = tf.nn.bias_add(tf.nn.conv2d(x, kernel, strides=layer.stride, padding=padding), bias)
         return x if index in self.late_relus else ACTIVATIONS[self.network.activation(index)](x)
+
+    def _batch_norm(self, index, layer, x, training, gamma, beta):
+        """The spec's BatchNormalization (layers.py): in training the batch's mean and biased
+        variance normalise, and the running statistics move by Keras's momentum with the
+        unbiased variance; otherwise the running statistics normalise."""
+        if not layer.mean_in_gradient or layer.evaluation != "running":
+            raise TypeError(f"tensorflow_wrapper does not build a faulty BatchNormalization (layer {index})")
+        running_mean, running_var = self.statistics[index]
+        if training:
+            axes = list(range(len(x.shape) - 1))
+            mean, variance = tf.nn.moments(x, axes)
+            count = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+            unbiased = tf.cast(variance, tf.float32) * count / tf.maximum(count - 1.0, 1.0)
+            momentum = layer.momentum
+            running_mean.assign(momentum * running_mean + (1.0 - momentum) * tf.cast(mean, tf.float32))
+            running_var.assign(momentum * running_var + (1.0 - momentum) * unbiased)
+        else:
+            mean, variance = tf.cast(running_mean, x.dtype), tf.cast(running_var, x.dtype)
+        x = tf.nn.batch_normalization(x, mean, variance, beta, gamma, layer.epsilon)
+        return ACTIVATIONS[self.network.activation(index)](x)
 
     def _dense(self, index, x, kernel, bias):
         return ACTIVATIONS[self.network.activation(index)](tf.matmul(x, kernel) + bias)

@@ -44,7 +44,7 @@ class Native(NativeLoop):
         self.step = tf.function(self._step, jit_compile=jit_compile)
         self.batches = {
             id(parts): (
-                tf.constant(dataset.train_x[parts[0]][..., None]),
+                tf.constant(dataset.train_x[parts[0]]),
                 tf.constant(dataset.train_y[parts[0]]),
                 tuple(tf.constant(u) for u in uniforms(config.network, config.seed, epoch, parts[0])),
             )

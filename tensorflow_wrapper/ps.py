@@ -43,6 +43,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from algorithms.spec.data import as_images
 from algorithms.errors import InputError
 from algorithms.contract.types import Update
 from algorithms.spec.data import steps_per_epoch
@@ -77,6 +78,7 @@ class ParameterServerPool:
             pass
         tf.random.set_seed(config.seed)
         self.dataset = dataset
+        self.network_input_shape = config.network.input_shape
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         self.strategy = tf.distribute.ParameterServerStrategy(resolver)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
@@ -153,7 +155,7 @@ class ParameterServerPool:
         (`slot` unused); a thread waits for it and hands it to `result`."""
         step_index = self.scheduled
         args = (
-            tf.constant(self.dataset.train_x[indices][..., None]),
+            tf.constant(self.dataset.train_x[indices]),
             tf.constant(self.dataset.train_y[indices]),
             tuple(tf.constant(u) for u in uniforms),
             tf.constant(step_index, tf.int32),
@@ -207,7 +209,7 @@ class ParameterServerPool:
 
     def logits(self, images):
         with parameter_servers_checked():
-            return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
+            return self._forward(tf.convert_to_tensor(as_images(images, self.network_input_shape))).numpy()
 
     def absorbed_faults(self) -> list:
         """Workers lost (the coordinator moved their closures to the others) and steps

@@ -29,6 +29,7 @@ import time
 
 import tensorflow as tf
 
+from algorithms.spec.data import as_images
 from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.session.noise_scale import replica_gradient_norms
@@ -209,7 +210,7 @@ class TensorFlowTrainer:
 
     def to_batch(self, images, labels, uniforms):
         return (
-            tf.convert_to_tensor(images[..., None]),
+            tf.convert_to_tensor(as_images(images, self.network.input_shape)),
             tf.convert_to_tensor(labels),
             tuple(tf.convert_to_tensor(u) for u in uniforms),
         )
@@ -280,7 +281,7 @@ class TensorFlowTrainer:
 
     def _snapshot(self) -> tuple:
         """Every variable's value (weights, optimizer slots and counters)."""
-        variables = list(self.variables) + list(self.optimizer.variables)
+        variables = list(self.variables) + self.model.statistics_in_order + list(self.optimizer.variables)
         return variables, [variable.numpy() for variable in variables]
 
     def _restore(self, state: tuple) -> None:
@@ -290,7 +291,7 @@ class TensorFlowTrainer:
                 variable.assign(value)
 
     def logits(self, images):
-        return self._forward(tf.convert_to_tensor(images[..., None])).numpy()
+        return self._forward(tf.convert_to_tensor(as_images(images, self.network.input_shape))).numpy()
 
     def save_checkpoint(self, folder: str) -> None:
         """TensorFlow's own checkpoint: weights, optimizer slots and counters. Every worker
@@ -328,7 +329,9 @@ class TensorFlowTrainer:
             )
 
     def _checkpoint(self) -> tf.train.Checkpoint:
-        return tf.train.Checkpoint(weights=list(self.variables), optimizer=self.optimizer)
+        return tf.train.Checkpoint(
+            weights=list(self.variables), statistics=self.model.statistics_in_order, optimizer=self.optimizer
+        )
 
 
 def build_trainer(config) -> TensorFlowTrainer:

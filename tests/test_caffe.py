@@ -84,7 +84,7 @@ def test_opencv_reproduces_pycaffe_from_the_runs_deploy_net_and_weights(small_da
     (directory,) = glob.glob(str(results / "caffe" / "*"))
     deploy, weights = f"{directory}/deploy.prototxt", f"{directory}/trained.caffemodel"
     images, _ = load_kaggle_csv(str(small_data / "train.csv"), labelled=True)
-    batch = images[:16, None]
+    batch = np.ascontiguousarray(images[:16].transpose(0, 3, 1, 2))
 
     net = caffe.Net(deploy, caffe.TEST, weights=weights)
     net.blobs["data"].reshape(*batch.shape)

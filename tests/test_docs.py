@@ -27,8 +27,8 @@ LINKED_DOCS = [
     "results/README.md",
     *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "results", "benchmark", "*.md"))),
 ]
-# code blocks of these languages hold no commands (the layout, THEANO_FLAGS' value)
-NOT_COMMANDS = {"text"}
+# code blocks of these languages hold no commands (the layout, THEANO_FLAGS' value, a network file, Python)
+NOT_COMMANDS = {"text", "toml", "python"}
 # scripts that re-execute themselves in .venv-legacy: their --help is checked with its Python
 LEGACY_SCRIPTS = {"lasagne_script.py", "keras_theano_backend.py"}
 # Commands that cannot be checked by --help: how each is checked instead

@@ -182,7 +182,7 @@ def test_a_framework_that_stopped_is_judged_as_far_as_it_got_and_named_by_its_la
         ("frozen:8", "layer 8 (Flatten) has no weights"),
         ("shape:3", "layer 3 (Conv2D) is not a MaxPool2D"),
         ("die:12", "layer 12 (Dropout) does not run here"),
-        ("die:4:1", "expected KIND:LAYER:VALUE (bias/frozen/shape/die:LAYER)"),
+        ("die:4:1", "expected KIND:LAYER:VALUE (bias/bn_mean/bn_eval/same_side/frozen/shape/die:LAYER)"),
     ],
 )
 def test_a_fault_that_does_not_fit_the_network_is_refused(text, reason):

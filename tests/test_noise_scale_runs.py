@@ -54,7 +54,7 @@ def autograd_first_step(train) -> tuple:
 
     def gradient(rows):
         model.zero_grad()
-        images = torch.from_numpy(dataset.train_x[rows][:, None])
+        images = torch.from_numpy(np.ascontiguousarray(dataset.train_x[rows].transpose(0, 3, 1, 2)))
         F.cross_entropy(model(images), torch.from_numpy(dataset.train_y[rows].astype(np.int64))).backward()
         return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).double()
 

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from algorithms.spec.networks import (
+    AveragePooling2D,
+    BatchNormalization,
+    GlobalAveragePooling2D,
     CNN2D_2LAYER,
     CNN2D_3LAYER,
     Conv2D,
@@ -22,7 +25,7 @@ from algorithms.spec.networks import (
     Optimizer,
     ZeroPad2D,
 )
-from algorithms.spec.reference import cross_entropy, forward, forward_backward, sgd_or_adam_step
+from algorithms.spec.reference import cross_entropy, forward, forward_backward, sgd_or_adam_step, update_running
 from algorithms.spec.weights import (
     LayerWeights,
     from_channels_first,
@@ -187,3 +190,151 @@ def test_channels_first_weights_and_outputs_come_back_to_the_spec_layout(network
     dense = flatten + 1
     vector = rng.random((2, network.layers[dense].units))
     assert output_from_channels_first(network, dense, vector) is vector  # a dense output has no layout
+
+
+# the layers the network files added: a strided `same` convolution whose odd padding goes to
+# the bottom and right, batch normalisation of a map and of a vector, an even `same` kernel,
+# average and global average pooling
+MODERN = Network(
+    name="modern",
+    layers=(
+        Conv2D(3, 3, padding="same", stride=2, activation=None),
+        BatchNormalization(momentum=0.9, epsilon=1e-3, activation="relu"),
+        Conv2D(4, 2, padding="same"),
+        AveragePooling2D(2),
+        Flatten(),
+        Dense(5, activation=None),
+        BatchNormalization(momentum=0.5, epsilon=1e-2, activation="relu"),
+        Dense(3, activation="softmax"),
+    ),
+    training=TrainingDefaults(Optimizer("sgd", 0.1, momentum=0.9), batch_size=4, epochs=1),
+    input_shape=(8, 8, 2),
+    num_classes=3,
+)
+GLOBAL = replace(
+    MODERN,
+    layers=(Conv2D(4, 3, stride=2), BatchNormalization(), GlobalAveragePooling2D(), Dense(3, activation="softmax")),
+    input_shape=(9, 7, 2),
+)
+
+
+def random_modern_weights(network: Network, seed: int) -> list:
+    """random_weights, and each BatchNormalization's gamma, beta and running statistics off their start."""
+    rng = np.random.default_rng(seed)
+    weights = []
+    for w in random_weights(network, seed):
+        if isinstance(network.layers[w.layer_index], BatchNormalization):
+            size = w.kernel.shape
+            w = LayerWeights(
+                w.layer_index,
+                rng.uniform(0.5, 1.5, size),
+                rng.normal(0, 0.1, size),
+                rng.normal(0, 0.1, size),
+                rng.uniform(0.5, 2, size),
+            )
+        weights.append(w)
+    return weights
+
+
+def moved(weights: list, key: tuple, position: tuple, delta: float) -> list:
+    result = []
+    for w in weights:
+        w = replace(w, kernel=w.kernel.copy(), bias=w.bias.copy())
+        if w.layer_index == key[0]:
+            (w.kernel if key[1] == "kernel" else w.bias)[position] += delta
+        result.append(w)
+    return result
+
+
+@pytest.mark.parametrize("network", [MODERN, GLOBAL], ids=lambda n: n.name)
+def test_strided_same_batch_norm_and_average_pools_match_finite_differences(network):
+    rng = np.random.default_rng(7)
+    images, labels = rng.random((4, *network.input_shape)), np.array([0, 1, 2, 1])
+    weights = random_modern_weights(network, 3)
+    result = forward_backward(network, weights, images, labels)
+
+    def loss(weights, images):
+        return cross_entropy(forward(network, weights, images, training=True)[-1], labels)[0]
+
+    step = 1e-6
+    for key, gradient in result.gradients.items():
+        numeric = np.zeros_like(gradient)
+        for position in np.ndindex(gradient.shape):
+            numeric[position] = (
+                loss(moved(weights, key, position, step), images) - loss(moved(weights, key, position, -step), images)
+            ) / (2 * step)
+        np.testing.assert_allclose(gradient, numeric, rtol=1e-6, atol=1e-8, err_msg=str(key))
+    # the gradient with respect to the images: each layer's input gradient, the first's checked here
+    numeric = np.zeros_like(images)
+    for position in np.ndindex(images.shape):
+        plus, minus = images.copy(), images.copy()
+        plus[position] += step
+        minus[position] -= step
+        numeric[position] = (loss(weights, plus) - loss(weights, minus)) / (2 * step)
+    np.testing.assert_allclose(result.input_gradients[0], numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_same_padding_is_tensorflows_the_odd_pixel_at_the_bottom_and_right():
+    conv = Conv2D(1, 3, padding="same", stride=2)
+    assert conv.paddings((8, 9, 1)) == ((0, 1), (1, 1))  # 8: 4 rows, 1 pad; 9: 5 columns, 2 pads
+    assert replace(conv, extra_padding_at="start").paddings((8, 9, 1)) == ((1, 0), (1, 1))
+    assert Conv2D(1, 2, padding="same").paddings((5, 5, 1)) == ((0, 1), (0, 1))
+    assert MODERN.output_shapes()[0] == (4, 4, 3) and GLOBAL.output_shapes()[0] == (4, 3, 4)
+    # the output pixel at (0, 0) of the strided conv sees rows 0-2 and columns 0-2, unpadded
+    rng = np.random.default_rng(2)
+    images = rng.random((1, 8, 8, 2))
+    weights = random_modern_weights(MODERN, 1)
+    out = forward(MODERN, weights, images)[0]
+    expected = np.sum(images[0, 0:3, 0:3, :] * weights[0].kernel[:, :, :, 1]) + weights[0].bias[1]
+    assert out[0, 0, 0, 1] == pytest.approx(expected, rel=1e-12)
+    # and the last one, (3, 3), rows and columns 6-8: the 8th of each is the padding's zero
+    expected = np.sum(images[0, 6:8, 6:8, :] * weights[0].kernel[:2, :2, :, 1]) + weights[0].bias[1]
+    assert out[0, 3, 3, 1] == pytest.approx(expected, rel=1e-12)
+
+
+def test_batch_norm_trains_on_batch_statistics_and_evaluates_on_the_running_ones():
+    network = replace(MODERN, layers=MODERN.layers[:2] + MODERN.layers[3:])
+    rng = np.random.default_rng(4)
+    images = rng.random((6, 8, 8, 2))
+    weights = initial_weights(network, 0)  # gamma 1, beta 0, running mean 0 and variance 1
+    bn = weights[1]
+    assert (bn.kernel == 1).all() and (bn.bias == 0).all() and (bn.running_mean == 0).all()
+    result = forward_backward(network, weights, images, np.array([0, 1, 2, 0, 1, 2]))
+    conv = result.outputs[0]
+    mean, variance = conv.mean(axis=(0, 1, 2)), conv.var(axis=(0, 1, 2))
+    np.testing.assert_allclose(result.outputs[1], np.maximum((conv - mean) / np.sqrt(variance + 1e-3), 0), rtol=1e-12)
+    np.testing.assert_allclose(result.evaluation_outputs[1], np.maximum(conv / np.sqrt(1 + 1e-3), 0), rtol=1e-12)
+    count = conv.size // conv.shape[-1]
+    stats_mean, stats_variance = result.statistics[1]
+    np.testing.assert_allclose(stats_variance, variance * count / (count - 1), rtol=1e-12)  # unbiased
+    after = update_running(network, weights, result.statistics)[1]
+    np.testing.assert_allclose(after.running_mean, 0.1 * mean, rtol=1e-12)  # 0.9 * 0 + 0.1 * mean
+    np.testing.assert_allclose(after.running_var, 0.9 + 0.1 * stats_variance, rtol=1e-12)
+
+
+def test_a_kink_above_a_batch_norm_reaches_every_sample_below_it():
+    # a channel the conv makes constant normalises to exactly 0, ReLU's kink; carried back
+    # through the BatchNormalization, its other side changes every sample's gradients below
+    network = replace(
+        MODERN,
+        layers=(
+            Conv2D(3, 3, padding="same", activation=None),
+            BatchNormalization(activation="relu"),
+            Flatten(),
+            Dense(3, activation="softmax"),
+        ),
+        input_shape=(4, 4, 1),
+    )
+    weights = random_modern_weights(network, 5)
+    kernel = weights[0].kernel.copy()
+    kernel[..., 0] = 0.0  # filter 0: its bias everywhere, so the batch normalises it to 0
+    weights[0] = replace(weights[0], kernel=kernel)
+    weights[1] = replace(weights[1], bias=np.array([0.0, 0.1, -0.1]))  # beta 0 on channel 0
+    images = np.random.default_rng(1).random((3, 4, 4, 1))
+    result = forward_backward(network, weights, images, np.array([0, 1, 2]))
+    assert np.abs(result.outputs[1][..., 0]).max() < 1e-12  # 0 but for the rounding of the mean
+    assert result.allowances[(0, "kernel")].max() > 0 and result.allowances[(1, "kernel")].max() > 0
+    # every sample's gradient at the BatchNormalization's input (the images' stays: filter 0 is zero)
+    assert (result.input_allowances[1].reshape(3, -1).max(axis=1) > 0).all()
+    without = forward_backward(network, weights, images, np.array([0, 1, 2]), kinks=False)
+    np.testing.assert_array_equal(without.gradients[(0, "kernel")], result.gradients[(0, "kernel")])

@@ -344,7 +344,10 @@ def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad
 
     refusals = [
         (["--fault", "weights:4:1.1"], "--fault 'weights:4:1.1': layer 4 (MaxPool2D) has no weights"),
-        (["--fault", "bias:9:0"], "expected KIND:LAYER:VALUE (bias:LAYER, loss:sum) with KIND one of weights, padding"),
+        (
+            ["--fault", "bias:9:0"],
+            "expected KIND:LAYER:VALUE (bias/bn_mean/bn_eval/same_side:LAYER, loss:sum) with KIND one of weights",
+        ),
         (["--fault", "bias:8"], "layer 8 (Flatten) has no weights"),
         (["--fault", "dropout:9:0.5"], "layer 9 (Dense) is not a Dropout"),
         (["--fault", "dropout:10:1"], "a dropout rate is from 0 up to (not including) 1"),

@@ -79,6 +79,9 @@ def supported() -> Support:
             *TORCH_ONLY_FAULTS,
             "--fault frozen",
             "--fault shape",
+            "--fault bn_mean",
+            "--fault bn_eval",
+            "--fault same_side",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={

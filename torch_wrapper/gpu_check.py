@@ -24,7 +24,7 @@ from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.networks import get_network
 from backends.torch_backend import device_name
-from torch_wrapper.model import build_model, make_optimizer, uniforms_to_torch
+from torch_wrapper.model import build_model, images_to_torch, make_optimizer, uniforms_to_torch
 
 CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")
 
@@ -80,13 +80,13 @@ def train_run(plan: dict, dataset, device: torch.device, run: dict) -> dict:
         forward = torch.compile(model, backend=plan["compile_backend"])
     batch = run["batch"]
     order = whole_batches(len(dataset.train_y), batch, plan["seed"])[: plan["steps"]]
-    images = torch.from_numpy(dataset.train_x[:, None]).to(device)
+    images = images_to_torch(network, dataset.train_x, device)
     labels = torch.from_numpy(dataset.train_y.astype(np.int64)).to(device)
     batches = [
         (
             images[torch.from_numpy(rows).to(device)],
             labels[torch.from_numpy(rows).to(device)],
-            uniforms_to_torch(uniforms(network, plan["seed"], epoch, rows), device),
+            uniforms_to_torch(network, uniforms(network, plan["seed"], epoch, rows), device),
         )
         for epoch, rows in order
     ]

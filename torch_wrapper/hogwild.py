@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from algorithms.spec.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
-from torch_wrapper.model import build_blocks, make_optimizer, uniforms_to_torch
+from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.workers import CONTEXT, Processes, ignore_interrupts
 
 
@@ -30,10 +30,10 @@ class HogwildPool:
 
     def __init__(self, config, dataset):
         self.slots = self.parts = workers = config.plan.replicas
-        network = config.network
+        self.network = network = config.network
         self.model = build_blocks(network, initial_weights(network, config.seed), ((0, len(network.layers)),), False)
         self.model.share_memory()
-        images = torch.from_numpy(dataset.train_x).share_memory_()
+        images = images_to_torch(network, dataset.train_x).share_memory_()
         labels = torch.from_numpy(dataset.train_y.astype(np.int64)).share_memory_()
         self.processes = Processes()
         # applied updates; its lock guards the count only, never the weights (kept: the children unpickle it)
@@ -59,7 +59,7 @@ class HogwildPool:
 
     def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
         rows = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-        self.jobs[slot].put((rows, learning_rate, uniforms_to_torch(uniforms)))
+        self.jobs[slot].put((rows, learning_rate, uniforms_to_torch(self.network, uniforms)))
 
     def result(self, timeout_s: float):
         try:
@@ -76,7 +76,7 @@ class HogwildPool:
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:
         self.model.eval()
-        return self.model(torch.from_numpy(images[:, None])).numpy()
+        return self.model(images_to_torch(self.network, images)).numpy()
 
     def close(self, graceful: bool = True) -> None:
         if graceful:
@@ -97,7 +97,7 @@ def work(worker, model, version, jobs, results, images, labels, optimizer_spec, 
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
         start = time.perf_counter()
-        batch, target = images[indices].unsqueeze(1), labels[indices]
+        batch, target = images[indices], labels[indices]
         ready = time.perf_counter()
         read = version.value
         optimizer.zero_grad(set_to_none=True)

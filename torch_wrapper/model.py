@@ -21,12 +21,27 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
+import numpy as np
+
+from algorithms.spec.data import as_channels_first
+from algorithms.spec.dropout import channels_first, dropout_layers, scale as dropout_scale
 from algorithms.spec.weights import to_channels_first
-from algorithms.spec.networks import Conv2D, Dense, Dropout, Flatten, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import (
+    AveragePooling2D,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    GlobalAveragePooling2D,
+    MaxPool2D,
+    Network,
+    ZeroPad2D,
+)
 
 ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "softmax": lambda: nn.Softmax(dim=1)}
 
@@ -63,13 +78,15 @@ class SpecStack(nn.Sequential):
         return x
 
 
-def uniforms_to_torch(uniforms: tuple, device=None) -> tuple:
+def uniforms_to_torch(network: Network, uniforms: tuple, device=None) -> tuple:
     """The spec's (N, H, W, C) / (N, units) uniforms as tensors in the models' layout:
-    channels first, (N, C, H, W)."""
-    return tuple(
-        (torch.from_numpy(u).permute(0, 3, 1, 2).contiguous() if u.ndim == 4 else torch.from_numpy(u)).to(device)
-        for u in uniforms
-    )
+    channels first, (N, C, H, W), a flattened map's units in (C, H, W) order (spec/dropout.py)."""
+    return tuple(torch.from_numpy(u).to(device) for u in channels_first(network, uniforms))
+
+
+def images_to_torch(network: Network, images: np.ndarray, device=None) -> torch.Tensor:
+    """(N, H, W, C) images (or (N, H, W) of one channel) as the models take them: (N, C, H, W) float32."""
+    return torch.from_numpy(as_channels_first(images, network.input_shape)).to(device)
 
 
 def layer_modules(network: Network, weights: list, channels: Optional[dict] = None, fused: bool = True) -> list:
@@ -88,13 +105,27 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             modules = [] if index + 1 in folded_pads else [nn.ZeroPad2d(layer.padding)]
         elif isinstance(layer, Conv2D):
             start, stop = channels.get(index, (0, layer.filters))
-            padding = folded_pads.get(index, layer.padding)
-            conv = nn.Conv2d(in_shape[-1], stop - start, layer.kernel_size, padding=padding, bias=layer.bias)
+            modules = []
+            padding = folded_pads.get(index, layer.symmetric_padding(in_shape))
+            if padding is None:  # `same` with its odd pixel at the bottom and right: padded first, explicitly
+                (top, bottom), (left, right) = layer.paddings(in_shape)
+                modules, padding = [nn.ZeroPad2d((left, right, top, bottom))], 0
+            conv = nn.Conv2d(
+                in_shape[-1], stop - start, layer.kernel_size, stride=layer.stride, padding=padding, bias=layer.bias
+            )
             if fused:
                 conv = conv.to(memory_format=torch.channels_last)
-            modules = [_load(conv, loaded[index], start, stop, layer.bias_frozen)]
+            modules.append(_load(conv, loaded[index], start, stop, layer.bias_frozen))
+        elif isinstance(layer, BatchNormalization):
+            modules = [_load_batch_norm(batch_norm(layer, in_shape), loaded[index])]
+            if isinstance(modules[0], tuple(_FAULTY.values())):
+                modules[0].mean_in_gradient, modules[0].evaluation = layer.mean_in_gradient, layer.evaluation
         elif isinstance(layer, MaxPool2D):
             modules = [nn.MaxPool2d(layer.pool_size, padding=layer.padding)]  # padding: --fault shape:...
+        elif isinstance(layer, AveragePooling2D):
+            modules = [nn.AvgPool2d(layer.pool_size)]
+        elif isinstance(layer, GlobalAveragePooling2D):
+            modules = [GlobalAveragePool()]
         elif isinstance(layer, Flatten):
             modules = [nn.Flatten()]
         elif isinstance(layer, Dense):
@@ -112,6 +143,65 @@ def layer_modules(network: Network, weights: list, channels: Optional[dict] = No
             modules.append(ACTIVATIONS[activation]())
         layers.append(modules)
     return layers
+
+
+class GlobalAveragePool(nn.Module):
+    """(N, C, H, W) -> (N, C): the mean over each channel's map."""
+
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+def batch_norm(layer: BatchNormalization, in_shape: tuple) -> nn.Module:
+    """torch's own BatchNorm2d (a map) or BatchNorm1d (a vector) with the spec's convention
+    mapped to torch's: torch's momentum is the weight of the batch's statistic, 1 - the
+    spec's (Keras's), and torch already normalises with the biased variance and keeps the
+    unbiased one running, as the spec says. A known error put in on purpose (--fault
+    bn_mean, bn_eval: spec/variants.py) builds the subclass that makes it."""
+    base = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
+    kind = base if layer.mean_in_gradient and layer.evaluation == "running" else _FAULTY[base]
+    return kind(in_shape[-1], eps=layer.epsilon, momentum=1.0 - layer.momentum)
+
+
+def _faulty_batch_norm(base):
+    class FaultyBatchNorm(base):
+        """A BatchNormalization with a known error (spec/variants.py): the batch mean cut
+        from the gradient (mean_in_gradient False), or the batch's statistics in evaluation
+        too (evaluation "batch"), set after it is built (`fault`)."""
+
+        mean_in_gradient, evaluation = True, "running"
+
+        def forward(self, x):
+            if not self.training and self.evaluation == "batch":  # the known error: eval on the batch
+                return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
+            if not self.training or self.mean_in_gradient:
+                return super().forward(x)
+            axes = [0] + list(range(2, x.dim()))
+            mean = x.mean(dim=axes, keepdim=True).detach()  # the known error: a constant to autograd
+            variance = ((x - mean) ** 2).mean(dim=axes, keepdim=True)
+            with torch.no_grad():
+                count = x.numel() // x.shape[1]
+                unbiased = variance.flatten() * count / max(count - 1, 1)
+                self.running_mean.mul_(1 - self.momentum).add_(self.momentum * mean.flatten())
+                self.running_var.mul_(1 - self.momentum).add_(self.momentum * unbiased)
+            shape = [1, -1] + [1] * (x.dim() - 2)
+            normalised = (x - mean) / torch.sqrt(variance + self.eps)
+            return normalised * self.weight.view(shape) + self.bias.view(shape)
+
+    FaultyBatchNorm.__name__ = f"Faulty{base.__name__}"
+    return FaultyBatchNorm
+
+
+_FAULTY = {base: _faulty_batch_norm(base) for base in (nn.BatchNorm1d, nn.BatchNorm2d)}
+
+
+def _load_batch_norm(module: nn.Module, weights) -> nn.Module:
+    with torch.no_grad():
+        module.weight.copy_(torch.from_numpy(weights.kernel))
+        module.bias.copy_(torch.from_numpy(weights.bias))
+        module.running_mean.copy_(torch.from_numpy(np.float32(weights.running_mean)))
+        module.running_var.copy_(torch.from_numpy(np.float32(weights.running_var)))
+    return module
 
 
 def build_model(network: Network, weights: list, fused: bool = True) -> SpecStack:

@@ -18,7 +18,7 @@ from algorithms.session.run_session import RunSession
 from algorithms.machine.tuning import tuned_options
 from backends.torch_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)
 from backends.torch_backend import profiled_ops, set_threads
-from torch_wrapper.model import build_model, make_optimizer, uniforms_to_torch
+from torch_wrapper.model import build_model, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.train import describe_runtime
 from torch_wrapper.trainer import COMPUTE_DTYPES, build_trainer
 
@@ -48,9 +48,9 @@ class Native(NativeLoop):
         )
         self.batches = {
             id(parts): (
-                torch.from_numpy(dataset.train_x[parts[0]][:, None]),
+                images_to_torch(config.network, dataset.train_x[parts[0]]),
                 torch.from_numpy(dataset.train_y[parts[0]].astype(np.int64)),
-                uniforms_to_torch(uniforms(config.network, config.seed, epoch, parts[0])),
+                uniforms_to_torch(config.network, uniforms(config.network, config.seed, epoch, parts[0])),
             )
             for epoch, parts in schedule
         }

@@ -36,7 +36,7 @@ from algorithms.spec.parallel import split_ranges
 from algorithms.spec.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
-from torch_wrapper.model import build_blocks, make_optimizer, uniforms_to_torch
+from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.nodes import rpc_meeting
 from torch_wrapper.workers import Processes, ignore_interrupts
 
@@ -205,7 +205,7 @@ class ParameterServerPool:
         self.synchronous = config.ps_sync
         self.workers = workers
         self.slots = self.parts = 1 if self.synchronous else workers  # --ps_sync: whole steps, one at a time
-        self.dataset = dataset
+        self.dataset, self.config = dataset, config
         self.done: queue.Queue = queue.Queue()
         self.rendezvous = tempfile.mkdtemp(prefix="cnn-parallel-rpc-")
         rendezvous_file = os.path.join(self.rendezvous, "store")
@@ -222,9 +222,9 @@ class ParameterServerPool:
         """(images, labels, dropout uniforms) of `rows` of these training rows, as tensors."""
         indices = np.asarray(indices)[rows]
         return (
-            torch.from_numpy(self.dataset.train_x[indices][:, None]),
+            images_to_torch(self.config.network, self.dataset.train_x[indices]),
             torch.from_numpy(self.dataset.train_y[indices].astype(np.int64)),
-            uniforms_to_torch(tuple(u[rows] for u in uniforms)),
+            uniforms_to_torch(self.config.network, tuple(u[rows] for u in uniforms)),
         )
 
     def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
@@ -288,7 +288,7 @@ class ParameterServerPool:
             self._failed(str(error).splitlines()[0], "while the coordinator scored its parameters")
         _load_pulled(_MODEL, parameters)
         _MODEL.eval()
-        return _MODEL(torch.from_numpy(images[:, None])).numpy()
+        return _MODEL(images_to_torch(self.config.network, images)).numpy()
 
     def close(self, graceful: bool = True) -> None:
         if graceful:

@@ -22,7 +22,7 @@ from torch_wrapper.distributed import (
     lost_peer,
     signal_of_any_rank,
 )
-from torch_wrapper.model import build_model, layer_modules
+from torch_wrapper.model import build_model, images_to_torch, layer_modules
 from torch_wrapper.trainer import build_trainer
 
 
@@ -92,19 +92,26 @@ def describe_modes(config, trainer) -> tuple:
 
 @torch.no_grad()
 def initial_loss_and_logits(network, images, labels, seed: int = 0) -> tuple:
-    """PyTorch's own cross-entropy and the logits of the shared initial weights, dropout off."""
+    """PyTorch's own cross-entropy and the logits of the shared initial weights, dropout off
+    (evaluation: a BatchNormalization's running statistics)."""
     model = build_model(network, initial_weights(network, seed)).eval()
-    logits = model(torch.from_numpy(images[:, None]))
+    logits = model(images_to_torch(network, images))
     return float(F.cross_entropy(logits, torch.from_numpy(labels.astype(np.int64)))), logits.numpy()
 
 
-LAYOUTS = {
-    (nn.Conv2d, "weight"): "OIHW",
-    (nn.Linear, "weight"): "OI",
-    (nn.Conv2d, "bias"): "O",
-    (nn.Linear, "bias"): "O",
-}
+PARAMETER_MODULES = (nn.Conv2d, nn.Linear, nn.modules.batchnorm._BatchNorm)
 ROLES = {"weight": "kernel", "bias": "bias"}
+
+
+def layout(module: nn.Module, name: str) -> str:
+    if name == "bias" or isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return "O"
+    return "OIHW" if isinstance(module, nn.Conv2d) else "OI"
+
+
+def parameter_module(modules: list):
+    """The module of a spec layer's modules that holds its parameters (a conv may follow its pad), or None."""
+    return next((module for module in modules if isinstance(module, PARAMETER_MODULES)), None)
 
 
 def model_parameters(network) -> list:
@@ -114,7 +121,7 @@ def model_parameters(network) -> list:
     owners = {id(module): index for index, modules in enumerate(layers) for module in modules}
     return [
         ModelParameter(
-            f"{position}.{name}", owners[id(module)], ROLES[name], tuple(parameter.shape), LAYOUTS[type(module), name]
+            f"{position}.{name}", owners[id(module)], ROLES[name], tuple(parameter.shape), layout(module, name)
         )
         for position, module in enumerate(model)
         for name, parameter in module.named_parameters(recurse=False)
@@ -123,13 +130,18 @@ def model_parameters(network) -> list:
 
 def layer_outputs_and_gradients(network, weights, images, labels, on_output=None) -> LayerProbe:
     """The fused model training builds (pads in the convolutions, ReLUs after the pools),
-    so its outputs are those at the boundaries where it holds the spec's values, each
-    handed to `on_output` as the forward pass reaches it. A parameter autograd gave no
-    gradient (requires_grad off, or cut from the graph) has None."""
+    in training (a BatchNormalization on the batch's statistics), so its outputs are those at
+    the boundaries where it holds the spec's values, each handed to `on_output` as the forward
+    pass reaches it; each layer's input gradient where it holds that input. A parameter
+    autograd gave no gradient (requires_grad off, or cut from the graph) has None. With a
+    BatchNormalization, the same model in evaluation too (its running statistics)."""
     layers = layer_modules(network, weights)
     held = set(range(len(network.layers))) - network.outputs_fused_away()
-    x, outputs = torch.from_numpy(np.ascontiguousarray(images[:, None], np.float32)), {}
+    x, outputs, inputs = images_to_torch(network, images).requires_grad_(True), {}, {}
     for index, modules in enumerate(layers):
+        if index == 0 or index - 1 in held:
+            x.retain_grad()
+            inputs[index] = x
         for module in modules:
             x = module(x)
         if index in held:
@@ -140,8 +152,27 @@ def layer_outputs_and_gradients(network, weights, images, labels, on_output=None
     loss.backward()
     gradients = {}
     for index, modules in enumerate(layers):
-        if modules and isinstance(modules[0], (nn.Conv2d, nn.Linear)):
-            for role, parameter in (("kernel", modules[0].weight), ("bias", modules[0].bias)):
+        module = parameter_module(modules)
+        if module is not None:
+            for role, parameter in (("kernel", module.weight), ("bias", module.bias)):
                 if parameter is not None:  # None: a layer built without its bias (--fault bias:...)
                     gradients[(index, role)] = None if parameter.grad is None else parameter.grad.numpy()
-    return LayerProbe(loss.item(), outputs, gradients_from_channels_first(network, gradients))
+    input_gradients = {
+        index: output_from_channels_first(network, index - 1, tensor.grad.numpy().copy())
+        if index
+        else np.ascontiguousarray(tensor.grad.numpy().transpose(0, 2, 3, 1))
+        for index, tensor in inputs.items()
+        if tensor.grad is not None
+    }
+    evaluation = {}
+    if network.batch_normalizations():
+        with torch.no_grad():
+            x = images_to_torch(network, images)
+            for index, modules in enumerate(layer_modules(network, weights)):
+                for module in modules:
+                    x = module.eval()(x)
+                if index in held:
+                    evaluation[index] = output_from_channels_first(network, index, x.numpy().copy())
+    return LayerProbe(
+        loss.item(), outputs, gradients_from_channels_first(network, gradients), input_gradients, evaluation
+    )

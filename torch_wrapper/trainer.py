@@ -41,7 +41,14 @@ from torch_wrapper.distributed import (
     timed_sum_hook,
     with_gradient_norms,
 )
-from torch_wrapper.model import Checkpointed, build_blocks, build_stage, make_optimizer, uniforms_to_torch
+from torch_wrapper.model import (
+    Checkpointed,
+    build_blocks,
+    build_stage,
+    images_to_torch,
+    make_optimizer,
+    uniforms_to_torch,
+)
 from torch_wrapper.pipeline import StageSchedule, channels_first
 from torch_wrapper.tensor_parallel import build_tensor_parallel
 
@@ -95,9 +102,9 @@ class _StrategyTrainer:
         the global batch size."""
         start, stop = split_ranges(len(labels), self.replicas)[self.replica]
         return (
-            torch.from_numpy(images[start:stop, None]).to(self.device),
+            images_to_torch(self.network, images[start:stop], self.device),
             torch.from_numpy(labels[start:stop].astype(np.int64)).to(self.device),
-            uniforms_to_torch(tuple(u[start:stop] for u in uniforms), self.device),
+            uniforms_to_torch(self.network, tuple(u[start:stop] for u in uniforms), self.device),
             len(labels),
         )
 
@@ -240,9 +247,10 @@ class ModuleTrainer(_StrategyTrainer):
         extra = ()
         if self.fault == "eval_dropout":  # the known error: evaluated in training mode, its dropout on
             model.train()
-            extra = (uniforms_to_torch(uniforms(self.network, 0, -1, np.arange(len(images))), self.device),)
+            drawn = uniforms(self.network, 0, -1, np.arange(len(images)))
+            extra = (uniforms_to_torch(self.network, drawn, self.device),)
         with self.autocast():
-            logits = model(torch.from_numpy(images[:, None]).to(self.device), *extra).float().cpu().numpy()
+            logits = model(images_to_torch(self.network, images, self.device), *extra).float().cpu().numpy()
         self.clock.take()  # evaluation traffic (tensor parallel's gathers) is not part of any training step
         return logits
 
@@ -293,7 +301,7 @@ class PipelineTrainer(_StrategyTrainer):
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:
         self.schedule.stage.eval()
-        logits = self.schedule.logits(torch.from_numpy(images[:, None]).to(self.device), self.classes)
+        logits = self.schedule.logits(images_to_torch(self.network, images, self.device), self.classes)
         self.clock.take()  # evaluation traffic is not part of any training step
         return logits.cpu().numpy()
 

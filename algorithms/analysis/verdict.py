@@ -169,7 +169,7 @@ def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     unknown = unknown_line(a.label, a.settings, b.label, b.settings, ignore)
     evidence += [line for line in (settings_line, unknown) if line]
     common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
-    if common.size and np.array_equal(a.losses[ia], b.losses[ib]):
+    if common.size and np.array_equal(a.losses[ia], b.losses[ib]) and _evaluations_equal(a, b):
         return Verdict("same", kind, settings_line=settings_line, evidence=("every aligned loss is bit-identical",))
     if kind == "same-seed":
         return _same_seed(a, b, yardsticks, settings_line, evidence)
@@ -178,6 +178,16 @@ def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     if a.backend_key == b.backend_key:
         return Verdict("run-to-run", kind, evidence=tuple(evidence + [_RUN_TO_RUN]))
     return _spread(a, b, yardsticks, evidence)
+
+
+def _evaluations_equal(a: Run, b: Run) -> bool:
+    """Whether the evaluations both runs made (the init row, the validation rows of the same
+    steps) are bit-identical too: training rows alike can hide an evaluation that differs
+    (a batch norm evaluated on the batch's statistics)."""
+    if a.init is not None and b.init is not None and a.init[:2] != b.init[:2]:
+        return False
+    theirs = {step: (loss, accuracy) for step, loss, accuracy in b.val}
+    return all(theirs[step] == (loss, accuracy) for step, loss, accuracy in a.val if step in theirs)
 
 
 def _spread(a: Run, b: Run, yardsticks: Yardsticks, evidence: list) -> Verdict:

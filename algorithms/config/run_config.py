@@ -20,7 +20,7 @@ from algorithms.config.parser import build_parser
 from algorithms.config.schedule import LearningRateSchedule, linear_scale
 from algorithms.machine.tuning import Tuning
 from algorithms.spec.data import batch_size_at
-from algorithms.spec.networks import Network, Optimizer, get_network
+from algorithms.spec.networks import Network, Optimizer, network_for_data
 from algorithms.spec.parallel import STRATEGIES, ParallelPlan, make_plan
 from algorithms.spec.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
 
@@ -52,6 +52,9 @@ OPTIONAL_FLAGS = (
     "--fault accuracy_labels",
     "--fault frozen",
     "--fault shape",
+    "--fault bn_mean",
+    "--fault bn_eval",
+    "--fault same_side",
 )
 # variants no other framework has, so the capability table gives them no column: torch's one
 # process driving N GPUs (nn.DataParallel, a variant of --strategy data), its parameter
@@ -62,6 +65,9 @@ OPTIONAL_FLAGS = (
 # FRAMEWORK:shape:LAYER), which only some build paths translate
 TORCH_ONLY_FAULTS = (
     "--fault bias",
+    "--fault bn_mean",
+    "--fault bn_eval",
+    "--fault same_side",
     "--fault loss",
     "--fault eval_dropout",
     "--fault momentum_reset",
@@ -224,6 +230,26 @@ def _in_use(config: RunConfig, flag: str) -> bool:
     return held == value if value else held != _DEFAULTS[name]
 
 
+def check_batch_statistics(network: Network, args) -> None:
+    """A BatchNormalization's statistics are its batch's: a strategy that cuts the batch
+    (replicas, accumulated parts, micro-batches, workers) or runs a block twice would take
+    other ones, so a network with one runs on one device, whole batches, once."""
+    if not network.batch_normalizations():
+        return
+    why = None
+    if args.strategy != "single":
+        why = f"--strategy {args.strategy} would take them per replica, stage or worker"
+    elif args.accumulate > 1:
+        why = f"--accumulate {args.accumulate} would take them per accumulated part"
+    elif args.checkpointing:
+        why = "--checkpointing would update its running statistics again in the recomputation"
+    if why:
+        raise InputError(
+            f"{why}: {network.name} has a BatchNormalization, whose statistics are the whole batch's; "
+            "run it with --strategy single, no --accumulate or --checkpointing"
+        )
+
+
 def help_scope(support) -> dict:
     """What a script's --help lists of the strategies and --fault kinds: those its
     wrapper's Support runs (contract.Support; None: every one, as a study passes them on)."""
@@ -241,7 +267,7 @@ def parse_config(argv: Optional[list], prog: str, description: str, support=None
     flags that cannot run together (or a plan the devices cannot hold) are an InputError.
     `support`: the wrapper's contract.Support, whose strategies and faults --help lists."""
     args = build_parser(prog, description, **help_scope(support)).parse_args(argv)
-    network = get_network(args.network)
+    network = network_for_data(args.network, args.train, args.input_shape)
     fault = None
     if args.fault is not None:
         try:
@@ -253,6 +279,7 @@ def parse_config(argv: Optional[list], prog: str, description: str, support=None
     if args.parity:
         network = network.without_dropout()
     defaults = network.training
+    check_batch_statistics(network, args)
     check_flags(args, defaults.epochs)
     batch_schedule, lr_schedule = args.batch_schedule or (), args.lr_schedule or ()
     batch_size_auto = args.batch_size == "auto"

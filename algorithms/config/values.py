@@ -49,6 +49,14 @@ fraction = number(lambda value: 0.0 <= value < 1.0, "in [0, 1)")
 accuracy = number(lambda value: 0.0 < value <= 1.0, "in (0, 1]")
 
 
+def image_shape(text: str) -> tuple:
+    """An argparse type: HxWxC, e.g. 32x32x3, three whole numbers of 1 or more."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTHxCHANNELS like 32x32x3, got {text!r}")
+    return tuple(int(part) for part in parts)
+
+
 def batch_size_or_auto(text: str):
     return "auto" if text == "auto" else positive(text)
 

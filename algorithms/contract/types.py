@@ -124,11 +124,17 @@ class LayerProbe:
     model holds, None where the framework's own objects say it computed none (a tensor
     frozen or cut from the graph: torch's grad None, a TensorFlow tape's None, a variable
     left out of Keras's trainable weights, a Theano input disconnected from the loss),
-    never zeros in its place, and the framework's own mean cross-entropy."""
+    never zeros in its place, and the framework's own mean cross-entropy. Optional (a
+    wrapper that gives them localises more finely): `input_gradients` {layer index: d loss
+    / d the layer's input} where the model holds that input (the layer before's output, or
+    the images), and `evaluation_outputs` {layer index: the output in evaluation} (running
+    statistics in a BatchNormalization) where the network has a BatchNormalization."""
 
     loss: float
     outputs: Mapping[int, np.ndarray]
     gradients: Mapping[tuple, np.ndarray]
+    input_gradients: Mapping[int, np.ndarray] = field(default_factory=dict)
+    evaluation_outputs: Mapping[int, np.ndarray] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -138,7 +144,7 @@ class Trainer(Protocol):
     uses: the loop then calls it in the prefetch thread, during the step before."""
 
     def to_batch(self, images, labels, uniforms):
-        """numpy (N, H, W) float32 images, int labels and the rows' dropout uniforms (a tuple,
+        """numpy (N, H, W, C) float32 images, int labels and the rows' dropout uniforms (a tuple,
         one (N, *input shape) float32 array per Dropout layer, spec layout; () without dropout:
         spec/dropout.py, whose mask rule every wrapper applies) -> the framework's batch
         (timed as data time)."""

@@ -72,10 +72,11 @@ class Finding:
     span: tuple  # (first layer, last layer) the cell's difference may have entered in
 
 
-def relative_error(got: np.ndarray, expected: np.ndarray, allowance=0.0) -> float:
-    """max(|got - expected| - allowance) over max|expected|, the difference a kink's other
-    side may make (the reference's allowance, algorithms/spec/reference.py) left out."""
-    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+def relative_error(got: np.ndarray, expected: np.ndarray, allowance=0.0, scale=None) -> float:
+    """max(|got - expected| - allowance) over max|expected| (or `scale`), the difference a
+    kink's other side may make (the reference's allowance, algorithms/spec/reference.py) left out."""
+    if scale is None:
+        scale = float(np.max(np.abs(expected))) if expected.size else 0.0
     excess = np.maximum(np.abs(np.float64(got) - expected) - allowance, 0.0)
     difference = float(np.max(excess)) if expected.size else 0.0
     if scale == 0.0:
@@ -83,7 +84,9 @@ def relative_error(got: np.ndarray, expected: np.ndarray, allowance=0.0) -> floa
     return difference / scale
 
 
-def compare_arrays(got: Optional[np.ndarray], expected: np.ndarray, tolerance: float, allowance=0.0) -> Cell:
+def compare_arrays(
+    got: Optional[np.ndarray], expected: np.ndarray, tolerance: float, allowance=0.0, scale=None
+) -> Cell:
     if got is None:
         return Cell(NOT_HELD)
     if got.shape != expected.shape:
@@ -93,7 +96,7 @@ def compare_arrays(got: Optional[np.ndarray], expected: np.ndarray, tolerance: f
     if not np.all(np.isfinite(got)):
         nan, inf = bool(np.isnan(got).any()), bool(np.isinf(got).any())
         return Cell(NON_FINITE, math.inf, " and ".join(name for name, held in (("NaN", nan), ("Inf", inf)) if held))
-    error = relative_error(got, expected, allowance)
+    error = relative_error(got, expected, allowance, scale)
     return Cell(BEYOND if error > tolerance else WITHIN, error)
 
 
@@ -101,12 +104,25 @@ def worst(cells: list) -> Cell:
     return max(cells, key=lambda cell: (SEVERITY[cell.kind], -1.0 if math.isnan(cell.error) else cell.error))
 
 
-def compare_pass(network: Network, reference, outputs: dict, gradients: dict, complete: bool = True) -> dict:
-    """{(layer index, "forward" | "backward"): Cell} of one pass of one framework;
-    `backward` holds the worse of a layer's kernel and bias gradients. A gradient given as
-    None (as a wrapper's LayerProbe gives it) is a NO_GRADIENT cell. `complete=False`: the
-    framework's process stopped in this pass, so an output after the last one given and a
-    gradient not given were never reached (NOT_REACHED), not left out by design (NOT_HELD)."""
+def compare_pass(
+    network: Network,
+    reference,
+    outputs: dict,
+    gradients: dict,
+    complete: bool = True,
+    input_gradients: Optional[dict] = None,
+    evaluation_outputs: Optional[dict] = None,
+) -> dict:
+    """{(layer index, "forward" | "backward" | "evaluation"): Cell} of one pass of one
+    framework; `backward` holds the worst of a layer's kernel, bias and input gradients
+    (the input gradient where the framework gave any: then every layer has a backward
+    cell), a kernel's and bias's error relative to the larger of the two (a bias before a
+    BatchNormalization has a gradient of 0, which float32 meets only to its rounding);
+    `evaluation` each layer's output in evaluation (BatchNormalization's running
+    statistics), where the framework gave them. A gradient given as None (as a wrapper's
+    LayerProbe gives it) is a NO_GRADIENT cell. `complete=False`: the framework's process
+    stopped in this pass, so an output after the last one given and a gradient not given
+    were never reached (NOT_REACHED), not left out by design (NOT_HELD)."""
     cells, last_output = {}, max(outputs, default=-1)
     for index in range(len(network.layers)):
         cell = compare_arrays(outputs.get(index), reference.outputs[index], FORWARD_TOLERANCE)
@@ -114,43 +130,76 @@ def compare_pass(network: Network, reference, outputs: dict, gradients: dict, co
             reached = complete or index < last_output
             cell = Cell(NOT_HELD, note=not_held_reason(network, index)) if reached else Cell(NOT_REACHED)
         cells[(index, "forward")] = cell
-    for index, _, _ in network.parametric_layers():
+    input_gradients = input_gradients or {}
+    parametric = {index for index, _, _ in network.parametric_layers()}
+    backward = range(len(network.layers)) if input_gradients else sorted(parametric)
+    for index in backward:
         by_role = {}
-        for role in ("kernel", "bias"):
-            given = gradients.get((index, role))
-            if given is None and (index, role) in gradients:
-                cell = Cell(NO_GRADIENT, math.inf)
-            elif given is None and not complete:
-                cell = Cell(NOT_REACHED)
-            else:
-                expected = reference.gradients[(index, role)]
-                cell = compare_arrays(given, expected, BACKWARD_TOLERANCE, reference.allowances[(index, role)])
-            by_role[role] = replace(cell, part=role)
+        if index in parametric:
+            scale = max(float(np.max(np.abs(reference.gradients[(index, role)]))) for role in ("kernel", "bias"))
+            for role in ("kernel", "bias"):
+                given = gradients.get((index, role))
+                if given is None and (index, role) in gradients:
+                    cell = Cell(NO_GRADIENT, math.inf)
+                elif given is None and not complete:
+                    cell = Cell(NOT_REACHED)
+                else:
+                    expected = reference.gradients[(index, role)]
+                    allowance = reference.allowances[(index, role)]
+                    cell = compare_arrays(given, expected, BACKWARD_TOLERANCE, allowance, scale)
+                by_role[role] = replace(cell, part=role)
+        if index in input_gradients:
+            expected = reference.input_gradients[index]
+            cell = compare_arrays(
+                input_gradients[index], expected, BACKWARD_TOLERANCE, reference.input_allowances[index]
+            )
+            by_role["input"] = replace(cell, part="input")
+        if not by_role:
+            cells[(index, "backward")] = Cell(NOT_HELD) if complete else Cell(NOT_REACHED)
+            continue
         cell = worst(list(by_role.values()))
-        if cell.kind == NO_GRADIENT and all(other.kind == NO_GRADIENT for other in by_role.values()):
-            cell = replace(cell, part=" and ".join(by_role))  # both of the layer's parameters
+        parameters = [by_role[role] for role in ("kernel", "bias") if role in by_role]
+        if cell.kind == NO_GRADIENT and len(parameters) == 2 and all(p.kind == NO_GRADIENT for p in parameters):
+            cell = replace(cell, part="kernel and bias")  # both of the layer's parameters
         cells[(index, "backward")] = cell
+    if evaluation_outputs:
+        for index in range(len(network.layers)):
+            cell = compare_arrays(evaluation_outputs.get(index), reference.evaluation_outputs[index], FORWARD_TOLERANCE)
+            if cell.kind == NOT_HELD:
+                cell = Cell(NOT_HELD, note=not_held_reason(network, index))
+            cells[(index, "evaluation")] = cell
     return cells
 
 
 def first_faulty(network: Network, cells: dict) -> Optional[tuple]:
     """(layer named, direction, layer seen at, span) where the difference entered: the
     first layer of the forward pass beyond tolerance (of the layers back to the output
-    before it, the first with weights; a shape where it is seen), else the first parameter
-    the backward pass reaches (the last layer first) beyond it; None when every cell is within."""
+    before it, the first with weights; a shape where it is seen), else the first layer the
+    backward pass reaches (the last layer first) with a gradient beyond it (its kernel,
+    bias or input gradient: a layer whose input gradient is the first wrong one passed a
+    right gradient on wrongly), else the first layer of the evaluation pass beyond it (as
+    the forward pass's); None when every cell is within."""
+    found = _first_in_pass(network, cells, "forward")
+    if found:
+        return found
+    backward = sorted((index for index, direction in cells if direction == "backward"), reverse=True)
+    for index in backward:
+        if cells[(index, "backward")].kind in FAULTY:
+            return index, "backward", index, (index, index)
+    return _first_in_pass(network, cells, "evaluation")
+
+
+def _first_in_pass(network: Network, cells: dict, direction: str) -> Optional[tuple]:
     for index in range(len(network.layers)):
-        kind = cells.get((index, "forward"), Cell(NOT_HELD)).kind
+        kind = cells.get((index, direction), Cell(NOT_HELD)).kind
         if kind in FAULTY:
             start = index
-            while start > 0 and cells.get((start - 1, "forward"), Cell(NOT_HELD)).kind == NOT_HELD:
+            while start > 0 and cells.get((start - 1, direction), Cell(NOT_HELD)).kind == NOT_HELD:
                 start -= 1
             weighted = [i for i, _, _ in network.parametric_layers() if start <= i <= index]
             # a shape is named where it is seen: a pad, a conv or a pool in the span may change it
             named = weighted[0] if weighted and kind != SHAPE else index
-            return named, "forward", index, (start, index)
-    for index, _, _ in reversed(network.parametric_layers()):
-        if cells.get((index, "backward"), Cell(NOT_HELD)).kind in FAULTY:
-            return index, "backward", index, (index, index)
+            return named, direction, index, (start, index)
     return None
 
 
@@ -214,10 +263,20 @@ class Localisation:
     def healthy(self) -> bool:
         return not self.failures and not any(self.structure.values()) and not any(map(self.first_beyond, self.cells))
 
+    def directions(self) -> tuple:
+        """The passes compared: forward and backward, and evaluation where a framework gave it."""
+        given = {direction for steps in self.cells.values() for cells in steps for _, direction in cells}
+        return ("forward", "backward") + (("evaluation",) if "evaluation" in given else ())
+
     def table_layers(self, direction: str) -> list:
-        if direction == "backward":
-            return [index for index, _, _ in self.network.parametric_layers()]
+        if direction == "backward":  # every layer where a framework gave input gradients
+            given = {index for steps in self.cells.values() for cells in steps for index, d in cells if d == direction}
+            parametric = {index for index, _, _ in self.network.parametric_layers()}
+            return sorted((given | parametric) - self._dropout_layers())
         return [index for index, layer in enumerate(self.network.layers) if not isinstance(layer, Dropout)]
+
+    def _dropout_layers(self) -> set:
+        return {index for index, layer in enumerate(self.network.layers) if isinstance(layer, Dropout)}
 
 
 def not_held_reason(network: Network, index: int) -> str:
@@ -249,12 +308,12 @@ def cell_text(cell: Cell, first: bool) -> str:
 
 def what_was_found(cell: Cell, direction: str) -> str:
     """A faulty cell's finding, after its layer's name: "no gradient", "NaN in the output"."""
-    held = "output" if direction == "forward" else "gradient"
+    held = {"forward": "output", "evaluation": "output in evaluation"}.get(direction, "gradient")
     if cell.kind == NO_GRADIENT:
         return "no gradient"
     if cell.kind == SHAPE:
         return f"{held} shape {cell.note}"
     if cell.kind == NON_FINITE:
         return f"{cell.note} in the {held}"
-    tolerance = FORWARD_TOLERANCE if direction == "forward" else BACKWARD_TOLERANCE
+    tolerance = BACKWARD_TOLERANCE if direction == "backward" else FORWARD_TOLERANCE
     return f"relative error {cell.error:.2e} in the {held}, beyond the tolerance {tolerance:g}"

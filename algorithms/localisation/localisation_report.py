@@ -31,8 +31,11 @@ from algorithms.tables import text_table
 
 TITLES = {
     "forward": f"forward: each layer's output, max relative error (tolerance {FORWARD_TOLERANCE:g})",
-    "backward": f"backward: each layer's kernel and bias gradients, the worse (tolerance {BACKWARD_TOLERANCE:g})",
+    "backward": f"backward: each layer's kernel and bias gradients (and its input gradient, where a framework "
+    f"gives it), the worst (tolerance {BACKWARD_TOLERANCE:g})",
+    "evaluation": f"evaluation: each layer's output with the running statistics (tolerance {FORWARD_TOLERANCE:g})",
 }
+TOLERANCES = {"forward": FORWARD_TOLERANCE, "backward": BACKWARD_TOLERANCE, "evaluation": FORWARD_TOLERANCE}
 LEGEND = (
     "!: beyond tolerance; [ ]: where the framework's first difference entered; shape: another shape than the "
     "spec's; nan, inf: non-finite where the reference is finite; no grad: the framework gave no gradient for a "
@@ -44,7 +47,7 @@ LEGEND = (
 
 def format_localisation(localisation: Localisation) -> str:
     lines = []
-    for direction in ("forward", "backward"):
+    for direction in localisation.directions():
         lines += ["", TITLES[direction] + (f", worst of {localisation.steps} steps" if localisation.steps > 1 else "")]
         lines += text_table(("layer", *localisation.frameworks), _table_rows(localisation, direction), rule=True)
     lines += ["", LEGEND, ""] + summary_lines(localisation)
@@ -156,13 +159,13 @@ def plot_heatmap(localisation: Localisation, path: str) -> None:
     floor, ceiling = 1e-9, 1.0
     names = localisation.frameworks
     directions = [
-        (direction, localisation.table_layers(direction), tolerance)
-        for direction, tolerance in (("forward", FORWARD_TOLERANCE), ("backward", BACKWARD_TOLERANCE))
+        (direction, localisation.table_layers(direction), TOLERANCES[direction])
+        for direction in localisation.directions()
     ]
     widths = [len(layers) for _, layers, _ in directions]
     figure, axes = plt.subplots(
         1,
-        2,
+        len(directions),
         figsize=(2.2 + 0.62 * sum(widths), 2.4 + 0.42 * len(names)),
         gridspec_kw={"width_ratios": widths},
         layout="constrained",  # the suptitle, the two titles and the colour bar each get their own room

@@ -55,8 +55,8 @@ from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.config.parser import OneLineErrorParser
 from algorithms.session.run_session import new_run_id
 from algorithms.spec.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
-from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, get_network
-from algorithms.spec.reference import forward_backward, sgd_or_adam_step
+from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, network_for_data
+from algorithms.spec.reference import forward_backward, sgd_or_adam_step, update_running
 from algorithms.spec.variants import parse_fault
 from algorithms.spec.weights import LayerWeights, initial_weights
 from algorithms.tables import last_line
@@ -80,7 +80,8 @@ def batches(train_path: str, network, steps: int, batch_size: int, seed: int, di
     split, with `dither` each pixel plus uniform noise below one grey level (DITHER)."""
     if os.path.abspath(train_path) == DEFAULT_TRAIN and not os.path.exists(DEFAULT_TRAIN):
         ensure_default_data(DEFAULT_DATA_DIR)
-    dataset = load_dataset(train_path, None, None, network.training.validation_split, seed)
+    split = network.training.validation_split
+    dataset = load_dataset(train_path, None, None, split, seed, network.input_shape, network.num_classes)
     per_epoch = steps_per_epoch(len(dataset.train_x), batch_size)
     chosen = []
     for step in range(steps):
@@ -96,13 +97,23 @@ def batches(train_path: str, network, steps: int, batch_size: int, seed: int, di
 def reference_trajectory(network, seed: int, chosen: list) -> tuple:
     """(the float32 weights each step starts from, the float64 reference pass at them): the
     spec's optimizer steps the reference's own gradients, its weights rounded to float32
-    at each step, so the reference and the frameworks start every step from the same numbers."""
+    at each step, so the reference and the frameworks start every step from the same numbers
+    (a BatchNormalization's running statistics too, moved by each step's batch)."""
     weights, state, starts, passes = initial_weights(network, seed), {}, [], []
     for step, (images, labels) in enumerate(chosen, start=1):
         starts.append(weights)
         passes.append(forward_backward(network, weights, images, labels))
         updated = sgd_or_adam_step(network.training.optimizer, weights, passes[-1].gradients, state, step)
-        weights = [LayerWeights(w.layer_index, np.float32(w.kernel), np.float32(w.bias)) for w in updated]
+        updated = update_running(network, updated, passes[-1].statistics)
+        weights = [
+            LayerWeights(
+                w.layer_index,
+                np.float32(w.kernel),
+                np.float32(w.bias),
+                *(None if value is None else np.float32(value) for value in (w.running_mean, w.running_var)),
+            )
+            for w in updated
+        ]
     return starts, passes
 
 
@@ -177,9 +188,15 @@ def read_child(child: ChildRun, network, kept: list, passes: list) -> tuple:
                 if array is not None:
                     gradients[(index, role)] = array
         gradients.update({(index, role): None for index, role in record.get("no_gradient", [])})
+        input_gradients, evaluation = {}, {}
+        for index in range(len(network.layers)):
+            for name, found in (("input_gradient", input_gradients), ("evaluation", evaluation)):
+                array = read_array(child.outputs, f"{name}_{step}_{index}")
+                if array is not None:
+                    found[index] = array
         complete = bool(record.get("complete"))
         if outputs or gradients or record:
-            cells = compare_pass(network, reference, outputs, gradients, complete)
+            cells = compare_pass(network, reference, outputs, gradients, complete, input_gradients, evaluation)
             per_step.append({(kept[index], direction): cell for (index, direction), cell in cells.items()})
         if not complete:
             last_output = kept[max(outputs)] if outputs else None
@@ -212,7 +229,7 @@ def localise(
     into that framework only. Raises InputError for a fault that does not fit the network.
     The function other studies call: the result's `rows()` is the table as data, its
     `first_beyond(name)` the layer where a framework's difference entered."""
-    spec = get_network(network_name)
+    spec = network_for_data(network_name, train_path)
     network = spec.without_dropout()  # the reference and every framework run dropout off
     kept = [index for index, layer in enumerate(spec.layers) if not isinstance(layer, Dropout)]
     faults = faults or {}
@@ -228,7 +245,7 @@ def localise(
         in_spec[name] = fault  # the structural check's model is the whole spec's
         parsed[name] = replace(fault, layer=kept.index(fault.layer))  # the index in the network without dropout
     result = Localisation(spec, steps, list(names), faults=dict(faults))
-    job = {"network": network_name, "steps": steps, "structure_only": structure_only}
+    job = {"network": network_name, "train": train_path, "steps": steps, "structure_only": structure_only}
     with tempfile.TemporaryDirectory(prefix="localise-") as scratch:
         if not structure_only:
             chosen = batches(train_path, spec, steps, batch_size, seed, dither)
@@ -270,6 +287,9 @@ def write_inputs(path: str, chosen: list, starts: list) -> str:
         arrays.update({f"images_{step}": images, f"labels_{step}": labels})
         for w in weights:
             arrays.update({f"kernel_{step}_{w.layer_index}": w.kernel, f"bias_{step}_{w.layer_index}": w.bias})
+            if w.running_mean is not None:
+                arrays[f"running_mean_{step}_{w.layer_index}"] = w.running_mean
+                arrays[f"running_var_{step}_{w.layer_index}"] = w.running_var
     np.savez(path, **arrays)
     return path
 
@@ -290,11 +310,17 @@ def parse_args(argv: list) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--only", default=",".join(NAMES), help="comma-separated frameworks (default: all)")
-    parser.add_argument("--network", default=DEFAULT_NETWORK, choices=sorted(NETWORKS))
+    parser.add_argument(
+        "--network",
+        default=DEFAULT_NETWORK,
+        help=f"a built-in network ({', '.join(sorted(NETWORKS))}), a network file (.toml) or an ONNX model",
+    )
     parser.add_argument("--steps", type=int, default=1, help="steps of the reference trajectory, each compared")
     parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH, help="images per step")
     parser.add_argument("--seed", type=int, default=0, help="initial weights, split and batch order")
-    parser.add_argument("--train", default=DEFAULT_TRAIN, help="the training CSV the batches come from")
+    parser.add_argument(
+        "--train", default=DEFAULT_TRAIN, help="the training data the batches come from (a CSV, an .npz, a folder)"
+    )
     parser.add_argument("--structure_only", action="store_true", help="the structural check alone")
     parser.add_argument(
         "--no_dither", action="store_true", help="the batch's own pixels: ReLU's and max-pool's kinks included"

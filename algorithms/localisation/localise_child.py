@@ -25,14 +25,24 @@ from dataclasses import asdict
 
 import numpy as np
 
-from algorithms.spec.networks import get_network
+from algorithms.spec.networks import network_for_data
 from algorithms.spec.variants import DIE_EXIT_STATUS, Fault, apply_fault
 from algorithms.spec.weights import LayerWeights
 
 
 def step_weights(inputs, network, step: int) -> list:
+    def running(name, index):
+        key = f"{name}_{step}_{index}"
+        return inputs[key] if key in inputs.files else None
+
     return [
-        LayerWeights(index, inputs[f"kernel_{step}_{index}"], inputs[f"bias_{step}_{index}"])
+        LayerWeights(
+            index,
+            inputs[f"kernel_{step}_{index}"],
+            inputs[f"bias_{step}_{index}"],
+            running("running_mean", index),
+            running("running_var", index),
+        )
         for index, _, _ in network.parametric_layers()
     ]
 
@@ -85,6 +95,10 @@ def run_step(train, network, fault, fault_text: str, inputs, step: int, folder: 
     for (index, role), value in probe.gradients.items():
         if value is not None:
             save_array(folder, f"gradient_{step}_{index}_{role}", value)
+    for index, value in probe.input_gradients.items():
+        save_array(folder, f"input_gradient_{step}_{index}", value)
+    for index, value in probe.evaluation_outputs.items():
+        save_array(folder, f"evaluation_{step}_{index}", value)
     no_gradient = [[index, role] for (index, role), value in probe.gradients.items() if value is None]
     save_json(
         os.path.join(folder, f"step_{step}.json"),
@@ -97,7 +111,7 @@ def main(job_path: str) -> int:
         job = json.load(handle)
     train = importlib.import_module(f"{job['package']}.train")
     runtime = train.describe_runtime()
-    network = get_network(job["network"])
+    network = network_for_data(job["network"], job["train"])
     spec_fault = job.get("spec_fault")
     structure_network = apply_fault(Fault(**spec_fault), network, [])[0] if spec_fault else network
     report = {"framework": runtime.framework, "backend": runtime.backend, "versions": dict(runtime.versions)}

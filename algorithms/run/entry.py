@@ -50,7 +50,16 @@ def prepare(argv: Optional[list], prog: str, description: str, support: Optional
     if config.train == DEFAULT_TRAIN:
         ensure_default_data(DEFAULT_DATA_DIR)
     config = replace(config, test_labels=config.test_labels or default_test_labels(config.test))
-    dataset = load_dataset(config.train, config.test, config.test_labels, config.validation_split, config.seed)
+    network = config.network
+    dataset = load_dataset(
+        config.train,
+        config.test,
+        config.test_labels,
+        config.validation_split,
+        config.seed,
+        network.input_shape,
+        network.num_classes,
+    )
     check_batch_fits(config, len(dataset.train_x))
     check_writable(config.results_dir, config.results_log)
     return config, dataset

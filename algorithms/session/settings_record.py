@@ -82,6 +82,9 @@ def settings_of(config) -> dict:
         "validation_split": config.validation_split,
         "seed": config.seed,
         **({"fault": config.fault.describe()} if config.fault else {}),  # a record without it: no fault
+        # a user's network file (a built-in network is its name): the same name, another file, is
+        # another network (a record without it: a built-in network)
+        **({"network_file": file_fingerprint(config.network.source)} if not config.network.builtin else {}),
         # the epoch check's own record (run/epoch_check.py) says what it trains on; a run's has none
         **({"part": config.part} if config.part != "run" else {}),
     }

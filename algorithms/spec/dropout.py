@@ -12,6 +12,10 @@ sample's numbers do not depend on the batch it lands in, how a strategy splits t
 batch across replicas, accumulated parts or micro-batches, or which worker of an
 asynchronous strategy takes it.
 
+Channels-first frameworks hold a map as (N, C, H, W) and a flattened map's units in (C,
+H, W) order: `channels_first` gives each layer's uniforms in their layout, so the same
+unit gets the same number everywhere.
+
 Every wrapper applies them the same way (`MASK_RULE`): the unit is kept where u > rate
 and multiplied by SCALE = float32(1 / (1 - rate)), dropped (0) elsewhere: one float32
 multiply per element, so the frameworks' masked activations are bit-identical.
@@ -23,7 +27,7 @@ from math import prod
 
 import numpy as np
 
-from algorithms.spec.networks import Dropout, Network
+from algorithms.spec.layers import Dropout, Network
 
 MASK_RULE = "keep where u > rate, times float32(1 / (1 - rate)); 0 elsewhere"
 _MASK64 = (1 << 64) - 1
@@ -81,3 +85,19 @@ def uniforms(network: Network, seed: int, epoch: int, rows: np.ndarray) -> tuple
 def apply(x: np.ndarray, u: np.ndarray, rate: float) -> np.ndarray:
     """The mask rule in numpy (the reference every wrapper's dropout equals)."""
     return x * np.where(u > np.float32(rate), scale(rate), np.float32(0.0)).astype(x.dtype)
+
+
+def channels_first(network: Network, uniforms: tuple) -> tuple:
+    """The spec-layout uniforms of a step ((N, H, W, C) maps, (N, units) vectors) as a
+    channels-first framework's units are laid out: maps transposed to (N, C, H, W), and the
+    units of a vector flattened from an (H, W, C) map put in (C, H, W) order. float32."""
+    converted = []
+    for (index, _, _), u in zip(dropout_layers(network), uniforms):
+        if u.ndim == 4:
+            u = u.transpose(0, 3, 1, 2)
+        else:
+            flattened_from = network.flattened_map_shape(index)
+            if flattened_from is not None:
+                u = u.reshape(len(u), *flattened_from).transpose(0, 3, 1, 2).reshape(len(u), -1)
+        converted.append(np.ascontiguousarray(u, np.float32))
+    return tuple(converted)

@@ -107,8 +107,11 @@ def layer_stages(network: Network, stages: int) -> tuple:
     count = len(network.layers)
     if stages == 1:
         return ((0, count),)
-    flatten = next(i for i, layer in enumerate(network.layers) if isinstance(layer, Flatten))
-    if stages == 2:
+    if stages == 2:  # at the Flatten, or the first layer of vectors (after a global pool)
+        flatten = next(
+            (i for i, layer in enumerate(network.layers) if isinstance(layer, Flatten)),
+            next(i for i, shape in enumerate(network.input_shapes()) if len(shape) == 1),
+        )
         return ((0, flatten), (flatten, count))
     parametric = [isinstance(layer, (Conv2D, Dense)) for layer in network.layers]
     if stages > sum(parametric):

@@ -12,6 +12,12 @@ other framework or run keep the spec.
     padding:LAYER:PIXELS    the ZeroPad2D before convolution LAYER pads PIXELS instead
     bias:LAYER              conv/dense layer LAYER built without its bias (torch builds
                             it; the other wrappers refuse it in one line)
+    bn_mean:LAYER           the BatchNormalization LAYER with its batch mean cut from the
+                            gradient (a constant to the backward pass; torch builds it)
+    bn_eval:LAYER           the BatchNormalization LAYER normalising with the batch's
+                            statistics in evaluation too, not the running ones (torch)
+    same_side:LAYER         the `same` convolution LAYER with its odd padding pixel on the
+                            top and left, not the bottom and right (torch builds it)
     frozen:LAYER            localisation only: conv/dense layer LAYER's bias built frozen, so
                             the framework computes no gradient for it (torch requires_grad
                             False, TensorFlow and Keras 3 a variable not trainable; the
@@ -52,10 +58,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from algorithms.spec.networks import Conv2D, Dense, Dropout, MaxPool2D, Network, ZeroPad2D
+from algorithms.spec.networks import BatchNormalization, Conv2D, Dense, Dropout, MaxPool2D, Network, ZeroPad2D
 from algorithms.spec.weights import LayerWeights
 
-LAYER_KINDS = ("weights", "padding", "bias")  # faults both the localisation and a training run take
+# faults both the localisation and a training run take
+LAYER_KINDS = ("weights", "padding", "bias", "bn_mean", "bn_eval", "same_side")
 KINDS = LAYER_KINDS + ("frozen", "shape", "die")  # the localisation takes these
 # faults named by their kind alone: they act on a run's data order, evaluation, optimizer
 # state, schedule or metric, not on a layer
@@ -63,7 +70,16 @@ BARE_KINDS = ("same_order", "eval_dropout", "momentum_reset", "lr_late", "accura
 # an entry script's --fault takes these
 TRAINING_KINDS = LAYER_KINDS + ("dropout", "loss", "order") + BARE_KINDS
 # KIND:LAYER (bias, frozen, shape, die) and loss:sum carry no value
-WITHOUT_VALUE = {"bias": 0.0, "frozen": 0.0, "shape": 0.0, "die": 0.0, "loss": 0.0}
+WITHOUT_VALUE = {
+    "bias": 0.0,
+    "frozen": 0.0,
+    "shape": 0.0,
+    "die": 0.0,
+    "loss": 0.0,
+    "bn_mean": 0.0,
+    "bn_eval": 0.0,
+    "same_side": 0.0,
+}
 # a --fault die:LAYER child's exit status: not Python's for an error (1), nor a bad flag's (2)
 DIE_EXIT_STATUS = 70
 # each training kind as --help says it
@@ -71,6 +87,9 @@ KIND_HELP = {
     "weights": "weights:LAYER:FACTOR (that layer's initial kernel times FACTOR)",
     "padding": "padding:LAYER:PIXELS (the padding before that convolution)",
     "bias": "bias:LAYER (that conv or dense layer without its bias)",
+    "bn_mean": "bn_mean:LAYER (that batch norm's mean cut from the gradient)",
+    "bn_eval": "bn_eval:LAYER (that batch norm on the batch's statistics in evaluation too)",
+    "same_side": "same_side:LAYER (that same convolution's odd padding pixel on the top and left)",
     "dropout": "dropout:LAYER:RATE (that Dropout layer at RATE, kept in a --parity run)",
     "loss": "loss:sum (the gradient of the batch's summed loss, not its mean)",
     "order": "order:EPOCH:SEED (that epoch's batches in another order)",
@@ -126,6 +145,17 @@ def parse_fault(text: str, network: Network, kinds: tuple = KINDS) -> Fault:
     layer = layers[fault.layer]
     if fault.kind in ("weights", "bias", "frozen") and not isinstance(layer, (Conv2D, Dense)):
         raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) has no weights")
+    if fault.kind in ("bn_mean", "bn_eval") and not isinstance(layer, BatchNormalization):
+        raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) is not a BatchNormalization")
+    if fault.kind == "same_side":
+        in_shape = network.input_shapes()[fault.layer] if network.input_shape else None
+        if not isinstance(layer, Conv2D) or layer.padding != "same":
+            raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) is not a 'same' Conv2D")
+        if in_shape is not None and all(before == after for before, after in layer.paddings(in_shape)):
+            raise ValueError(
+                f"{text!r}: layer {fault.layer}'s padding is the same on both sides of its {in_shape[0]}x"
+                f"{in_shape[1]} input: there is no odd pixel to move (a stride of 2, or an even kernel, makes one)"
+            )
     if fault.kind == "shape" and not isinstance(layer, MaxPool2D):
         raise ValueError(f"{text!r}: layer {fault.layer} ({type(layer).__name__}) is not a MaxPool2D")
     if fault.kind == "die" and isinstance(layer, Dropout):
@@ -167,6 +197,12 @@ def apply_fault(fault: Fault, network: Network, weights: list) -> tuple:
         layers[fault.layer] = replace(layers[fault.layer], padding=1)
     elif fault.kind == "dropout":
         layers[fault.layer] = Dropout(fault.value, in_parity=True)
+    elif fault.kind == "bn_mean":
+        layers[fault.layer] = replace(layers[fault.layer], mean_in_gradient=False)
+    elif fault.kind == "bn_eval":
+        layers[fault.layer] = replace(layers[fault.layer], evaluation="batch")
+    elif fault.kind == "same_side":
+        layers[fault.layer] = replace(layers[fault.layer], extra_padding_at="start")
     else:
         layers[fault.layer - 1] = ZeroPad2D(int(fault.value))
     return replace(network, layers=tuple(layers)), weights

@@ -65,6 +65,13 @@ def parse_suite_args(argv):
         "seconds each: what lets the compare judge the epoch boundaries; see --epoch_check in any script's --help)",
     )
     parser.add_argument(
+        "--baseline",
+        default=BASELINE_DIR,
+        help="the folder the verdicts' seed bands and drift envelopes are read from (default: the shipped "
+        "baselines); a network of your own has none there: `python -m algorithms.studies.drift --envelope "
+        "--envelope_dir DIR` with this run's flags writes its envelopes into DIR (docs/own-network.md)",
+    )
+    parser.add_argument(
         "--verbose",
         action="store_true",
         help="show every line the frameworks write to stderr, their start-up notices (TensorFlow's absl and "
@@ -83,7 +90,8 @@ def parse_suite_args(argv):
             parser.error("--seeds and --seed: give one of them")
     if not args.no_epoch_check and "--epoch_check" not in forwarded:
         forwarded = forwarded + ["--epoch_check"]
-    return framework_names(parser, args.only, "--only"), args.preset, seeds, forwarded, args.verbose
+    names = framework_names(parser, args.only, "--only")
+    return names, args.preset, seeds, forwarded, args.verbose, args.baseline
 
 
 def main_command_flags(network, forwarded: list, preset: str) -> tuple:
@@ -100,7 +108,7 @@ def main_command_flags(network, forwarded: list, preset: str) -> tuple:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    names, preset, seeds, forwarded, verbose = parse_suite_args(argv)
+    names, preset, seeds, forwarded, verbose, baseline = parse_suite_args(argv)
     try:
         config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
         forwarded, note = main_command_flags(config.network, forwarded, preset)
@@ -130,11 +138,13 @@ def main(argv=None) -> int:
     agreement = print_agreement(config, csv_paths, first_run, names)
     if len(csv_paths) >= 2:
         specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
-        report = build_report(specs, [0.5, 0.8, 0.9], BASELINE_DIR)
+        report = build_report(specs, [0.5, 0.8, 0.9], baseline)
         report["agreement"] = agreement
         prefix = default_prefix(os.path.join(config.results_dir, "compare"), report["runs"])
         png, page = write_outputs(report, prefix, localisation_png(config.results_dir, run_id))
         print("\n" + format_against_first(report, verbose))
+        for line in yardstick_advice(report, config, forwarded, baseline):
+            print(line)
         print("\n" + format_checks(report["baseline"], verbose))
         for note in agreement_notes(report):
             print("\n".join(wrapped(note)))
@@ -198,6 +208,11 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
         code, wall = outcomes[name]
         path = children.results_csv(config.results_dir, config.network.name, name)
         rows = children.run_rows(path, run_id)
+        if code == EXIT_INPUT_ERROR and not rows:  # the framework refused the run (a layer, a flag): its one line
+            reason = refusal(os.path.join(config.results_dir, "logs", run_id, f"{name}.log"))
+            lines.append((framework, backend, "not run (below)"))
+            not_run_lines += wrapped(f"{framework}/{backend} not run: {reason}", "  ", "    ")
+            continue
         if code != 0 or not rows:
             lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
             continue
@@ -220,6 +235,37 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     for line in text_table(header, lines, left=2, rule=True) + not_run_lines:
         print(line)
     return finished
+
+
+def yardstick_advice(report: dict, config, forwarded: list, baseline: str) -> list:
+    """Where a verdict found no yardstick (no drift envelope, no seed band at these
+    settings, as for any network of the user's), how to make each, in this run's flags."""
+    if not any("no band" in verdict.text or "no seed band" in verdict.text for verdict in report["verdicts"]):
+        return []
+    flags = " ".join(without_flags(forwarded, bare="--epoch_check"))
+    # drift measures both modes (dropout on, --parity) to its own number of steps, in its own folder
+    measured = " ".join(
+        without_flags(forwarded, ("--max_steps", "--results_dir", "--results_log"), ("--epoch_check", "--parity"))
+    )
+    whose = "a network of your own ships none" if not config.network.builtin else "the shipped ones cover others"
+    return wrapped(
+        f"note: no drift envelope or seed band in {baseline} for these settings ({whose}), so no verdict. "
+        f"Same-seed verdicts: measure the envelope, python -m algorithms.studies.drift --envelope --envelope_dir "
+        f"DIR {measured}, then judge against it, python run_all.py --baseline DIR {flags}. Seed-regime verdicts: "
+        f"python run_all.py --seeds 0,1,2,3,4 {flags} (docs/own-network.md)",
+        "",
+        "  ",
+    )
+
+
+def refusal(log: str) -> str:
+    """The one line an entry script refused its run with (the last `error: ` line of its stderr)."""
+    try:
+        with open(log, errors="replace") as handle:
+            errors = [line.strip() for line in handle if line.startswith("error: ")]
+    except OSError:
+        errors = []
+    return errors[-1].removeprefix("error: ") if errors else "refused (exit 2), no reason in its log"
 
 
 def to_accuracy_cells(rows: list, threshold: float) -> tuple:
