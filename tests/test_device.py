@@ -23,10 +23,12 @@ from algorithms.analysis.verdict import Yardsticks, judge
 from algorithms.errors import InputError
 from algorithms.machine import devices
 from algorithms.paths import BASELINE_DIR, REPO_ROOT
-from algorithms.records import read_rows, read_settings
+from algorithms.records import read_rows, read_settings, results_csv_name
+from algorithms.registry.frameworks import FRAMEWORKS
 from algorithms.registry.capabilities import environment
 from backends.gpu_builds import jax_build, tensorflow_build, torch_build
-from tests.conftest import run_script
+from tests.conftest import framework_param, run_script
+from tests.helpers.flags import run_flags
 from tests.helpers.synthetic_runs import DEFAULT_SETTINGS, relabel, write_run
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -109,6 +111,21 @@ def cpu_run(small_data, tmp_path_factory):
     proc = run_script("torch_script.py", flags, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return str(results / f"{NETWORK}_torch.csv"), "cpu-run", folder / "results.log"
+
+
+@pytest.mark.slow  # every framework, one short run each
+@pytest.mark.parametrize("framework", [pytest.param(f, marks=framework_param(f).marks, id=f.name) for f in FRAMEWORKS])
+def test_device_cpu_keeps_every_framework_on_the_cpu(framework, tiny_train, tmp_path):
+    """Told a GPU is visible (CUDA_VISIBLE_DEVICES=0), a --device cpu run still records the CPU."""
+    results = tmp_path / "results"
+    argv = run_flags(tiny_train, results, device="cpu", max_steps=1, batch_size=16, run_id="on-cpu")
+    proc = run_script(framework.script, argv, {**framework.env, "CUDA_VISIBLE_DEVICES": "0"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = str(results / results_csv_name(NETWORK, framework.framework, framework.backend))
+    assert {row["device"] for row in read_rows(path, "on-cpu")} == {"cpu"}
+    assert read_settings(path)["on-cpu"]["device"] == "cpu"
+    log = (tmp_path / "results.log").read_text()
+    assert "\ndevice:      cpu (cpu): " in log and log.count("; --device cpu\n") == 1, log
 
 
 def test_every_row_the_settings_record_and_results_log_say_where_the_run_trained(cpu_run):
