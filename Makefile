@@ -16,7 +16,7 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 # later one), e.g. `make legacy-setup LEGACY_PYTHON=python3.11` where python3 is another.
 LEGACY_PYTHON ?= $(PYTHON)
 
-.PHONY: all setup legacy-setup caffe browser compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
+.PHONY: all setup legacy-setup gpu-setup caffe browser compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -48,6 +48,30 @@ $(LEGACY_STAMP): requirements-legacy.txt
 	touch $@
 
 legacy-setup: $(LEGACY_STAMP)
+
+# The opt-in GPU environment (docs/gpu.md): .venv-gpu, the CUDA builds of torch, TensorFlow and
+# jax (requirements-gpu.txt) and every other line of requirements.txt; gigabytes of CUDA
+# libraries, downloaded only by this target: no other target builds or needs it, and .venv stays
+# the CPU env. Then: .venv-gpu/bin/python run_all.py --device gpu (the Theano family and Caffe run
+# in their own envs, on the CPU). The last step fails, naming the build, where pip installed a
+# CPU build (a local wheel cache that holds torch's +cpu wheel, say).
+GPU_VENV := .venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_REQ_HASH := $(shell cat requirements.txt requirements-gpu.txt | sha1sum | cut -c1-12)
+GPU_STAMP := $(GPU_VENV)/.installed-$(GPU_REQ_HASH)
+$(GPU_STAMP): requirements.txt requirements-gpu.txt
+	@echo "[gpu-setup] creating $(GPU_VENV) (torch, TensorFlow and jax built for CUDA: several GB the first time)"
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_PY) -m pip install --quiet --upgrade pip
+	grep -v -E '^(tensorflow-cpu|torch|jax|jaxlib)==' requirements.txt > $(GPU_VENV)/requirements-main.txt
+	$(GPU_PY) -m pip install --quiet -r requirements-gpu.txt -r $(GPU_VENV)/requirements-main.txt
+	$(GPU_PY) -c 'import sys; from backends.gpu_builds import jax_build, tensorflow_build, torch_build; \
+	  why = [w for w in (torch_build(), tensorflow_build(), jax_build()) if w]; \
+	  sys.exit("[gpu-setup] error: " + "; ".join(why) if why else 0)'
+	rm -f $(GPU_VENV)/.installed-*
+	touch $@
+
+gpu-setup: $(GPU_STAMP)
 
 # Real Caffe (pycaffe, CPU only) built from the PyPI sdist brocolli-caffe into a cache
 # outside the clone (~/.cache/cnn-parallel/caffe): about 11 minutes the first time,

@@ -40,7 +40,11 @@ CSV_COLUMNS = [
     "worker",
     "staleness",
     "loss_scale",
+    "device",
 ]
+# a file from before the device column: every run then trained on the CPU (requirements.txt
+# installs CPU builds only, and no GPU had run this project: docs/gpu.md)
+DEVICE_BEFORE_COLUMN = "cpu"
 WARMUP_STEPS = 3  # tracing / compilation happens here; excluded from the steady-state median
 
 
@@ -67,8 +71,8 @@ def check_csv(csv_path: str) -> str:
 def read_rows(path: str, run_id: Optional[str] = None) -> list:
     """Rows of a results CSV as dicts with numbers converted; one run's rows if run_id is given."""
     numeric = {"devices", "global_batch", "epoch", "step", "worker", "staleness"}
-    # every column after phase is a measurement
-    floats = set(CSV_COLUMNS[CSV_COLUMNS.index("loss") :]) - numeric
+    # every column from loss to loss_scale is a measurement
+    floats = set(CSV_COLUMNS[CSV_COLUMNS.index("loss") : CSV_COLUMNS.index("loss_scale") + 1]) - numeric
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
@@ -81,6 +85,7 @@ def read_rows(path: str, run_id: Optional[str] = None) -> list:
             for key in ("worker", "staleness"):  # absent in files of earlier versions, which ran synchronously
                 value = row.get(key)
                 row[key] = int(value) if value else (0 if row["phase"] == "train" else None)
+            row["device"] = row.get("device") or DEVICE_BEFORE_COLUMN
             rows.append(row)
     return _latest_per_step(rows)
 

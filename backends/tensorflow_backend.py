@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from algorithms.machine.devices import cpu_name, driver_version
+
 
 def set_threads(threads: int) -> str:
     """--threads: TensorFlow's intra- and inter-op pools. They can be set only before
@@ -50,13 +52,44 @@ def device_memory_mb():
 
 
 def enable_determinism() -> tuple:
-    """Turns on what TensorFlow offers; returns (what was set, what still is not deterministic)."""
+    """Turns on what TensorFlow offers; returns (what was set, what still is not deterministic).
+    Op determinism picks deterministic GPU kernels (cuDNN's too) and refuses the ops that
+    have none; TF32 off keeps float32 matmuls and convolutions IEEE float32 on a GPU
+    (TensorFlow runs them as TF32 by default on Ampere and later)."""
     import tensorflow as tf
 
     tf.config.experimental.enable_op_determinism()
-    applied = ["tf.config.experimental.enable_op_determinism()"]
-    caveats = [
-        f"Eigen/oneDNN kernels split work over {tf.config.threading.get_intra_op_parallelism_threads() or 'all'} "
-        "intra-op threads: bit-identical only at the same thread count and CPU"
-    ]
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    applied = ["tf.config.experimental.enable_op_determinism()", "TF32 off (enable_tensor_float_32_execution(False))"]
+    if tf.config.list_physical_devices("GPU"):
+        caveats = ["GPU kernels: bit-identical only on the same GPU model, driver, CUDA and cuDNN versions"]
+    else:
+        caveats = [
+            f"Eigen/oneDNN kernels split work over {tf.config.threading.get_intra_op_parallelism_threads() or 'all'} "
+            "intra-op threads: bit-identical only at the same thread count and CPU"
+        ]
     return applied, caveats
+
+
+def describe_device() -> tuple:
+    """(kind, name, detail) of where TensorFlow places a one-device run, for contract.Device:
+    its default device, GPU 0 wherever it sees a GPU (none under --device cpu, which hides
+    them before it loads: algorithms/machine/devices.py), with the GPU's model, the
+    driver's version and the CUDA and cuDNN TensorFlow was built with; else the CPU. Reads
+    physical devices only (logical ones would be fixed too early: local_devices)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "cpu", "cpu", f"{cpu_name()} (TensorFlow's CPU kernels)"
+    details = tf.config.experimental.get_device_details(gpus[0])
+    capability = ".".join(str(part) for part in details.get("compute_capability", ()))
+    build = tf.sysconfig.get_build_info()
+    detail = (
+        f"{details.get('device_name', gpus[0].name)}"
+        + (f" (compute capability {capability})" if capability else "")
+        + f"; driver {driver_version() or 'unknown'}, CUDA {build.get('cuda_version', 'unknown')}, "
+        f"cuDNN {build.get('cudnn_version', 'unknown')} (TensorFlow's build)"
+        + (f"; {len(gpus)} GPUs visible" if len(gpus) > 1 else "")
+    )
+    return "gpu", "cuda:0", detail

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from algorithms.machine.devices import cpu_name, driver_version
 from algorithms.tables import shape_text
 
 
@@ -20,25 +21,70 @@ def set_threads(threads: int) -> str:
 
 
 def enable_determinism() -> tuple:
-    """Turns on what torch offers; returns (what was set, what still is not deterministic)."""
+    """Turns on what torch offers; returns (what was set, what still is not deterministic).
+    On a GPU: deterministic cuBLAS needs its workspace fixed before the first cuBLAS
+    handle (CUBLAS_WORKSPACE_CONFIG), cuDNN picks deterministic kernels and stops
+    benchmarking them, and float32 matmuls and convolutions stay IEEE float32 (TF32 off;
+    cuDNN's convolutions take TF32 by default)."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's own requirement, read at CUDA init
     import torch
 
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    applied = ["torch.use_deterministic_algorithms(True)", "cudnn.benchmark=False", "cudnn.deterministic=True"]
-    caveats = [
-        f"CPU kernels split work over {torch.get_num_threads()} threads: bit-identical only "
-        "at the same thread count and CPU"
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    applied = [
+        "torch.use_deterministic_algorithms(True)",
+        "cudnn.benchmark=False",
+        "cudnn.deterministic=True",
+        f"CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}",
+        "TF32 off (cuda.matmul and cudnn.conv fp32_precision=ieee)",
     ]
+    if torch.cuda.is_available():
+        caveats = [
+            "GPU kernels: bit-identical only on the same GPU model, driver, CUDA and cuDNN versions; "
+            "atomics-based kernels without a deterministic version raise instead of running"
+        ]
+    else:
+        caveats = [
+            f"CPU kernels split work over {torch.get_num_threads()} threads: bit-identical only "
+            "at the same thread count and CPU"
+        ]
     return applied, caveats
+
+
+def run_device():
+    """The device a one-process run trains on: the first GPU torch sees (none under --device
+    cpu, which hides them all before torch loads: algorithms/machine/devices.py), else the CPU."""
+    import torch
+
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def describe_device(device) -> tuple:
+    """(kind, name, detail) of a torch device, for contract.Device: the GPU's model, its
+    memory and compute capability, the driver's, CUDA runtime's and cuDNN's versions; or
+    the CPU's model and torch's threads."""
+    import torch
+
+    if device.type != "cuda":
+        return "cpu", "cpu", f"{cpu_name()} ({torch.get_num_threads()} torch threads)"
+    index = device.index or 0
+    properties = torch.cuda.get_device_properties(index)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    detail = (
+        f"{properties.name} ({properties.total_memory / 2**30:.0f} GiB, compute capability "
+        f"{properties.major}.{properties.minor}); driver {driver_version() or 'unknown'}, "
+        f"CUDA runtime {torch.version.cuda}, cuDNN {cudnn or 'none'}"
+    )
+    return "gpu", f"cuda:{index}", detail
 
 
 def device_memory_mb():
     """--batch_size auto on a GPU: torch's peak-allocated counter and the GPU's free
     memory (with what this process holds counted free); None when nothing ran on CUDA
-    (torch_script.py's single-device run trains on the CPU)."""
+    (a run on the CPU: --device cpu, or no GPU)."""
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:

@@ -21,6 +21,11 @@ ONE_DEVICE = (
     "is multi-GPU data parallel); use torch_script.py or tensorflow_script.py for parallel strategies"
 )
 
+CPU_ONLY = (
+    "caffe_script.py runs on the CPU: this Caffe is a CPU_ONLY build (caffe_wrapper/build_caffe.sh; "
+    "--device auto puts it on the CPU); drop --device gpu"
+)
+
 GRAPH_ONLY_FP32 = graph_only_fp32_advice("Caffe", "Caffe is graph-only (the whole step is built once, then run)")
 
 BLAS_ONE_THREAD = Setting(
@@ -37,6 +42,7 @@ def supported() -> Support:
         flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
         tuning=Tuning("caffe", (BLAS_ONE_THREAD, OPENBLAS_AVX512), measured=MEASURED),
         advice=GRAPH_ONLY_FP32
+        | {"--device gpu": CPU_ONLY}
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(
             "Caffe 1.0's solver steps one process (its multi-GPU sync is synchronous), "

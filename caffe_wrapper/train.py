@@ -14,7 +14,8 @@ import tempfile
 import caffe
 import numpy as np
 
-from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import Device, LayerProbe, ModelParameter, Runtime
+from algorithms.machine.devices import cpu_name
 from algorithms.run.loop import train_by_hand
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from caffe_wrapper.model import (
@@ -31,7 +32,8 @@ from caffe_wrapper.trainer import build_trainer, feed, load_weights
 
 def describe_runtime() -> Runtime:
     versions = {"caffe": f"{caffe.__version__} (built from the brocolli-caffe 9.0.2 sdist)", "numpy": np.__version__}
-    return Runtime("caffe", "caffe", versions, "cpu (caffe.set_mode_cpu, OpenBLAS)")
+    device = Device("cpu", "cpu", f"{cpu_name()} (caffe.set_mode_cpu, OpenBLAS)")
+    return Runtime("caffe", "caffe", versions, "cpu (caffe.set_mode_cpu, OpenBLAS)", device)
 
 
 def records(config) -> bool:

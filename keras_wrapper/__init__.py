@@ -29,12 +29,14 @@ from backends.tuning import (
     XLA_LISTS,
     YNN_OFF,
 )
+from backends.gpu_builds import jax_build, tensorflow_build, torch_build
+from backends.jax_backend import device_environment as jax_device_environment
 from backends.xla import dump_to, thread_flags
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
 from algorithms.spec.parallel import worker_strategy_advice
 
-KERAS_3_FLAGS = LR_SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every", "--fault frozen")
+KERAS_3_FLAGS = LR_SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every", "--fault frozen", "--device gpu")
 # why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
 JAX_ONLY = (
     "Keras's tensor parallel (keras.distribution.ModelParallel) runs on jax only; use KERAS_BACKEND=jax, "
@@ -47,6 +49,10 @@ HYBRID_JAX_ONLY = (
 NO_PIPELINE = (
     "Keras has no pipeline-parallel API (model.fit runs the whole model as one program per step); "
     "use tensorflow_script.py or torch_script.py --strategy pipeline"
+)
+CPU_ONLY_KERAS_2 = (
+    "Keras 2 on Theano runs on the CPU here (theano-pymc is built without a GPU backend in .venv-legacy); "
+    "drop --device gpu (auto puts it on the CPU), or use keras_script.py on Keras 3"
 )
 ONE_DEVICE_KERAS_2 = (
     "Keras 2 on Theano runs on one CPU device here (Theano has no multi-device machinery, and Keras 2's "
@@ -160,6 +166,8 @@ def supported() -> Support:
             footprint=FOOTPRINTS[name],
             thread_environment=thread_flags,  # XLA's, on jax and tensorflow
             profile_environment=dump_to,
+            gpu_build=jax_build,
+            device_environment=jax_device_environment,
         )
     if name == "tensorflow":
         return Support(
@@ -176,6 +184,7 @@ def supported() -> Support:
             footprint=FOOTPRINTS[name],
             thread_environment=thread_flags,  # XLA's, on jax and tensorflow
             profile_environment=dump_to,
+            gpu_build=tensorflow_build,
         )
     if name == "torch":
         return Support(
@@ -191,6 +200,7 @@ def supported() -> Support:
                 **NO_WORKER_STRATEGIES,
                 **MODE_ADVICE["torch"],
             },
+            gpu_build=torch_build,
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
@@ -198,7 +208,8 @@ def supported() -> Support:
         tuning=tuning("theano"),
         advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
         | NO_WORKER_STRATEGIES
-        | KERAS_2_ADVICE,
+        | KERAS_2_ADVICE
+        | {"--device gpu": CPU_ONLY_KERAS_2},
     )
 
 

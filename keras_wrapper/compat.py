@@ -276,6 +276,28 @@ def describe_backend() -> tuple:
     return module.__version__, devices
 
 
+def describe_device() -> tuple:
+    """(kind, name, detail) of where Keras's backend places the model and its batches, for
+    contract.Device: tensorflow's and jax's default device, torch's as Keras picks it (the
+    GPU where torch sees one); Keras 2 on Theano, the CPU."""
+    if BACKEND == "tensorflow":
+        from backends.tensorflow_backend import describe_device as describe
+    elif BACKEND == "jax":
+        from backends.jax_backend import describe_device as describe
+    elif BACKEND == "torch":
+        import torch
+        from keras.src.backend.torch.core import get_device
+
+        from backends.torch_backend import describe_device as describe_torch
+
+        return describe_torch(torch.device(get_device()))
+    else:
+        from algorithms.machine.devices import cpu_name
+
+        return "cpu", "cpu", f"{cpu_name()} (Theano's CPU backend)"
+    return describe()
+
+
 def set_threads(threads: int) -> str:
     """--threads on the backend's own switches, as tensorflow_wrapper and torch_wrapper
     set them (jax, Theano: the environment that algorithms/machine/threads.py set before import)."""

@@ -8,7 +8,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import Device, LayerProbe, ModelParameter, Runtime
 from algorithms.run.loop import train_by_epochs
 from algorithms.spec.networks import Conv2D
 from algorithms.spec.weights import initial_weights
@@ -20,9 +20,8 @@ from keras_wrapper.trainer import build_trainer, make_model, nhwc
 def describe_runtime() -> Runtime:
     backend = keras.backend.backend()
     backend_version, devices = compat.describe_backend()
-    return Runtime(
-        "keras", backend, {"keras": keras.__version__, backend: backend_version, "numpy": np.__version__}, devices
-    )
+    versions = {"keras": keras.__version__, backend: backend_version, "numpy": np.__version__}
+    return Runtime("keras", backend, versions, devices, Device(*compat.describe_device()))
 
 
 def records(config) -> bool:

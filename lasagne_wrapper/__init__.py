@@ -16,6 +16,11 @@ ONE_DEVICE = (
     "multi-device machinery); use torch_script.py or tensorflow_script.py for parallel strategies"
 )
 
+CPU_ONLY = (
+    "lasagne_script.py runs on the CPU: theano-pymc in .venv-legacy is built without a GPU backend "
+    "(--device auto puts it on the CPU); drop --device gpu"
+)
+
 GRAPH_ONLY_FP32 = graph_only_fp32_advice(
     "Lasagne on Theano", "Theano is graph-only (the whole step is built once, then run)"
 )
@@ -28,6 +33,7 @@ def supported() -> Support:
         flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
         tuning=Tuning("lasagne", (THEANO_OPENMP, OPENBLAS_AVX512), measured=MEASURED, lists=THEANO_LISTS),
         advice=GRAPH_ONLY_FP32
+        | {"--device gpu": CPU_ONLY}
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}
         | worker_strategy_advice(
             "Lasagne runs one compiled Theano train function in one process, with no distributed runtime"

@@ -10,7 +10,8 @@ import numpy as np
 import theano
 import theano.tensor as T
 
-from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import Device, LayerProbe, ModelParameter, Runtime
+from algorithms.machine.devices import cpu_name
 from algorithms.spec.data import as_channels_first
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
@@ -20,7 +21,8 @@ from lasagne_wrapper.trainer import build_trainer, cross_entropy
 
 def describe_runtime() -> Runtime:
     versions = {"lasagne": lasagne.__version__, "theano-pymc": theano.__version__, "numpy": np.__version__}
-    return Runtime("lasagne", "theano", versions, theano_backend.describe_theano())
+    device = Device("cpu", "cpu", f"{cpu_name()} (Theano's CPU backend)")
+    return Runtime("lasagne", "theano", versions, theano_backend.describe_theano(), device)
 
 
 def records(config) -> bool:

@@ -22,8 +22,10 @@ from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAG
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Tuning
 from backends.tuning import MEASURED, TENSORFLOW, TENSORFLOW_LISTS
+from backends.gpu_builds import tensorflow_build
 from backends.xla import dump_to, thread_flags
 from algorithms.errors import InputError
+from algorithms.machine.devices import hide_gpus
 from algorithms.spec.parallel import worker_strategy_advice
 
 
@@ -32,6 +34,13 @@ from algorithms.spec.parallel import worker_strategy_advice
 PARITY_XLA = (
     "--compile with --parity: TensorFlow's op determinism has no deterministic XLA max-pool "
     "gradient; drop --compile (--execution compiled) or --parity"
+)
+
+
+# the local cluster's tasks are processes sharing this machine; one GPU is not split between them here
+PS_ON_CPU = (
+    "--device gpu with --strategy ps: tensorflow_script.py runs its cluster's worker and parameter-server "
+    "tasks on the CPU; drop --device gpu (or use --strategy data or single on the GPU)"
 )
 
 
@@ -74,6 +83,7 @@ def supported() -> Support:
             "--execution graph",
             "--noise_scale",
             "--fault frozen",
+            "--device gpu",
         ),
         tuning=Tuning("tensorflow", TENSORFLOW, measured=MEASURED, lists=TENSORFLOW_LISTS),
         advice=worker_strategy_advice(
@@ -83,6 +93,7 @@ def supported() -> Support:
         footprint=FOOTPRINT,
         thread_environment=thread_flags,  # XLA's
         profile_environment=dump_to,
+        gpu_build=tensorflow_build,
     )
 
 
@@ -112,6 +123,9 @@ def prepare_process(config, dataset) -> None:
         )
     if config.strategy != "ps":
         return
+    if config.device == "gpu":
+        raise InputError(PS_ON_CPU)
+    hide_gpus()  # its cluster's tasks train on the CPU, and the run records that
     for flag, used in (
         ("--accumulate", config.accumulate > 1),
         ("--checkpoint_every", config.checkpoint_every > 0),

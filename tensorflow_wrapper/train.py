@@ -13,11 +13,12 @@ import numpy as np
 import tensorflow as tf
 
 from algorithms.spec.data import as_images
-from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import Device, LayerProbe, ModelParameter, Runtime
 from algorithms.session.faults import install_signal_handlers
 from algorithms.spec.weights import initial_weights
 from algorithms.run.loop import train_by_hand
 from algorithms.run.updates import train_by_updates
+from backends.tensorflow_backend import describe_device
 from tensorflow_wrapper.devices import describe_devices, is_chief, signal_of_any_worker, tf_config
 from tensorflow_wrapper.model import build_model
 from tensorflow_wrapper.ps import ParameterServerPool
@@ -25,9 +26,8 @@ from tensorflow_wrapper.trainer import build_trainer
 
 
 def describe_runtime() -> Runtime:
-    return Runtime(
-        "tensorflow", "tensorflow", {"tensorflow": tf.__version__, "numpy": np.__version__}, describe_devices()
-    )
+    versions = {"tensorflow": tf.__version__, "numpy": np.__version__}
+    return Runtime("tensorflow", "tensorflow", versions, describe_devices(), Device(*describe_device()))
 
 
 def records(config) -> bool:

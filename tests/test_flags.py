@@ -27,7 +27,7 @@ ARGVS = [
         *("--strategy", "ps", "--devices", "3", "--batch_size", "99", "--ps_tasks", "2", "--ps_sync"),
         *("--ps_endpoint", "10.0.0.1:29500", "--remote_workers", "1", "--resume", "20261204T000000Z-abcd"),
     ],
-    ["--batch_size", "auto", "--memory_budget_mb", "100"],
+    ["--batch_size", "auto", "--memory_budget_mb", "100", "--device", "cpu"],
 ]
 
 

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from algorithms.machine.devices import machine_gpus
 from algorithms.registry.capabilities import environment
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
 from algorithms.config.run_config import OPTIONAL_FLAGS
@@ -79,6 +80,20 @@ def test_help_and_a_refusal_come_before_any_framework_loads(framework):
     assert refused.returncode == 0 and refused.stderr.startswith("error: "), refused.stderr[-2000:]
     assert refused.stdout.strip().endswith("status 2 loaded none"), refused.stdout[-300:] + refused.stderr[-300:]
     assert "oneDNN" not in helped.stderr + refused.stderr and "absl" not in helped.stderr + refused.stderr
+
+
+@pytest.mark.parametrize("framework", SCRIPTS)
+def test_device_gpu_without_a_gpu_is_one_line_before_any_framework_loads(framework):
+    """No GPU here: every entry script refuses --device gpu with status 2 in one line, no
+    traceback, naming why (the machine has none; Theano's and Caffe's CPU-only builds)."""
+    if machine_gpus():
+        pytest.skip("this machine has a GPU")
+    refused = run_in_place(framework, ["--device", "gpu", "--max_steps", "1"])
+    error = refused.stderr.strip()
+    assert refused.stdout.strip().endswith("status 2 loaded none"), refused.stdout[-300:] + refused.stderr[-300:]
+    assert error.startswith("error: --device gpu: ") and "\n" not in error and "Traceback" not in error, error
+    gpu_capable = "--device gpu" in support_of(framework).flags
+    assert ("no NVIDIA GPU on this machine" if gpu_capable else "runs on the CPU") in error, error
 
 
 def option_blocks(help_text: str) -> list:

@@ -83,7 +83,7 @@ def test_steady_state_median_skips_the_warmup_steps():
     assert steady_state_ms([5.0, 7.0]) == 6.0  # too few steps: all of them
 
 
-OLD_COLUMNS = CSV_COLUMNS[: CSV_COLUMNS.index("comm_time_ms") + 1]  # the schema before worker, staleness, loss_scale
+OLD_COLUMNS = CSV_COLUMNS[: CSV_COLUMNS.index("comm_time_ms") + 1]  # before worker, staleness, loss_scale, device
 
 
 def old_schema_file(path) -> str:
@@ -104,10 +104,11 @@ def test_rows_of_the_schema_before_worker_and_staleness_read_as_synchronous_ones
 def test_appending_to_an_older_schema_file_rewrites_it_with_todays_columns_keeping_its_rows(tmp_path, capsys):
     path = tmp_path / "net_torch.csv"
     old_schema_file(path)
-    writer = ResultsCsv(str(path), {"run_id": "new", **IDENTITY, "strategy": "async"})
+    writer = ResultsCsv(str(path), {"run_id": "new", **IDENTITY, "strategy": "async", "device": "cuda:0"})
     writer.write(epoch=1, step=1, phase="train", loss=2.0, worker=1, staleness=3)
     writer.close()
-    assert "written by an earlier version without the worker, staleness, loss_scale columns" in capsys.readouterr().err
+    note = capsys.readouterr().err
+    assert "written by an earlier version without the worker, staleness, loss_scale, device columns" in note
     lines = path.read_text().splitlines()
     assert lines[0] == ",".join(CSV_COLUMNS) and all(line.count(",") == len(CSV_COLUMNS) - 1 for line in lines)
     old_train, old_val, new = read_rows(str(path))
@@ -118,6 +119,8 @@ def test_appending_to_an_older_schema_file_rewrites_it_with_todays_columns_keepi
         0,
     )
     assert old_val["phase"] == "val" and (new["worker"], new["staleness"], new["loss"]) == (1, 3, 2.0)
+    # the rows from before the device column trained on the CPU (the only builds there were)
+    assert (old_train["device"], old_val["device"], new["device"]) == ("cpu", "cpu", "cuda:0")
     ResultsCsv(str(path), {"run_id": "again", **IDENTITY}).close()  # today's header: appended to as it is
     assert path.read_text().splitlines()[: len(lines)] == lines
 

@@ -30,11 +30,11 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     proc = run_all_on_torch_and_tensorflow(small_data, tmp_path, "suite-test")
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("framework"))
-    assert lines[header].split()[:4] == ["framework", "backend", "val", "acc"]
+    assert lines[header].split()[:5] == ["framework", "backend", "device", "val", "acc"]
     torch_row = lines[header + 2].split()
     rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"), "suite-test")
     (test_row,) = [r for r in rows if r["phase"] == "test"]
-    assert torch_row[:2] == ["torch", "torch"] and float(torch_row[3]) == round(test_row["accuracy"], 4)
+    assert torch_row[:3] == ["torch", "torch", "cpu"] and float(torch_row[4]) == round(test_row["accuracy"], 4)
     assert lines[header + 3].split()[:2] == ["tensorflow", "tensorflow"]
     # the main job ends with the comparison of the run it made: the agreement as a matrix, a verdict per
     # framework against the first, a line per baseline check, then where the evidence is

@@ -27,8 +27,10 @@ from algorithms.contract.types import Support
 from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS
 from algorithms.machine.resources import Footprint, Started
 from algorithms.machine.tuning import Setting, Tuning
+from backends.gpu_builds import torch_build
 from backends.tuning import MEASURED, OMP_SPIN
 from algorithms.errors import InputError
+from algorithms.machine.devices import hide_gpus
 
 TUNING_CANDIDATES = (
     OMP_SPIN,
@@ -82,6 +84,7 @@ def supported() -> Support:
             "--fault bn_mean",
             "--fault bn_eval",
             "--fault same_side",
+            "--device gpu",
         ),
         tuning=Tuning("torch", TUNING_CANDIDATES, measured=MEASURED),
         advice={
@@ -89,6 +92,7 @@ def supported() -> Support:
             "pass --execution eager or compiled",
         },
         footprint=FOOTPRINT,
+        gpu_build=torch_build,
     )
 
 
@@ -100,6 +104,15 @@ def prepare_process(config, dataset) -> None:
         for flag, why in _NOT_WITH_WORKER_STRATEGIES.items():
             if used.get(flag):
                 raise InputError(f"{flag} with --strategy {config.strategy}: not available ({why}); drop {flag}")
+    if config.strategy in ("ps", "async"):  # CPU processes: shared memory (async), RPC tensors (ps)
+        if config.device == "gpu":
+            raise InputError(
+                f"--device gpu with --strategy {config.strategy}: torch_script.py runs its workers as CPU "
+                "processes; drop --device gpu (or use --strategy data or localsgd on GPUs)"
+            )
+        hide_gpus()  # the workers and the recording process train and record on the CPU
+    if config.dp_impl == "dataparallel" and config.device == "cpu":
+        raise InputError("--dp_impl dataparallel with --device cpu: nn.DataParallel drives GPUs; drop one of them")
     if config.ps_endpoint:  # the coordinator hosts the meeting's store: the endpoint must be here
         from torch_wrapper.nodes import check_endpoint_is_here
 

@@ -17,6 +17,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from backends.torch_backend import run_device
+
 # A peer that died leaves the others blocked in a collective: gloo gives up after
 # this, so a killed worker ends the run with an error instead of a hang (torchrun
 # usually notices the dead process sooner and stops the rest itself).
@@ -61,16 +63,27 @@ def global_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def join_process_group() -> torch.device:
-    """Joins the default group from torchrun's environment; returns this rank's device."""
+def rank_device() -> torch.device:
+    """This process's device: under torchrun, its own GPU where every local rank has one
+    (none under --device cpu, which hides them: algorithms/machine/devices.py), else the
+    CPU; one process alone, the first GPU torch sees, else the CPU."""
+    if not is_worker_process():
+        return run_device()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
-        device = torch.device("cuda", local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def join_process_group() -> torch.device:
+    """Joins the default group from torchrun's environment; returns this rank's device."""
+    device = rank_device()
+    if device.type == "cuda":
         torch.cuda.set_device(device)
         backend = "nccl"
     else:
-        device, backend = torch.device("cpu"), "gloo"
+        backend = "gloo"
     if not dist.is_initialized():
         timeout = timedelta(seconds=COLLECTIVE_TIMEOUT_S)
         store = _loopback_store(timeout)

@@ -10,16 +10,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.contract.types import LayerProbe, ModelParameter, Runtime
+from algorithms.contract.types import Device, LayerProbe, ModelParameter, Runtime
 from algorithms.spec.weights import gradients_from_channels_first, initial_weights, output_from_channels_first
 from algorithms.run.loop import train_by_hand
-from backends.torch_backend import set_threads
+from backends.torch_backend import describe_device, set_threads
 from algorithms.errors import PeerLost
 from torch_wrapper.distributed import (
     describe_devices,
     global_rank,
     leave_process_group,
     lost_peer,
+    rank_device,
     signal_of_any_rank,
 )
 from torch_wrapper.model import build_model, images_to_torch, layer_modules
@@ -27,7 +28,8 @@ from torch_wrapper.trainer import build_trainer
 
 
 def describe_runtime() -> Runtime:
-    return Runtime("torch", "torch", {"torch": torch.__version__, "numpy": np.__version__}, describe_devices())
+    device = Device(*describe_device(rank_device()))  # rank 0's records: its own device
+    return Runtime("torch", "torch", {"torch": torch.__version__, "numpy": np.__version__}, describe_devices(), device)
 
 
 def records(config) -> bool:

@@ -29,7 +29,7 @@ from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
 from algorithms.machine.threads import process_threads
 from algorithms.machine.tuning import tuned_options
-from backends.torch_backend import set_threads
+from backends.torch_backend import run_device, set_threads
 from torch_wrapper.distributed import (
     CommClock,
     GradientNormTotals,
@@ -329,7 +329,8 @@ def _build_trainer(config):
     weights = initial_weights(network, seed)
     blocks = whole_model_blocks(network, config.checkpointing)
     if config.strategy == "single" or config.dp_impl == "dataparallel":
-        device = torch.device("cuda" if config.strategy != "single" else "cpu")
+        # single: the GPU where torch sees one (none under --device cpu); DataParallel: GPU 0 drives them all
+        device = run_device() if config.strategy == "single" else torch.device("cuda", 0)
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
         mode = tuned_options(config).get("torch.compile")  # --tuned compile / compile_max_autotune
         if config.compile or mode:  # --compile: torch.compile (Inductor); the first step compiles

@@ -214,34 +214,77 @@ def format_report(report: dict, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def short_label(run: Run, first: Run) -> str:
-    """framework/backend, with the run id where it is not the first run's."""
+def device_of(run: Run) -> str:
+    """The kind of device a run trained on (its settings record; an older run: the CPU)."""
+    return run.settings.get("device") or "cpu"
+
+
+def short_label(run: Run, first: Run, devices: bool = False) -> str:
+    """framework/backend, with the run id where it is not the first run's, and with
+    `devices` the kind of device it ran on."""
     name = f"{run.backend_key[0]}/{run.backend_key[1]}"
-    return name if run.run_id == first.run_id else f"{name} {run.run_id}"
+    name = name if run.run_id == first.run_id else f"{name} {run.run_id}"
+    return f"{name} ({device_of(run)})" if devices else name
+
+
+def same_device_reference(report: dict, first: Run, run: Run) -> Run:
+    """The run `run` is judged against in the lines against the first: the first itself, or
+    where `run` trained on another kind of device (a CPU-only framework beside a reference on
+    the GPU) the first's framework's run of the same seed on that kind (run_all.py makes it),
+    since a GPU run is never judged against a CPU run; the first when there is none."""
+    if device_of(run) == device_of(first):
+        return first
+    twins = [
+        other
+        for other in report["runs"]
+        if other.backend_key == first.backend_key and device_of(other) == device_of(run) and other.seed == first.seed
+    ]
+    return twins[0] if twins and twins[0] is not run else first
+
+
+def pair_of(report: dict, a: Run, b: Run) -> tuple:
+    """(PairDiff, Verdict) of two runs of the report, in either order."""
+    return next(
+        (pair, verdict)
+        for pair, verdict in zip(report["pairs"], report["verdicts"])
+        if {id(pair.a), id(pair.b)} == {id(a), id(b)}
+    )
 
 
 def format_against_first(report: dict, verbose: bool = False) -> str:
     """One line per run against the first: its verdict (the same-seed regime's to the
     horizon, the epoch check's, then the seed regime's), its validation accuracy gap and,
     when they differ, its settings; with `verbose`, the distances, the yardsticks and the
-    rule of the verdicts too (all of it is in the HTML report). Every line fits
-    CONSOLE_WIDTH: longer text wraps at word boundaries."""
+    rule of the verdicts too (all of it is in the HTML report). Where the runs trained on
+    different kinds of device each label says which, and a run on another kind than the
+    first is judged against the first's framework on its own kind where the report has
+    that run (same_device_reference). Every line fits CONSOLE_WIDTH: longer text wraps at
+    word boundaries."""
     first = report["runs"][0]
-    lines = [f"verdicts against {short_label(first, first)} (the rule, the yardsticks and the evidence: the report):"]
-    shown = [
-        (pair, verdict)
-        for pair, verdict in zip(report["pairs"], report["verdicts"])
-        if pair.a is first and pair.abs_diff.size and (pair.b.run_id == first.run_id or pair.same_backend)
-    ]  # other seeds' runs of other frameworks: in the full report
-    width = max((len(short_label(pair.b, first)) for pair, _ in shown), default=0)
-    for pair, verdict in shown:
+    devices = len({device_of(run) for run in report["runs"]}) > 1
+    heading = f"verdicts against {short_label(first, first, devices)}"
+    lines = [f"{heading} (the rule, the yardsticks and the evidence: the report):"]
+    shown = []
+    for pair, verdict in zip(report["pairs"], report["verdicts"]):
+        if not (pair.a is first and pair.abs_diff.size and (pair.b.run_id == first.run_id or pair.same_backend)):
+            continue  # other seeds' runs of other frameworks: in the full report
+        reference = same_device_reference(report, first, pair.b)
+        shown.append(
+            (pair.b, reference, *(pair_of(report, reference, pair.b) if reference is not first else (pair, verdict)))
+        )
+    width = max((len(short_label(run, first, devices)) for run, *_ in shown), default=0)
+    for run, reference, pair, verdict in shown:
         numbers = f"val acc gap {number(pair.final_accuracy_gap, '.4f')}"
         if verbose:
             numbers += (
                 f", distance {number(curve_distance(pair.a, pair.b), '.4f')}, max |dloss| "
                 f"{pair.abs_diff.max():.2e}, r {number(pair.correlation, '.3f')}"
             )
-        lines += wrapped(f"{short_label(pair.b, first):<{width}}  {verdict.text} · {numbers}", "  ", " " * (width + 2))
+        label = short_label(run, first, devices)
+        lines += wrapped(f"{label:<{width}}  {verdict.text} · {numbers}", "  ", " " * (width + 2))
+        if reference is not first:
+            where = f"against {short_label(reference, first, devices)}: the first on the same kind of device"
+            lines += wrapped(where, "  " + " " * (width + 2), "  ")
         if verdict.settings_line and verdict.settings_line not in verdict.text:
             lines += wrapped(verdict.settings_line, "  " + " " * (width + 2), "  ")
     if verbose:

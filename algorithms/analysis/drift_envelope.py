@@ -39,6 +39,7 @@ import numpy as np
 
 from algorithms.analysis.runs import Run
 from algorithms.analysis.settings import NOT_COMPARED_IN_PARITY, Settings
+from algorithms.records import DEVICE_BEFORE_COLUMN
 
 # measured: the worst honest pair reaches 1.95x the envelope of the others (TensorFlow at 1
 # against 2 threads, step 43; docs/comparing.md); 10 leaves a factor 5 for drift sources not
@@ -62,9 +63,14 @@ def envelope_path(baseline_dir: str, network: str, mode: str) -> str:
 
 
 def mode_of(settings) -> str:
-    """The envelope a run's settings call for: `parity` or `default`, and `_check` after
-    either for an epoch check's rows (run/epoch_check.py)."""
-    return ("parity" if settings.get("parity") else "default") + ("_check" if settings.get("part") else "")
+    """The envelope a run's settings call for: `parity` or `default`, then `_gpu` for a run
+    on a GPU (its own envelope, measured there: never the CPU's), and `_check` last for an
+    epoch check's rows (run/epoch_check.py)."""
+    return (
+        ("parity" if settings.get("parity") else "default")
+        + ("_gpu" if settings.get("device") == "gpu" else "")
+        + ("_check" if settings.get("part") else "")
+    )
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ def read_envelope(path: str) -> Optional[Envelope]:
     rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
     kinds = [name for name in rows[0] if name not in ("step", "envelope", ACCURACY_COLUMN)]
     return Envelope(
-        Settings(settings),
+        Settings({"device": DEVICE_BEFORE_COLUMN, **settings}),  # one measured before the device was recorded: CPU
         np.array([int(row["step"]) for row in rows]),
         np.array([float(row["envelope"]) for row in rows]),
         {kind: np.array([float(row[kind]) for row in rows]) for kind in kinds},

@@ -42,6 +42,7 @@ SHOWN_SETTINGS = (
     "batch",
     "epochs",
     "max_steps",
+    "device",
     "strategy",
     "devices",
     "precision",

@@ -11,7 +11,12 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.analysis.settings import Settings, from_key as settings_from_key, from_rows as settings_from_rows
+from algorithms.analysis.settings import (
+    Settings,
+    from_key as settings_from_key,
+    from_rows as settings_from_rows,
+    recorded as settings_recorded,
+)
 from algorithms.errors import InputError
 from algorithms.records import check_csv, read_rows, run_ids, read_settings
 
@@ -124,7 +129,7 @@ def _settings(path: str, run_id: str, rows: list) -> Settings:
     recorded = read_settings(path).get(run_id)
     if recorded is None:
         return settings_from_rows(rows)
-    return Settings({"fault": None, **recorded})  # only a run with --fault records one
+    return settings_recorded(recorded)  # only a run with --fault records one; device: see settings.recorded
 
 
 def val_progress(rows: list) -> list:

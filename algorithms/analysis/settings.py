@@ -5,14 +5,15 @@ epochs it validated); a setting neither says is unknown, and said so.
 
 Which differences stop a verdict:
 - the seed is the one setting a pair may differ in;
-- THREADS_AND_KERNELS (threads, execution mode, --tuned) change only the order and the
-  kernels of the float32 arithmetic: a pair that differs there is a drift source, which
+- THREADS_AND_KERNELS (threads, execution mode, --tuned, the device's model) change only the
+  order and the kernels of the float32 arithmetic: a pair that differs there is a drift source, which
   the drift envelope measures (1 vs 2 threads, another summation order), not a setting
   difference;
 - HORIZON (epochs, --max_steps, early stopping, --target_accuracy) is where a run stops:
   it matters for the final accuracy (seed regime), not for the per-step losses compared
   step by step in parity mode;
-- every other setting must be equal, or the pair's verdict is `settings differ: ...`.
+- every other setting must be equal, or the pair's verdict is `settings differ: ...`:
+  the device's kind among them (a GPU run is never judged against a CPU run).
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from algorithms.machine.devices import kind_of
+from algorithms.records import DEVICE_BEFORE_COLUMN
+
 SEED = ("seed",)
-THREADS_AND_KERNELS = ("threads", "execution", "tuned")
+# device_detail: the device's model, driver and libraries (another CPU or GPU model: other kernels)
+THREADS_AND_KERNELS = ("threads", "execution", "tuned", "device_detail")
 HORIZON = ("epochs", "max_steps", "early_stopping", "target_accuracy")
 # what a pair may differ in and still be judged: across seeds (the seed band), and in
 # parity mode (the drift envelope, which compares step by step wherever the runs stop)
@@ -46,6 +51,13 @@ class Settings:
         ]
 
 
+def recorded(values: dict) -> Settings:
+    """A settings record (or an envelope's settings) as the comparison reads it: one written
+    before --fault had none, and one written before the device was recorded trained on the
+    CPU (the CPU builds of requirements.txt were all there was)."""
+    return Settings({"fault": None, "device": DEVICE_BEFORE_COLUMN, **values})
+
+
 def from_rows(rows: list) -> Settings:
     """What an older file (no settings record) shows of its run's settings."""
     train = [row for row in rows if row["phase"] == "train"]
@@ -57,6 +69,7 @@ def from_rows(rows: list) -> Settings:
         "batch": (train or rows)[0]["global_batch"],
         "epochs": sum(1 for row in rows if row["phase"] == "val"),
         "fault": None,  # a file from before the settings record is from before --fault
+        "device": kind_of(first["device"]),  # read_rows: "cpu" in a file from before the column
     }
     if len(set(epoch_batches(train).values())) == 1:
         values["batch_schedule"] = "none"

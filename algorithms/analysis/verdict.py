@@ -168,6 +168,8 @@ def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     evidence = [_distance_line(a, b)]
     unknown = unknown_line(a.label, a.settings, b.label, b.settings, ignore)
     evidence += [line for line in (settings_line, unknown) if line]
+    if any(name == "device" for name, _, _ in setting_differences(a, b)):  # not even `same`: no yardstick spans both
+        return Verdict(settings_line, kind, settings_line=settings_line, evidence=tuple(evidence + [_OTHER_DEVICE]))
     common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
     if common.size and np.array_equal(a.losses[ia], b.losses[ib]) and _evaluations_equal(a, b):
         return Verdict("same", kind, settings_line=settings_line, evidence=("every aligned loss is bit-identical",))
@@ -267,6 +269,10 @@ def _distance_line(a: Run, b: Run) -> str:
 
 
 _NO_SPAN = "no band or envelope spans runs at different settings: no verdict"
+_OTHER_DEVICE = (
+    "a GPU run is never judged against a CPU run: their kernels (TF32, cuDNN's algorithms, another summation "
+    "order) differ beyond every yardstick measured on one kind of device; compare each with a run on its own kind"
+)
 _RUN_TO_RUN = "two runs of one framework at one setting: this pair measures the band"
 _NO_SEEDS = (
     "no seed band for these settings: give 3 or more seeds of a framework (run_all.py --seeds 0,1,2,3,4), "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
+from algorithms.machine.devices import DEVICE_KINDS
 from algorithms.machine.threads import MALLOC_POLICIES
 from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS
 from algorithms.spec.parallel import INNER_STRATEGIES, STRATEGIES
@@ -251,12 +252,24 @@ FLAGS = (
         },
     ),
     flag(
+        "--device",
+        group="parallelism",
+        copied=True,
+        choices=DEVICE_KINDS,
+        default="auto",
+        help="where the model and its batches live: gpu (refused in one line where the framework has none), "
+        "cpu (every GPU hidden from the run, whatever is installed), or auto: the GPU where the framework "
+        "sees one, else the CPU. Theano and Caffe are CPU builds here: the CPU under auto. Recorded in every "
+        "CSV row (device), the settings record and results.log",
+    ),
+    flag(
         "--devices",
         group="parallelism",
         copied=True,
         type=positive,
         default=1,
-        help="devices (GPUs, else logical CPU devices or processes) in total",
+        help="devices in total: GPUs on a GPU (--device gpu, or auto where there is one), else logical CPU "
+        "devices or processes",
     ),
     flag(
         "--inner",

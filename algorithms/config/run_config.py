@@ -29,6 +29,7 @@ from algorithms.spec.variants import TRAINING_KINDS, Fault, faulted_network, par
 # (python -m algorithms.registry.capabilities). `--name value` is in use when the run's
 # field `name` holds that value; `--name` when `name` is not its default.
 OPTIONAL_FLAGS = (
+    "--device gpu",
     "--accumulate",
     "--lr_scaling linear",
     "--warmup_steps",
@@ -136,6 +137,7 @@ class RunConfig:
     fault: Optional[Fault] = None  # --fault: a known error put in on purpose (spec/variants.py)
     epoch_check: bool = False  # --epoch_check: the short-epoch run first (run/epoch_check.py)
     part: str = "run"  # "run", or "epoch check" in the config the epoch check runs with
+    device: str = "auto"  # --device: auto, cpu or gpu, as asked (where the run is: its Runtime's device)
 
     @property
     def effective_batch(self) -> int:
@@ -190,7 +192,8 @@ class RunConfig:
         return (
             f"network={self.network.name} optimizer={optimizer} batch_size={self.batch_size} "
             f"epochs={self.num_epochs} validation_split={self.validation_split:g} seed={self.seed} "
-            f"max_steps={self.max_steps} strategy={self.strategy} devices={self.devices} threads={self.threads}"
+            f"max_steps={self.max_steps} device={self.device} strategy={self.strategy} devices={self.devices} "
+            f"threads={self.threads}"
             + (f" malloc={self.malloc}" if self.malloc != "reuse" else "")
             + (" compile" if self.compile else "")
             + (f" tuned={self.tuned}" if self.tuned else "")

@@ -62,16 +62,36 @@ class Support:
     footprint: Optional[Footprint] = None
     thread_environment: Optional[Callable[[int], None]] = None
     profile_environment: Optional[Callable[[str], None]] = None
+    # with "--device gpu" among its flags: why this install of the framework cannot use a GPU,
+    # read without loading it (a CPU-only build), or None; and what it reads from the
+    # environment as it loads to stay on the device asked for (jax's platform)
+    gpu_build: Optional[Callable[[], Optional[str]]] = None
+    device_environment: Optional[Callable[[str], None]] = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a run's model and batches live, as the loaded framework placed them: `kind`
+    (`cpu` or `gpu`: what --device asks and the settings record holds), `name` (the CSV's
+    device column: `cpu`, `cuda:0`, the recording process's device) and `detail` (the
+    device's model and its driver and runtime versions where known, for results.log and
+    the settings record)."""
+
+    kind: str = "cpu"
+    name: str = "cpu"
+    detail: str = "cpu"
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """The framework as this process loaded it, for the CSV's identity and results.log."""
+    """The framework as this process loaded it, for the CSV's identity and results.log:
+    `devices` in the framework's words, `device` where the run trains (Device)."""
 
     framework: str
     backend: str
     versions: Mapping[str, str]
     devices: str
+    device: Device = field(default_factory=Device)
 
 
 @dataclass(frozen=True)

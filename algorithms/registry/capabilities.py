@@ -49,10 +49,15 @@ def capabilities() -> list:
     return table
 
 
+# flags whose value is the capability: every framework runs --device cpu and auto
+VALUED_COLUMNS = ("--device gpu",)
+
+
 def column_name(flag: str) -> str:
-    """The flag's name, with its value where several columns share the name (--precision bf16, fp16)."""
+    """The flag's name, with its value where several columns share the name (--precision bf16, fp16)
+    or the value is what some frameworks lack (--device gpu)."""
     name = flag.split()[0]
-    return flag if sum(other.split()[0] == name for other in FLAGS) > 1 else name
+    return flag if flag in VALUED_COLUMNS or sum(other.split()[0] == name for other in FLAGS) > 1 else name
 
 
 def markdown_table() -> str:

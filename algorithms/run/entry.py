@@ -4,16 +4,21 @@ writes nothing), then hand the run to one wrapper, through the names of
 algorithms/contract/types.py:
 
     package.supported()                      refuse what it does not run, before it loads
+                                             (--device gpu: no GPU here, a CPU-only build)
+    place_device                             --device cpu: every GPU hidden from the run
     package.prepare_process(config, dataset) what the framework reads at import (device counts)
     package.launch(config, argv)             start worker processes (does not return), or return
     module.records(config)                   whether this process writes the run's records
-    module.describe_runtime()                the Runtime for the CSV and results.log
+    module.describe_runtime()                the Runtime for the CSV and results.log (where
+                                             the framework placed the run: --device gpu and
+                                             no GPU found is refused here)
     module.train(session)                    train, then session.finish
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import replace
 from typing import Optional
@@ -35,6 +40,7 @@ from algorithms.session.faults import (
 )
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN
 from algorithms.session.recorder import check_writable
+from algorithms.machine.devices import hide_gpus, no_gpu_reason
 from algorithms.machine.resources import check_resources, dataset_mb
 from algorithms.session.run_session import RunSession
 from algorithms.run.notices import startup_notices_dropped
@@ -47,6 +53,7 @@ def prepare(argv: Optional[list], prog: str, description: str, support: Optional
     user's mistakes, ResourceError for results that cannot be written. `support`: the
     wrapper's, whose strategies and faults --help lists (None: every one)."""
     config = parse_config(argv, prog, description, support)
+    check_gpu_here(config, support)
     if config.train == DEFAULT_TRAIN:
         ensure_default_data(DEFAULT_DATA_DIR)
     config = replace(config, test_labels=config.test_labels or default_test_labels(config.test))
@@ -63,6 +70,49 @@ def prepare(argv: Optional[list], prog: str, description: str, support: Optional
     check_batch_fits(config, len(dataset.train_x))
     check_writable(config.results_dir, config.results_log)
     return config, dataset
+
+
+def check_gpu_here(config, support: Optional[Support] = None) -> None:
+    """--device gpu on a machine that shows no GPU (or fewer than the run's devices on this
+    host): one line, before the data or a framework loads. A wrapper that never runs on a
+    GPU says its own reason instead (check_supported)."""
+    if config.device != "gpu" or (support is not None and "--device gpu" not in support.flags):
+        return
+    elsewhere = "WORLD_SIZE" in os.environ or os.environ.get("TF_CONFIG", "").strip()  # a rank or task: 1 GPU here
+    why = no_gpu_reason(1 if elsewhere else config.devices)
+    if why:
+        raise InputError(f"--device gpu: {why}; {DEVICE_FIX}")
+
+
+DEVICE_FIX = "run with --device cpu, or --device auto (the GPU where the framework sees one, else the CPU)"
+
+
+def check_gpu_build(config, support: Support) -> None:
+    """--device gpu with a framework whose installed build has no GPU support (a CPU-only
+    wheel), read without loading it: one line."""
+    why = support.gpu_build() if config.device == "gpu" and support.gpu_build else None
+    if why:
+        raise InputError(f"--device gpu: {why}; {DEVICE_FIX}")
+
+
+def place_device(config, support: Support) -> None:
+    """Before anything starts or loads (probes, torchrun's ranks, workers inherit it):
+    under --device cpu no process of the run sees a GPU; the framework's own switch
+    (Support.device_environment) for the device asked."""
+    if config.device == "cpu":
+        hide_gpus()
+    if support.device_environment is not None:
+        support.device_environment(config.device)
+
+
+def check_placed(config, runtime) -> None:
+    """Once the framework is loaded: --device gpu where it found none (a driver it cannot
+    use, a library missing), one line, before any row is written."""
+    if config.device == "gpu" and runtime.device.kind != "gpu":
+        raise InputError(
+            f"--device gpu: {runtime.framework}/{runtime.backend} loaded and sees no GPU ({runtime.devices}); "
+            + DEVICE_FIX
+        )
 
 
 def check_batch_fits(config, train_rows: int) -> None:
@@ -105,6 +155,8 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     support = support_of(wrapper_module)  # the wrapper package: no framework loads
     config, dataset = prepare(argv, prog, description, support)
     check_supported(config, wrapper_module, prog)
+    check_gpu_build(config, support)
+    place_device(config, support)
     config = resolve_tuned(config, support.tuning)
     notes = check_resources(config, support.footprint, dataset_mb(dataset)) if support.footprint else []
     if config.batch_size_auto:  # trial processes, before this one loads the framework
@@ -121,12 +173,14 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     with startup_notices_dropped():  # the framework loads here (its determinism switches first)
         parity_notes = with_precision(enable_parity(wrapper_module), config.precision) if config.parity else None
         wrapper = importlib.import_module(wrapper_module)
+    runtime = wrapper.describe_runtime()
+    check_placed(config, runtime)
     if config.epoch_check and not config.resume:
-        run_epoch_check(wrapper, config, dataset, parity_notes)
-    return wrapper, RunSession(config, dataset, wrapper.describe_runtime(), parity_notes, wrapper.records(config))
+        run_epoch_check(wrapper, config, dataset, parity_notes, runtime)
+    return wrapper, RunSession(config, dataset, runtime, parity_notes, wrapper.records(config))
 
 
-def run_epoch_check(wrapper, config, dataset, parity_notes) -> None:
+def run_epoch_check(wrapper, config, dataset, parity_notes, runtime) -> None:
     """The epoch check (run/epoch_check.py), before the run's own session starts its clock.
     A check that fails is said in one line and the run goes on: its compare then has no
     epoch check to judge."""
@@ -140,7 +194,7 @@ def run_epoch_check(wrapper, config, dataset, parity_notes) -> None:
             )
         return
     check_config, check_dataset = check_run(config, dataset)
-    session = RunSession(check_config, check_dataset, wrapper.describe_runtime(), parity_notes, records)
+    session = RunSession(check_config, check_dataset, runtime, parity_notes, records)
     if records and not config.quiet:
         print(
             f"epoch check: {check_config.num_epochs} epochs of {CHECK_STEPS} steps on the first "

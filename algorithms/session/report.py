@@ -66,6 +66,10 @@ def write_log_block(session, status: str, summary: dict) -> None:
             ("host", f"{socket.gethostname()} ({platform.platform()}, {os.cpu_count()} CPUs)"),
             ("python", platform.python_version()),
             ("versions", ", ".join(f"{name} {version}" for name, version in session.versions.items())),
+            (
+                "device",
+                f"{session.device.kind} ({session.device.name}): {session.device.detail}; --device {config.device}",
+            ),
             ("devices", session.devices),
             ("config", config.describe()),
             *([("batch size auto", config.batch_search)] if config.batch_search else []),

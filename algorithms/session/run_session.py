@@ -32,7 +32,7 @@ from algorithms.records import results_csv_name
 from algorithms.session.recorder import write_predictions
 from algorithms.session.report import print_summary, summarize, write_log_block
 from algorithms.session.rows import RunRows
-from algorithms.session.settings_record import append_settings, settings_of
+from algorithms.session.settings_record import append_settings, device_settings, settings_of
 from algorithms.session.stopping import StoppingRules
 from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
 from algorithms.spec.dropout import uniforms
@@ -60,6 +60,7 @@ class RunSession:
         self.record = record
         self.framework, self.backend = runtime.framework, runtime.backend
         self.versions, self.devices = runtime.versions, runtime.devices
+        self.device = runtime.device  # where the framework placed the run (contract.Device)
         self.run_id = config.run_id or new_run_id()
         self.steps_per_epoch = self._steps_per_epoch(config.batch_size)
         csv_name = results_csv_name(config.network.name, self.framework, self.backend)
@@ -75,10 +76,12 @@ class RunSession:
             "strategy": config.strategy,
             "devices": config.devices,
             "global_batch": config.effective_batch,
+            "device": self.device.name,
         }
         self.rows = RunRows(self.csv_path, identity, record)
         if record:  # what a fair comparison must hold equal, known before the first step
-            append_settings(self.csv_path, self.run_id, self.framework, self.backend, settings_of(config))
+            settings = {**settings_of(config), **device_settings(self.device)}
+            append_settings(self.csv_path, self.run_id, self.framework, self.backend, settings)
         self.progress = Progress(config.num_epochs, config.quiet, record and config.part == "run")
         self.schedule = config.learning_rate_schedule()
         self.stopping = StoppingRules(config, self.progress.say)

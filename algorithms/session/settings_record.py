@@ -90,6 +90,14 @@ def settings_of(config) -> dict:
     }
 
 
+def device_settings(device) -> dict:
+    """Where the run trained (contract.Device), as the record holds it: `device`, its kind
+    (cpu or gpu: a pair on two kinds is never judged), and `device_detail`, the device's
+    model with its driver and runtime versions (another model is a drift source, like
+    another CPU: not a setting a pair must share)."""
+    return {"device": device.kind, "device_detail": device.detail}
+
+
 def append_settings(csv_path: str, run_id: str, framework: str, backend: str, settings: dict) -> None:
     """The run's line, unless the file has one for `run_id` already (a resumed run)."""
     path = sidecar_path(csv_path)

@@ -12,8 +12,9 @@ frameworks (cross-framework). The envelope is their largest relative loss differ
 step from the init row (step 0) on, a running maximum, and beside it their largest
 accuracy difference; then how far above the envelope of the others each pair reaches
 (leave one out), the measure ENVELOPE_FACTOR is set from. Written to
-results/baseline/drift/envelope_<network>_<mode>.csv (--envelope_dir elsewhere), with a
-header saying how and at which settings.
+results/baseline/drift/envelope_<network>_<mode>.csv (--envelope_dir elsewhere; measured
+with --device gpu on a GPU: envelope_<network>_<mode>_gpu.csv, which only GPU runs are
+judged against), with a header saying how and at which settings.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def measure_envelope(
             tuple(_notes(network, names, pairs, ratios, settings, mode + part)),
             [(steps, accuracy) for items in pairs.values() for _, steps, _, accuracy in items],
         )
-        path = envelope_path(out_dir, network, mode + part)
+        on_gpu = "_gpu" if settings.get("device") == "gpu" else ""  # a GPU's envelope never replaces the CPU's
+        path = envelope_path(out_dir, network, mode + on_gpu + part)
         write_envelope(envelope, path)
         print(("\nthe epoch checks' " if part else "") + format_envelope(envelope, ratios))
         print(f"\nenvelope: {path}")
@@ -168,7 +170,8 @@ def _notes(network: str, names: list, pairs: dict, ratios: list, settings: dict,
         f"measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.node()} ({os.cpu_count()} CPUs, "
         f"{platform.machine()}): {steps} steps at "
         f"batch {settings.get('batch')}, lr {settings.get('learning_rate')}, seed {settings.get('seed')}, "
-        f"{settings.get('threads')} threads (1 in the thread pairs), {how}",
+        f"{settings.get('threads')} threads (1 in the thread pairs), {how}, on the "
+        f"{settings.get('device', 'cpu')}: {settings.get('device_detail', 'cpu')}",
         f"frameworks: {', '.join(names)}; pairs: {counted}",
         f"leave one out: the worst honest pair ({worst_label}) reaches {worst_ratio:.3g}x the envelope of the "
         f"others (step {worst_step}); a pair is beyond drift above {ENVELOPE_FACTOR:g}x",

@@ -21,6 +21,7 @@ from algorithms.analysis.report_files import default_prefix, localisation_png
 from algorithms.registry.environments import NotRun, not_run
 from algorithms.errors import EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, framework_names, get
+from algorithms.machine.devices import kind_of
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
 from algorithms.config.argv import flag_value, without_flags
 from algorithms.records import run_ids, summarize_rows
@@ -136,8 +137,13 @@ def main(argv=None) -> int:
     first_run = runs[0][1]
     csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
     agreement = print_agreement(config, csv_paths, first_run, names)
+    twins = []
+    for seed, this_run in runs:
+        flags = forwarded + ([] if seed is None else ["--seed", str(seed)])
+        twins += reference_on_each_device(config, names, this_run, flags, verbose, outcomes)
     if len(csv_paths) >= 2:
         specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
+        specs += twins
         report = build_report(specs, [0.5, 0.8, 0.9], baseline)
         report["agreement"] = agreement
         prefix = default_prefix(os.path.join(config.results_dir, "compare"), report["runs"])
@@ -160,6 +166,42 @@ def main(argv=None) -> int:
     # a framework whose environment could not be built is shown, not counted (docs/legacy.md)
     ran = [outcome for outcome in outcomes.values() if not isinstance(outcome, NotRun)]
     return 0 if ran and all(code == 0 for code, _ in ran) else 1
+
+
+def reference_on_each_device(config, names: list, run_id: str, flags: list, verbose: bool, outcomes: dict) -> list:
+    """Where the frameworks of run `run_id` trained on different kinds of device (on a GPU
+    machine under --device auto, Theano and Caffe on the CPU beside the others on the GPU),
+    the reference (the first framework that finished) once more on each kind it did not
+    train on, as run `<run_id>-<kind>`: a GPU run is never judged against a CPU run, so
+    each framework is then judged against the reference on its own kind of device. Returns
+    those runs' `path@run_id`s (none where every framework ran on one kind)."""
+    kinds = {}
+    for name in names:
+        outcome = outcomes.get((name, run_id))
+        path = children.results_csv(config.results_dir, config.network.name, name)
+        rows = [] if isinstance(outcome, NotRun) or not outcome or outcome[0] else children.run_rows(path, run_id)
+        if rows:
+            kinds[name] = kind_of(rows[0]["device"])
+    if len(set(kinds.values())) < 2:
+        return []
+    reference = next(iter(kinds))
+    specs = []
+    for kind in sorted(set(kinds.values()) - {kinds[reference]}):
+        twin = f"{run_id}-{kind}"
+        others = ", ".join(name for name, other in kinds.items() if other == kind)
+        print(f"{reference} once more on the {kind} ({twin}), the reference of {others} there:", flush=True)
+        twin_flags = flags + ["--run_id", twin, "--device", kind]
+        code, _ = children.run_framework(
+            reference,
+            twin_flags,
+            f"[{reference} on the {kind}]",
+            log=framework_log(twin_flags, reference),
+            verbose=verbose,
+        )
+        path = children.results_csv(config.results_dir, config.network.name, reference)
+        if code == 0 and children.run_rows(path, twin):
+            specs.append(f"{path}@{twin}")
+    return specs
 
 
 def args_text(seeds: list) -> str:
@@ -195,7 +237,7 @@ def framework_log(flags: list, name: str) -> str:
 
 def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
     """Prints the table; returns the CSVs of the runs that finished."""
-    header = ("framework", "backend", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
+    header = ("framework", "backend", "device", "val acc", "test acc", "final loss", "ms/step", "samples/s", "wall s")
     accuracy = config.target_accuracy or TABLE_ACCURACY
     header += tuple(f"{what} to {accuracy:g}" for what in ("steps", "s", "samples"))
     lines, finished, not_run_lines = [], [], []
@@ -214,7 +256,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
             not_run_lines += wrapped(f"{framework}/{backend} not run: {reason}", "  ", "    ")
             continue
         if code != 0 or not rows:
-            lines.append((framework, backend, f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
+            lines.append((framework, backend, "", f"failed (exit {code})", "", "", "", "", f"{wall:.0f}", "", "", ""))
             continue
         finished.append(path)
         s = summarize_rows(rows)
@@ -222,6 +264,7 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
             (
                 framework,
                 backend,
+                rows[0]["device"],
                 number(s["val_accuracy"]),
                 number(s["test_accuracy"]),
                 number(s["train_loss"]),

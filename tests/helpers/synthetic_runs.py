@@ -43,7 +43,14 @@ DEFAULT_SETTINGS = {
     "data": "sha256:0123456789abcdef",
     "validation_split": 0.2,
     "seed": 0,
+    "device": "cpu",  # and its detail: what RunSession adds (settings_record.device_settings)
+    "device_detail": "AMD EPYC (2 torch threads)",
 }
+
+
+def device_column(kind: str) -> str:
+    """The CSV's device column of a run on this kind of device (the first GPU for a GPU)."""
+    return "cpu" if kind == "cpu" else "cuda:0"
 
 
 def write_run(
@@ -76,6 +83,7 @@ def write_run(
         "strategy": values["strategy"],
         "devices": values["devices"],
         "global_batch": values["batch"],
+        "device": device_column(values["device"]),
     }
     rate = values["learning_rate"] if row_learning_rate is None else row_learning_rate
     if recorded:
@@ -99,7 +107,7 @@ def relabel(csv_path: str, run_id: str, folder, new_run_id: str, **settings) -> 
     """A real run's rows copied under `new_run_id` into `folder`, its settings record with
     `settings` over it, and a learning_rate given there written on its rows too: a run
     whose recorded settings hide what it really ran (a 0.9x learning rate recorded as the
-    default's, say). Returns the new CSV's path."""
+    default's, say; a CPU run recorded as a GPU's, its rows' device column too). Returns the new CSV's path."""
     import os
 
     from algorithms.records import CSV_COLUMNS, read_rows, read_settings
@@ -116,6 +124,8 @@ def relabel(csv_path: str, run_id: str, folder, new_run_id: str, **settings) -> 
         values = {column: row[column] for column in CSV_COLUMNS[CSV_COLUMNS.index("epoch") :]}
         if "learning_rate" in settings and row["learning_rate"] is not None:
             values["learning_rate"] = settings["learning_rate"]
+        if "device" in settings:  # the rows say it too
+            values["device"] = device_column(settings["device"])
         writer.identity["global_batch"] = row["global_batch"]
         writer.write(**values)
     writer.close()
