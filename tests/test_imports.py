@@ -173,6 +173,43 @@ def test_backends_import_no_wrapper():
     assert not offending, "backends/ must not import a wrapper:\n" + "\n".join(offending)
 
 
+def project_top_names() -> set:
+    """The names an import of the project starts with: its packages and its top-level modules."""
+    return {path.parent.name for path in ROOT.glob("*/__init__.py")} | {path.stem for path in ROOT.glob("*.py")}
+
+
+def scripts_imports() -> tuple:
+    """('file:line: module') for (algorithms/ modules outside studies/ that import scripts/,
+    scripts/ modules that import the project beyond scripts/), and how many imports of
+    scripts/ studies/ makes."""
+    outside_studies, studies = [], 0
+    for path in algorithms_modules():
+        for line, level, module in imports(path):
+            if level == 0 and module.split(".")[0] == "scripts":
+                if layer_of(module_name(path)) == "studies":
+                    studies += 1
+                else:
+                    outside_studies.append(f"{where(path, line)}: {module}")
+    project = project_top_names() - {"scripts"}
+    importing_project = [
+        f"{where(path, line)}: {module}"
+        for path in sorted((ROOT / "scripts").glob("*.py"))
+        for line, level, module in imports(path)
+        if level == 0 and module.split(".")[0] in project
+    ]
+    return outside_studies, importing_project, studies
+
+
+def test_only_studies_import_scripts_and_scripts_import_nothing_of_the_project():
+    """scripts/'s network plumbing (the rehearsal cluster, ping) imports nothing of the project,
+    so it sits under algorithms/ as the standard library does; of algorithms/, only the top layer,
+    the studies that run on the cluster, uses it."""
+    outside_studies, importing_project, studies = scripts_imports()
+    assert studies, "the check should see the network studies' imports of scripts/"
+    assert not outside_studies, "an algorithms/ layer below studies/ imports scripts/:\n" + "\n".join(outside_studies)
+    assert not importing_project, "scripts/ imports the project:\n" + "\n".join(importing_project)
+
+
 def import_graph() -> dict:
     """algorithms module path (session/run_session) -> {(module it imports, line)}, for imports of
     algorithms/ modules; `from algorithms.run import tuning` imports run/tuning."""
