@@ -6,4 +6,4 @@ auto (batch_finder.py), whose trials are probe processes (probe_process.py start
 and reads it back; probe.py is the process, timing.py the library the wrappers'
 native.py build on). The layers below hold the rest of a run: its flags and config
 (config/), the wrapper contract (contract/), its bookkeeping (session/) and the machine
-(machine/). recorder.py only hands two names of algorithms/records.py on to a script."""
+(machine/)."""
