@@ -83,7 +83,7 @@ session() {
     # gpu_check.py keeps to --budget_s itself (what would start past its share is a "not run"
     # row); the timeout is only a backstop, since a check killed writes no table
     # shellcheck disable=SC2086  # GPU_CHECK_ARGS: several flags
-    part "gpu_check.py" timeout -k 20 $((BUDGET_S + 60)) "$PYTHON" gpu_check.py $DRY_RUN --train "$TRAIN" \
+    part "gpu_check.py" timeout -k 15 $((BUDGET_S + 45)) "$PYTHON" gpu_check.py $DRY_RUN --train "$TRAIN" \
         --keras_path "$SITE" --budget_s "$BUDGET_S" --harness_share "$HARNESS_SHARE" --out "$check" \
         ${GPU_CHECK_ARGS:-}
     part "the table to \$OUT" cp "$check"/gpu_check_*.csv "$check"/gpu_check_*.md "$OUT"/
