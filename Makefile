@@ -162,7 +162,7 @@ power: setup
 benchmark: setup legacy-setup caffe
 	$(PY) benchmark.py $(ARGS)
 
-# The one-command GPU check (docs/gpu.md): under 8 minutes on one GPU, with the machine's own
+# The one-command GPU check (docs/gpu.md): under 10 minutes on one GPU, with the machine's own
 # Python (torch and jax with CUDA; keras brought along, ARGS=--keras_path DIR); no setup, since a
 # GPU machine may have no network. ARGS=--dry-run: the same on CPU, tiny sizes (the tests run it).
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))

@@ -1,4 +1,4 @@
-"""`make gpu-check` (`python gpu_check.py`): the one-command GPU check, under 8 minutes
+"""`make gpu-check` (`python gpu_check.py`): the one-command GPU check, under 10 minutes
 on one GPU. In their own processes (imports no framework itself):
   torch_wrapper/gpu_check.py   the device's fp32/tf32/bf16 matmul rate; the default net
                                at batch 128 and 1000, eager and torch.compile, in fp32,
@@ -6,8 +6,12 @@ on one GPU. In their own processes (imports no framework itself):
                                deterministic=True, two runs each: drift and speed)
   keras_wrapper/gpu_check.py   Keras on torch and on jax (a keras brought along with
                                --keras_path where the machine has none)
+  gpu_harness.py               the harness itself: torch_script.py and keras_script.py on
+                               torch and jax, each default and --parity, twice with
+                               --device gpu and once with --device cpu (the drifts)
 and writes one table, each run's MFU against the device's own matmul rate at the
-run's precision, as CSV and markdown. --dry-run: the same on CPU at tiny sizes (CI).
+run's precision, as CSV and markdown. --dry-run: the same on CPU at tiny sizes (CI; the
+harness's scripts with --device cpu).
 What every side does alike is here too, for the sides to call: the plan read back, each
 row appended as it is made, the steps of the shared batch order a run times, and its
 runs within the time budget (`run_within_budget`)."""
@@ -24,6 +28,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
+from algorithms.bench.gpu_harness import FRAMEWORKS as HARNESS_FRAMEWORKS, run_harness
 from algorithms.spec.data import batch_order, ensure_default_data
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.spec.networks import DEFAULT_NETWORK, get_network
@@ -48,6 +53,7 @@ COLUMNS = [
     "last_loss",
     "drift_loss",
     "drift_weights",
+    "drift_vs_cpu",
     "speed_cost_pct",
     "status",
 ]
@@ -66,12 +72,36 @@ def parse_args(argv):
     parser.add_argument("--train", default=DEFAULT_TRAIN, help="training CSV (default: data/train.csv, bring it along)")
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "gpu_check"), help="folder for the CSV and markdown")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 40; dry run 3)")
-    parser.add_argument("--budget_s", type=int, default=420, help="seconds for all runs; later ones become 'not run'")
+    parser.add_argument(
+        "--budget_s",
+        type=int,
+        default=540,
+        help="seconds for all runs (--harness_share of it for the harness); later ones become 'not run'",
+    )
+    parser.add_argument(
+        "--harness_share",
+        type=float,
+        default=0.4,
+        help="the harness's share of --budget_s, after the study's (default 0.4)",
+    )
+    parser.add_argument(
+        "--harness",
+        default=",".join(HARNESS_FRAMEWORKS),
+        help="the entry scripts run on the device, each default and --parity, twice there and once on the CPU "
+        f"(of: {', '.join(HARNESS_FRAMEWORKS)}; none: skip)",
+    )
     parser.add_argument("--batches", default=None, help="comma-separated batch sizes (default 128,1000; dry run 16)")
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help="of: " + ", ".join(PRECISIONS))
     parser.add_argument("--modes", default=",".join(MODES), help="of: " + ", ".join(MODES))
     args = parser.parse_args(argv)
-    for flag, values, allowed in (("--precisions", args.precisions, PRECISIONS), ("--modes", args.modes, MODES)):
+    args.harness = "" if args.harness == "none" else args.harness
+    if not 0.0 < args.harness_share < 1.0:
+        parser.error(f"--harness_share: {args.harness_share} is not between 0 and 1")
+    for flag, values, allowed in (
+        ("--precisions", args.precisions, PRECISIONS),
+        ("--modes", args.modes, MODES),
+        ("--harness", args.harness or HARNESS_FRAMEWORKS[0], HARNESS_FRAMEWORKS),
+    ):
         unknown = [value for value in values.split(",") if value not in allowed]
         if unknown:
             parser.error(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
@@ -103,6 +133,11 @@ def make_plan(args) -> dict:
         "keras_runs": [
             {"kind": "keras", "mode": "fit", "precision": KERAS_PRECISION, "batch": batch} for batch in batches
         ],
+        # the harness: the entry scripts with --device gpu (the dry run: --device cpu), at the first batch
+        "harness": [name for name in args.harness.split(",") if name],
+        "harness_batch": batches[0],
+        "device_flag": "cpu" if args.dry_run else "gpu",
+        "flops_per_sample": get_network(DEFAULT_NETWORK).train_flops_per_sample(),
     }
 
 
@@ -180,32 +215,40 @@ def main(argv=None) -> int:
         print(f"error: --train {args.train}: no such file", file=sys.stderr)
         return 2
     plan, started = make_plan(args), time.monotonic()
-    flops = get_network(plan["network"]).train_flops_per_sample()
-    keras_env = {"PYTHONPATH": os.pathsep.join(p for p in (args.keras_path, REPO_ROOT) if p)}
+    flops = plan["flops_per_sample"]
+    # each part runs until its share of the budget, counted from the start, is spent: what one leaves, the next takes
+    study = 1.0 - args.harness_share if plan["harness"] else 1.0
+
+    def until(share: float) -> float:
+        return max(60.0, started + args.budget_s * share - time.monotonic())
+
+    keras_env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (args.keras_path, REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+    }
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
-        torch_rows, torch_problem = run_side("torch_wrapper.gpu_check", plan, {}, args.budget_s * 0.65, scratch)
-        left = max(60.0, args.budget_s - (time.monotonic() - started))
+        torch_rows, torch_problem = run_side("torch_wrapper.gpu_check", plan, {}, until(0.6 * study), scratch)
         keras_rows, keras_problems = [], {}
-        for backend, share in (("torch", 0.45), ("jax", 1.0)):
+        for backend, share in (("torch", 0.75 * study), ("jax", study)):
             rows, keras_problems[backend] = run_side(
-                "keras_wrapper.gpu_check", plan, {**keras_env, "KERAS_BACKEND": backend}, left * share, scratch
+                "keras_wrapper.gpu_check", plan, {**keras_env, "KERAS_BACKEND": backend}, until(share), scratch
             )
             problem = keras_problems[backend]
             status = f"not run: {problem}" if "timed out" in problem else f"failed: {problem}"
             keras_rows += rows or [
                 {**run, "framework": "keras", "backend": backend, "status": status} for run in plan["keras_runs"]
             ]
-            left = max(60.0, args.budget_s - (time.monotonic() - started))
     rates = next((row["rates"] for row in torch_rows if row.get("kind") == "rates"), {})
+    base = os.path.join(args.out, f"gpu_check_{stamp}{'_dry_run' if args.dry_run else ''}")
+    harness_rows = run_harness(plan, base + "_runs", stamp, time.monotonic() + until(1.0), args.keras_path, rates)
     done = [row for row in torch_rows if row.get("kind") != "rates"]
     missing = len(plan["runs"]) + 1 - len(done)  # the cuDNN study is two rows
     why = f"failed: {torch_problem}" if torch_problem and "timed out" not in torch_problem else "not run: "
     done += [{"status": why if why.startswith("failed") else why + (torch_problem or "no row")}] * max(0, missing)
     rows = [finish_row(row, rates, flops) for row in done + keras_rows]
+    rows += [{column: row.get(column, "") for column in COLUMNS} for row in harness_rows]
     speed_cost(rows)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"gpu_check_{stamp}{'_dry_run' if args.dry_run else ''}")
     with open(base + ".csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -216,7 +259,7 @@ def main(argv=None) -> int:
         f"GPU check {stamp}{' (dry run, CPU, tiny sizes)' if args.dry_run else ''} · {device} · "
         f"{plan['network']}, {plan['steps']} steps per run ({plan['warmup']} warm-up) · "
         f"matmul {plan['matmul_n']}² rates (TFLOP/s): {rate_text or 'not measured'} · "
-        f"wall {time.monotonic() - started:.0f} s"
+        f"wall {time.monotonic() - started:.0f} s" + (f" · the harness's runs: {base}_runs/" if plan["harness"] else "")
     )
     text = markdown(rows, header)
     with open(base + ".md", "w") as handle:
