@@ -42,7 +42,7 @@ free -g | head -2
 nvidia-smi || echo "no nvidia-smi"
 echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
 # what --device gpu reads before any framework loads (algorithms/machine/devices.py)
-ls /proc/driver/nvidia/gpus || echo "no /proc/driver/nvidia/gpus: --device gpu will refuse"
+ls /proc/driver/nvidia/gpus || echo "no /proc/driver/nvidia/gpus"; ls /dev/nvidia* || echo "no /dev/nvidia*: --device gpu will refuse"
 SH
 
 read -r -d '' VERSIONS_PY <<'PY'

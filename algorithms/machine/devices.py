@@ -17,11 +17,14 @@ DEVICE_KINDS = ("auto", "cpu", "gpu")
 HIDDEN = "-1"  # CUDA stops at the first entry that is not a device: none is visible
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 NVIDIA_VERSION = "/proc/driver/nvidia/version"
+NVIDIA_NODES = "/dev/nvidia[0-9]*"
 
 
 def machine_gpus() -> int:
-    """The NVIDIA GPUs the driver lists on this machine (0 without the driver)."""
-    return len(glob.glob(os.path.join(NVIDIA_GPUS, "*")))
+    """The NVIDIA GPUs the driver lists on this machine, or where a sandbox shows no
+    /proc/driver/nvidia (gVisor), its device nodes /dev/nvidia0, 1, ... (0 without the driver)."""
+    listed = glob.glob(os.path.join(NVIDIA_GPUS, "*"))
+    return len(listed) if listed else len(glob.glob(NVIDIA_NODES))
 
 
 def visible_gpus() -> int:
