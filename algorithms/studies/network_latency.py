@@ -11,7 +11,7 @@ The strategies, 2 hosts with 1 thread per process (the 2 cores of this machine):
 torch `data` and `localsgd --sync_every K` (K = 4, 16), 1 rank per host, launched as
 docs/parallel.md shows (torch_wrapper.agent, the c10d rendezvous on host 0); torch `ps`
 (the coordinator, the server and worker 0 on host 0, worker 1 on host 1 by
-torch_wrapper.ps_worker); TensorFlow `data` (one TF_CONFIG worker per host) and `ps` (the
+torch_wrapper.asynchronous.ps_worker); TensorFlow `data` (one TF_CONFIG worker per host) and `ps` (the
 chief, the parameter server and worker 0 on host 0, worker 1 on host 1). The `ps` runs
 are asynchronous, at --learning_rate 0.025 (the preset's 0.05 / 2 workers: at 0.05, `ps`
 on 2 workers fell back to chance accuracy, docs/parallel.md), and make 2 updates of half a batch per global
@@ -120,7 +120,7 @@ def tasks(strategy: Strategy, args, folders: list, addresses: list) -> list:
         return [
             (0, [sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), *run_flags(strategy, args, folders[0])]
              + across, True),
-            (1, [sys.executable, "-m", "torch_wrapper.ps_worker", "--worker", "1",
+            (1, [sys.executable, "-m", "torch_wrapper.asynchronous.ps_worker", "--worker", "1",
                  *run_flags(strategy, args, folders[1]), *across], True),
         ]  # fmt: skip
     if strategy.framework == "torch":
