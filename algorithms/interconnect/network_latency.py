@@ -3,7 +3,7 @@ cluster (scripts/netns_cluster.py) with a one-way delay added to every packet be
 hosts by the delay line (scripts/delay_line.py), from none (the bridge) through 0 ms (the
 delay line's own cost) to 20 ms.
 
-    sudo .venv/bin/python -m algorithms.studies.network_latency [--delays none,0,1,5,20]
+    sudo .venv/bin/python -m algorithms.interconnect.network_latency [--delays none,0,1,5,20]
         [--strategies torch-data,torch-localsgd-4,torch-localsgd-16,torch-ps,tensorflow-data,tensorflow-ps]
         [--steps 40] [--batch_size 100] [--repeats 2] [--out results/benchmark]
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.records import WARMUP_STEPS, read_rows
 from algorithms.spec.data import ensure_default_data
-from algorithms.studies.network_cost import NETWORK, TF_PORT, TORCH_RDZV_PORT, csv_name, machine, number, run_env
+from algorithms.interconnect.network_cost import NETWORK, TF_PORT, TORCH_RDZV_PORT, csv_name, machine, number, run_env
 from scripts.netns_cluster import Cluster
 from scripts.ping import round_trips_ms
 
@@ -253,7 +253,7 @@ def write_outputs(rows: list, reference: dict, args, before: str, after: str) ->
     lines = [
         f"# What network latency costs each strategy ({datetime.date.today().isoformat()})",
         "",
-        f"`.venv/bin/python -m algorithms.studies.network_latency --delays {','.join(args.delays)} "
+        f"`.venv/bin/python -m algorithms.interconnect.network_latency --delays {','.join(args.delays)} "
         f"--strategies {','.join(args.strategies)} --steps {args.steps} --batch_size {args.batch_size} "
         f"--repeats {args.repeats}` (as root)",
         "",
@@ -341,7 +341,7 @@ def plot(rows: list, args, path: str, after: str) -> None:
 
 def parse_args(argv: list) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m algorithms.studies.network_latency",
+        prog="python -m algorithms.interconnect.network_latency",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawTextHelpFormatter,
     )
