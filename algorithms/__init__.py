@@ -15,4 +15,5 @@
     localisation/ where a difference enters: each framework's layers against the reference
     studies/      multi-run commands: the suite (run_all.py), drift, scaling, batch study, sweep
     bench/        the benchmark: probe processes' measurements, the data path, the GPU check
+    interconnect/ what a link's rate and latency cost each strategy across two hosts
 """

@@ -14,12 +14,12 @@ killed outright (SIGKILL) leaves its namespaces; the next cluster started here r
 them (their names carry the owner's pid, and a cluster whose owner is gone is a leftover).
 `--rate` makes every cable that slow, both ways: the kernel's token-bucket shaper (`tc qdisc
 ... tbf`) on each end, as a 1 Gbit/s or 100 Mbit/s network would be
-(algorithms/studies/network_cost.py measures what that costs each strategy). `--delay_ms`
+(algorithms/interconnect/network_cost.py measures what that costs each strategy). `--delay_ms`
 adds a one-way delay to every packet between the hosts (and `--jitter_ms`, `--loss`): the
 kernel this was written on has no netem (`Specified qdisc kind is unknown`), so the switch
 is then not the bridge but the delay line of scripts/delay_line.py, a process in the
 switch's namespace that holds each frame for the delay before passing it on
-(algorithms/studies/network_latency.py measures what that costs each strategy); it stops
+(algorithms/interconnect/network_latency.py measures what that costs each strategy); it stops
 with the cluster, and dies with the process that started it.
 Needs root (or CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_NET_RAW) and iproute2's `ip` and `tc`."""
 

@@ -26,8 +26,8 @@ WRAPPER_THIRD_PARTY = {"numpy", "google"}
 SHARED_PACKAGES = {"algorithms", "backends"}
 # algorithms/'s layers, bottom up: a module imports from its own layer or one listed
 # before it, never from one after it; "" is the foundation (algorithms/*.py). Layers in
-# one tuple sit side by side (analysis/ and localisation/; studies/ and bench/ at the
-# top) and import neither each other.
+# one tuple sit side by side (analysis/ and localisation/; studies/, bench/ and
+# interconnect/ at the top) and import neither each other.
 LAYERS = (
     "",
     "spec",
@@ -38,7 +38,7 @@ LAYERS = (
     "run",
     "registry",
     ("analysis", "localisation"),
-    ("studies", "bench"),
+    ("studies", "bench", "interconnect"),
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in (names if isinstance(names, tuple) else (names,))}
 
@@ -128,7 +128,7 @@ def test_the_layer_check_sees_a_wrong_way_import():
         "",
         None,
     ]
-    assert RANK["run"] > RANK["spec"] and RANK["studies"] == RANK["bench"]
+    assert RANK["run"] > RANK["spec"] and RANK["studies"] == RANK["bench"] == RANK["interconnect"]
 
 
 def test_algorithms_imports_no_framework():
@@ -179,17 +179,17 @@ def project_top_names() -> set:
 
 
 def scripts_imports() -> tuple:
-    """('file:line: module') for (algorithms/ modules outside studies/ that import scripts/,
+    """('file:line: module') for (algorithms/ modules outside interconnect/ that import scripts/,
     scripts/ modules that import the project beyond scripts/), and how many imports of
-    scripts/ studies/ makes."""
-    outside_studies, studies = [], 0
+    scripts/ interconnect/ makes."""
+    outside, interconnect = [], 0
     for path in algorithms_modules():
         for line, level, module in imports(path):
             if level == 0 and module.split(".")[0] == "scripts":
-                if layer_of(module_name(path)) == "studies":
-                    studies += 1
+                if layer_of(module_name(path)) == "interconnect":
+                    interconnect += 1
                 else:
-                    outside_studies.append(f"{where(path, line)}: {module}")
+                    outside.append(f"{where(path, line)}: {module}")
     project = project_top_names() - {"scripts"}
     importing_project = [
         f"{where(path, line)}: {module}"
@@ -197,16 +197,16 @@ def scripts_imports() -> tuple:
         for line, level, module in imports(path)
         if level == 0 and module.split(".")[0] in project
     ]
-    return outside_studies, importing_project, studies
+    return outside, importing_project, interconnect
 
 
-def test_only_studies_import_scripts_and_scripts_import_nothing_of_the_project():
-    """scripts/'s network plumbing (the rehearsal cluster, ping) imports nothing of the project,
-    so it sits under algorithms/ as the standard library does; of algorithms/, only the top layer,
-    the studies that run on the cluster, uses it."""
-    outside_studies, importing_project, studies = scripts_imports()
-    assert studies, "the check should see the network studies' imports of scripts/"
-    assert not outside_studies, "an algorithms/ layer below studies/ imports scripts/:\n" + "\n".join(outside_studies)
+def test_only_interconnect_imports_scripts_and_scripts_import_nothing_of_the_project():
+    """scripts/'s network plumbing (the rehearsal cluster, the delay line, ping) imports nothing
+    of the project, so it sits under algorithms/ as the standard library does; of algorithms/,
+    only interconnect/, the studies that run on the cluster, uses it."""
+    outside, importing_project, interconnect = scripts_imports()
+    assert interconnect, "the check should see interconnect/'s imports of scripts/"
+    assert not outside, "an algorithms/ layer besides interconnect/ imports scripts/:\n" + "\n".join(outside)
     assert not importing_project, "scripts/ imports the project:\n" + "\n".join(importing_project)
 
 

@@ -1,4 +1,4 @@
-"""algorithms/studies/network_cost.py for real, short: torch data parallel on 2 hosts whose cables the
+"""algorithms/interconnect/network_cost.py for real, short: torch data parallel on 2 hosts whose cables the
 kernel shapes to 10 Mbit/s spends most of each step communicating (an all-reduce of the
 net's 1 MB of gradients takes about 0.8 s at that rate, the step's arithmetic a tenth of
 that), and the table, the CSV and the plot are written with the machine and the load."""
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # a reference run and a 2-host run
 
 def test_a_slow_link_makes_data_parallel_mostly_communication_and_the_table_says_so(small_data, tmp_path):
     require_namespaces()
-    command = [sys.executable, "-m", "algorithms.studies.network_cost"]
+    command = [sys.executable, "-m", "algorithms.interconnect.network_cost"]
     command += ["--strategies", "torch-data", "--rates", "10mbit"]
     command += [
         "--steps",
@@ -48,7 +48,7 @@ def test_a_slow_link_makes_data_parallel_mostly_communication_and_the_table_says
 
 def test_a_strategy_it_cannot_run_is_one_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.studies.network_cost", "--strategies", "torch-ps"],
+        [sys.executable, "-m", "algorithms.interconnect.network_cost", "--strategies", "torch-ps"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

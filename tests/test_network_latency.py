@@ -1,4 +1,4 @@
-"""algorithms/studies/network_latency.py for real, short: torch data parallel on 2 hosts whose packets
+"""algorithms/interconnect/network_latency.py for real, short: torch data parallel on 2 hosts whose packets
 the delay line holds 20 ms each way takes at least a round trip (40 ms) longer per batch
 than through the delay line at 0 ms (each step's all-reduce waits for the other host), ping
 measures the round trip the delay sets, the synchronous run ends at the same loss whatever
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # a reference run and two 2-host runs
 
 def test_a_delay_costs_data_parallel_a_round_trip_per_batch_and_not_its_loss(small_data, tmp_path):
     require_namespaces()
-    command = [sys.executable, "-m", "algorithms.studies.network_latency"]
+    command = [sys.executable, "-m", "algorithms.interconnect.network_latency"]
     command += ["--strategies", "torch-data", "--delays", "0,20"]
     command += [
         "--steps",
@@ -52,7 +52,7 @@ def test_a_delay_costs_data_parallel_a_round_trip_per_batch_and_not_its_loss(sma
 
 def test_a_strategy_it_does_not_run_is_one_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "algorithms.studies.network_latency", "--strategies", "torch-async"],
+        [sys.executable, "-m", "algorithms.interconnect.network_latency", "--strategies", "torch-async"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -1,8 +1,8 @@
 """The wrapper skeleton (algorithms/contract/skeleton.py, docs/architecture.md): every
 wrapper of the registry has the contract's files, its trainers' methods and train.py's
 functions in the contract's order, and reads the strategy and the device count as
-config.strategy and config.devices. Read from the source, so no framework loads; and the
-check names a wrapper that leaves the skeleton, each way it does."""
+config.strategy and config.devices, in its subpackages too. Read from the source, so no
+framework loads; and the check names a wrapper that leaves the skeleton, each way it does."""
 
 from __future__ import annotations
 
@@ -46,6 +46,23 @@ def test_a_wrapper_that_leaves_the_skeleton_is_named_each_way_it_does(tmp_path, 
         "prepare_batch, logits, save_checkpoint, load_checkpoint (Trainer)",
         "stray_wrapper/__init__.py:11: plan.devices: read config.devices (the skeleton's config path)",
         "stray_wrapper/train.py:8: session.config.plan.strategy: read config.strategy (the skeleton's config path)",
+    ]
+
+
+def test_a_subpackage_is_allowed_and_held_to_the_config_paths(tmp_path, monkeypatch):
+    """What only one framework needs may sit in a folder of its own (torch_wrapper/asynchronous/);
+    its files are read like the package's own."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_package(tmp_path, "nested_wrapper", SOUND)
+    (tmp_path / "nested_wrapper" / "pools").mkdir()
+    (tmp_path / "nested_wrapper" / "pools" / "__init__.py").write_text('"""Pools."""\n')
+    pool = tmp_path / "nested_wrapper" / "pools" / "pool.py"
+    pool.write_text("def workers(config):\n    return config.devices\n")
+    assert skeleton_problems("nested_wrapper") == []
+
+    pool.write_text("def workers(config):\n    return config.plan.devices\n")
+    assert skeleton_problems("nested_wrapper") == [
+        "nested_wrapper/pools/pool.py:2: config.plan.devices: read config.devices (the skeleton's config path)"
     ]
 
 

@@ -107,7 +107,7 @@ def test_a_torchrun_strategy_on_two_hosts_equals_one_host(strategy, ranks_per_ho
 def test_a_parameter_server_run_with_a_worker_on_the_other_host_equals_one_host(small_data, tmp_path):
     """--strategy ps --ps_sync, 2 workers: the coordinator, the server and worker 0 on host 0
     (--ps_endpoint on its address, --remote_workers 1), worker 1 on host 1 by
-    `python -m torch_wrapper.ps_worker --worker 1` with the same flags: the losses of the
+    `python -m torch_wrapper.asynchronous.ps_worker --worker 1` with the same flags: the losses of the
     one-host run, host 0 alone writes, and every socket listens on a host's own address or
     its loopback."""
     before = interfaces_here()
@@ -118,7 +118,7 @@ def test_a_parameter_server_run_with_a_worker_on_the_other_host_equals_one_host(
         [
             sys.executable,
             "-m",
-            "torch_wrapper.ps_worker",
+            "torch_wrapper.asynchronous.ps_worker",
             "--worker",
             "1",
             *flags(small_data, nodes[1], 2, "ps"),
@@ -144,7 +144,7 @@ def test_a_parameter_server_run_with_a_worker_on_the_other_host_equals_one_host(
 
 def test_a_remote_worker_the_coordinator_starts_itself_is_refused_in_one_line(small_data, tmp_path):
     extra = ["--ps_endpoint", "10.77.0.1:29500", "--remote_workers", "1", "--worker", "0"]
-    proc = run_python(["-m", "torch_wrapper.ps_worker", *flags(small_data, tmp_path, 2, "ps"), *extra])
+    proc = run_python(["-m", "torch_wrapper.asynchronous.ps_worker", *flags(small_data, tmp_path, 2, "ps"), *extra])
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "error: --worker 0: the coordinator starts workers 0-0 itself; the remote ones are 1-1 "

@@ -3,9 +3,9 @@
 `train.py` runs it through the shared loop in algorithms/run/loop.py. Parallel
 strategies: `launch.py` (torchrun), `distributed.py` (process groups, collectives),
 `tensor_parallel.py`, `pipeline.py` (model and pipeline); the asynchronous ones
-(this process records, its children update): `hogwild.py` (async), `param_server.py`
-(ps, over torch.distributed.rpc), both started by `workers.py`; localsgd is a
-torchrun strategy in `trainer.py`; `gpu_check.py` is the GPU
+(this process records, its children update) in `asynchronous/`: `hogwild.py` (async),
+`param_server.py` (ps, over torch.distributed.rpc), both started by `workers.py`;
+localsgd is a torchrun strategy in `trainer.py`; `gpu_check.py` is the GPU
 check's torch side (`make gpu-check`)."""
 
 # what the strategies whose workers step alone cannot combine with, and why
@@ -44,7 +44,7 @@ TUNING_CANDIDATES = (
 
 
 def started(config) -> Started:
-    """What a run of `config` starts on this machine (launch.py, workers.py); nothing in
+    """What a run of `config` starts on this machine (launch.py, asynchronous/workers.py); nothing in
     a rank, whose launcher checked."""
     devices = config.devices
     if config.strategy == "single" or "WORLD_SIZE" in os.environ:

@@ -11,7 +11,7 @@ in the process the user started:
   left behind however the agent ends (agent.py: the agent itself, with its failure
   report cut to one line);
 - --dp_impl dataparallel: one process driving N GPUs with nn.DataParallel;
-- async, ps: this process starts its own workers (workers.py), not torchrun.
+- async, ps: this process starts its own workers (asynchronous/workers.py), not torchrun.
 
 Nothing of a run it starts on one machine listens beyond loopback. `--standalone`
 would have torchrun's agent host its rendezvous TCPStore on every interface for the
@@ -71,7 +71,7 @@ def launch(config, argv: list) -> None:
         return
     if config.strategy == "ps":  # TensorPipe logs every peer's disconnect; the run names the one that died
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    if config.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (workers.py)
+    if config.strategy in ("single", "async", "ps"):  # async, ps: this process starts its own (asynchronous/)
         return
     script = os.path.abspath(sys.argv[0])
     threads = max(1, (os.cpu_count() or 1) // config.devices)  # the ranks share this machine's cores

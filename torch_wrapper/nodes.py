@@ -151,7 +151,7 @@ def check_endpoint_is_here(endpoint: str) -> None:
         raise InputError(
             f"--ps_endpoint {endpoint}: {address} is not an address of this host; start the coordinator "
             "(torch_script.py) on the host that holds it, and the workers elsewhere with "
-            "python -m torch_wrapper.ps_worker"
+            "python -m torch_wrapper.asynchronous.ps_worker"
         )
 
 

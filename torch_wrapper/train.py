@@ -63,9 +63,9 @@ def train_asynchronously(session):
     config = session.config
     set_threads(config.threads)  # this process scores the model between epochs, while the workers wait
     if config.strategy == "async":
-        from torch_wrapper.hogwild import HogwildPool as Pool
+        from torch_wrapper.asynchronous.hogwild import HogwildPool as Pool
     else:
-        from torch_wrapper.param_server import ParameterServerPool as Pool
+        from torch_wrapper.asynchronous.param_server import ParameterServerPool as Pool
     pool = Pool(config, session.dataset)
     try:
         summary = train_by_updates(pool, session)

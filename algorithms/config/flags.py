@@ -332,7 +332,7 @@ FLAGS = (
         metavar="HOST:PORT",
         help="ps across hosts (torch_script.py): where its processes meet, an address of this host, which runs "
         "the coordinator and the server; the last --remote_workers workers join from other hosts with "
-        "`python -m torch_wrapper.ps_worker --worker K` and the same flags (docs/parallel.md)",
+        "`python -m torch_wrapper.asynchronous.ps_worker --worker K` and the same flags (docs/parallel.md)",
     ),
     flag(
         "--remote_workers",

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import inspect
-import os
 from typing import Sequence
 
 from algorithms.config.run_config import OPTIONAL_FLAGS
-from algorithms.contract.skeleton import skeleton_problems
+from algorithms.contract.skeleton import skeleton_problems, source_files
 from algorithms.contract.types import FILES, FitTrainer, Runtime, Support, Trainer, WrapperSession
 
 
@@ -158,14 +156,10 @@ def session_use_problems(package: str) -> list:
     """Every `session.<name>` (or `<object>.session.<name>`) in the package's files
     that WrapperSession does not name, as file:line. Read from the source: a session
     reached under another name is not seen."""
-    folder = os.path.dirname(importlib.util.find_spec(package).origin)
     names = set(protocol_members(WrapperSession))
     problems = []
-    for file in sorted(os.listdir(folder)):
-        if not file.endswith(".py"):
-            continue
-        with open(os.path.join(folder, file)) as handle:
-            tree = ast.parse(handle.read(), file)
+    for file, text in source_files(package).items():
+        tree = ast.parse(text, file)
         outside = [
             node
             for node in ast.walk(tree)

@@ -4,7 +4,8 @@ defines the contract's methods in the contract's order (Trainer's, or FitTrainer
 a trainer driven an epoch at a time), and train.py its functions in TrainModule's
 order; and every wrapper reads the run's strategy and device count from the same place,
 config.strategy and config.devices, never through the parallel plan (config.plan holds
-what the flags alone do not: stages, shards, replicas, group, micro-batches).
+what the flags alone do not: stages, shards, replicas, group, micro-batches), in its
+subpackages too (what only its framework needs may sit in a folder of its own).
 check_wrapper reports these beside the rest of the contract (docs/architecture.md, the
 wrapper skeleton)."""
 
@@ -29,11 +30,7 @@ def skeleton_problems(package: str) -> list:
         for file in FILES
         if not os.path.isfile(os.path.join(folder, f"{file or '__init__'}.py"))
     ]
-    trees = {}
-    for file in sorted(os.listdir(folder)):
-        if file.endswith(".py"):
-            with open(os.path.join(folder, file)) as handle:
-                trees[file] = ast.parse(handle.read(), file)
+    trees = {file: ast.parse(text, file) for file, text in source_files(package).items()}
     if "trainer.py" in trees:
         for node in trees["trainer.py"].body:
             if isinstance(node, ast.ClassDef) and node.name.endswith("Trainer"):
@@ -50,6 +47,21 @@ def skeleton_problems(package: str) -> list:
             if isinstance(node, ast.Attribute) and node.attr in CONFIG_PATHS and _is_plan(node.value)
         ]
     return problems
+
+
+def source_files(package: str) -> dict:
+    """Each .py file of the package, its subpackages' too, by its path inside the package
+    (`trainer.py`, `asynchronous/hogwild.py`) -> its text."""
+    folder = os.path.dirname(importlib.util.find_spec(package).origin)
+    files = {}
+    for root, folders, names in os.walk(folder):
+        folders[:] = sorted(name for name in folders if name != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                with open(path) as handle:
+                    files[os.path.relpath(path, folder).replace(os.sep, "/")] = handle.read()
+    return files
 
 
 def contract_order(protocol) -> list:

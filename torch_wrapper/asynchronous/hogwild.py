@@ -22,7 +22,7 @@ from algorithms.spec.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
-from torch_wrapper.workers import CONTEXT, Processes, ignore_interrupts
+from torch_wrapper.asynchronous.workers import CONTEXT, Processes, ignore_interrupts
 
 
 class HogwildPool:

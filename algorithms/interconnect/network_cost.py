@@ -2,7 +2,7 @@
 cluster (scripts/netns_cluster.py) with every cable shaped to a rate by the kernel's
 token-bucket shaper (tc tbf), from unshaped (as fast as the CPU copies) down to 10 Mbit/s.
 
-    sudo .venv/bin/python -m algorithms.studies.network_cost [--rates none,1gbit,100mbit,10mbit]
+    sudo .venv/bin/python -m algorithms.interconnect.network_cost [--rates none,1gbit,100mbit,10mbit]
         [--strategies torch-data,torch-localsgd,tensorflow-data] [--steps 20] [--batch_size 100]
         [--repeats 2] [--out results/benchmark]
 
@@ -17,7 +17,7 @@ taken its share. Each strategy and rate runs --repeats times and the fastest run
 reported: with one thread per host, anything else on either core slows a whole run.
 Written to --out as <date>-network-cost.md (the table, the machine, the load average
 before and after), .csv (one row per strategy and rate) and .png (step and communication
-time against the rate). A delay per packet is algorithms/studies/network_latency.py's (this kernel has
+time against the rate). A delay per packet is algorithms/interconnect/network_latency.py's (this kernel has
 no netem qdisc: the delay line of scripts/delay_line.py makes it).
 Needs root, like the cluster.
 """
@@ -186,7 +186,7 @@ def write_outputs(rows: list, reference: dict, args, before: str, after: str) ->
     lines = [
         f"# What the network costs each strategy ({datetime.date.today().isoformat()})",
         "",
-        f"`.venv/bin/python -m algorithms.studies.network_cost --rates {','.join(args.rates)} "
+        f"`.venv/bin/python -m algorithms.interconnect.network_cost --rates {','.join(args.rates)} "
         f"--strategies {','.join(args.strategies)} --steps {args.steps} --batch_size {args.batch_size} "
         f"--repeats {args.repeats}` (as root)",
         "",
@@ -240,7 +240,7 @@ def plot(rows: list, args, path: str) -> None:
 
 def parse_args(argv: list) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m algorithms.studies.network_cost",
+        prog="python -m algorithms.interconnect.network_cost",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawTextHelpFormatter,
     )

@@ -15,7 +15,7 @@ rendezvous port) and TensorPipe listens on the loopback interface only
 coordinator's host) they meet at a TCP store the coordinator hosts on that address alone,
 TensorPipe binds the interface each host reaches it through, and the last
 --remote_workers workers are started on the other hosts by `python -m
-torch_wrapper.ps_worker` (ps_worker.py) instead of here.
+torch_wrapper.asynchronous.ps_worker` (ps_worker.py) instead of here.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.nodes import rpc_meeting
-from torch_wrapper.workers import Processes, ignore_interrupts
+from torch_wrapper.asynchronous.workers import Processes, ignore_interrupts
 
 # a call to a dead server fails when TensorPipe sees the connection close; this bounds
 # the wait where it does not, inside the 60 s a killed run has to end in

@@ -3,7 +3,7 @@ cluster (scripts/netns_cluster.py) with a one-way delay added to every packet be
 hosts by the delay line (scripts/delay_line.py), from none (the bridge) through 0 ms (the
 delay line's own cost) to 20 ms.
 
-    sudo .venv/bin/python -m algorithms.studies.network_latency [--delays none,0,1,5,20]
+    sudo .venv/bin/python -m algorithms.interconnect.network_latency [--delays none,0,1,5,20]
         [--strategies torch-data,torch-localsgd-4,torch-localsgd-16,torch-ps,tensorflow-data,tensorflow-ps]
         [--steps 40] [--batch_size 100] [--repeats 2] [--out results/benchmark]
 
@@ -11,7 +11,7 @@ The strategies, 2 hosts with 1 thread per process (the 2 cores of this machine):
 torch `data` and `localsgd --sync_every K` (K = 4, 16), 1 rank per host, launched as
 docs/parallel.md shows (torch_wrapper.agent, the c10d rendezvous on host 0); torch `ps`
 (the coordinator, the server and worker 0 on host 0, worker 1 on host 1 by
-torch_wrapper.ps_worker); TensorFlow `data` (one TF_CONFIG worker per host) and `ps` (the
+torch_wrapper.asynchronous.ps_worker); TensorFlow `data` (one TF_CONFIG worker per host) and `ps` (the
 chief, the parameter server and worker 0 on host 0, worker 1 on host 1). The `ps` runs
 are asynchronous, at --learning_rate 0.025 (the preset's 0.05 / 2 workers: at 0.05, `ps`
 on 2 workers fell back to chance accuracy, docs/parallel.md), and make 2 updates of half a batch per global
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.records import WARMUP_STEPS, read_rows
 from algorithms.spec.data import ensure_default_data
-from algorithms.studies.network_cost import NETWORK, TF_PORT, TORCH_RDZV_PORT, csv_name, machine, number, run_env
+from algorithms.interconnect.network_cost import NETWORK, TF_PORT, TORCH_RDZV_PORT, csv_name, machine, number, run_env
 from scripts.netns_cluster import Cluster
 from scripts.ping import round_trips_ms
 
@@ -120,7 +120,7 @@ def tasks(strategy: Strategy, args, folders: list, addresses: list) -> list:
         return [
             (0, [sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), *run_flags(strategy, args, folders[0])]
              + across, True),
-            (1, [sys.executable, "-m", "torch_wrapper.ps_worker", "--worker", "1",
+            (1, [sys.executable, "-m", "torch_wrapper.asynchronous.ps_worker", "--worker", "1",
                  *run_flags(strategy, args, folders[1]), *across], True),
         ]  # fmt: skip
     if strategy.framework == "torch":
@@ -253,7 +253,7 @@ def write_outputs(rows: list, reference: dict, args, before: str, after: str) ->
     lines = [
         f"# What network latency costs each strategy ({datetime.date.today().isoformat()})",
         "",
-        f"`.venv/bin/python -m algorithms.studies.network_latency --delays {','.join(args.delays)} "
+        f"`.venv/bin/python -m algorithms.interconnect.network_latency --delays {','.join(args.delays)} "
         f"--strategies {','.join(args.strategies)} --steps {args.steps} --batch_size {args.batch_size} "
         f"--repeats {args.repeats}` (as root)",
         "",
@@ -341,7 +341,7 @@ def plot(rows: list, args, path: str, after: str) -> None:
 
 def parse_args(argv: list) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m algorithms.studies.network_latency",
+        prog="python -m algorithms.interconnect.network_latency",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawTextHelpFormatter,
     )

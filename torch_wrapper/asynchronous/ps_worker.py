@@ -1,6 +1,6 @@
 """One worker of a torch `--strategy ps` run whose coordinator is on another host.
 
-    python -m torch_wrapper.ps_worker --worker K  THE RUN'S FLAGS
+    python -m torch_wrapper.asynchronous.ps_worker --worker K  THE RUN'S FLAGS
 
 The coordinator's host runs `torch_script.py --strategy ps --devices N --ps_endpoint
 HOST:PORT --remote_workers R ...` (the server and workers 0..N-R-1 with it); each of
@@ -20,7 +20,7 @@ import sys
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, InputError
 from algorithms.config.run_config import parse_config
 
-PROG = "python -m torch_wrapper.ps_worker"
+PROG = "python -m torch_wrapper.asynchronous.ps_worker"
 
 
 def split_worker(argv: list) -> tuple:
@@ -62,7 +62,7 @@ def main(argv: list) -> int:
     from algorithms.machine.threads import set_thread_environment
 
     set_thread_environment(config.threads)
-    from torch_wrapper import param_server
+    from torch_wrapper.asynchronous import param_server
 
     try:
         param_server.work(config, worker, config.threads, None, interruptible=True)
