@@ -163,10 +163,14 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def checkout_copy(tmp_path):
     """The checkout's files (tracked and untracked, not ignored) without its venvs."""
+    return copy_checkout(tmp_path / "checkout")
+
+
+def copy_checkout(copy):
+    """Copy the checkout's files (tracked and untracked, not ignored), without its venvs, to `copy`."""
     listed = subprocess.run(
         ["git", "-C", REPO_ROOT, "ls-files", "-z", "-co", "--exclude-standard"], capture_output=True, check=True
     ).stdout.decode()
-    copy = tmp_path / "checkout"
     for relative in filter(None, listed.split("\0")):
         source = os.path.join(REPO_ROOT, relative)
         if os.path.islink(source) or not os.path.isfile(source):

@@ -8,6 +8,7 @@ Printed, each as a count and a rate:
 - `make compare` reports: for each seed s, the main command's report as it would read
   with every framework run at seed s (the first framework against each other one),
   judged against the bands of the other seeds: how many reports carry a false "beyond";
+  the same with every framework first in turn (a report per seed and first framework);
 - every cross-framework pair at one seed, and at two different seeds;
 - every two seeds of one framework, against its remaining seeds (the pure false-alarm
   rate: the same framework, the same settings);
@@ -74,7 +75,8 @@ def measure(groups: dict, own: dict = None) -> dict:
     names = list(groups)
     first = names[0]
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in groups.values())))
-    counts = {name: [0, 0] for name in ("reports", "same seed", "other seeds", "one framework", "baseline check")}
+    names_of_counts = ("reports", "every first", "same seed", "other seeds", "one framework", "baseline check")
+    counts = {name: [0, 0] for name in names_of_counts}
 
     def count(name: str, beyond: bool) -> None:
         counts[name][0] += beyond
@@ -86,6 +88,8 @@ def measure(groups: dict, own: dict = None) -> dict:
             (a, b): judge(groups[a][seed], groups[b][seed], yardsticks) for a, b in itertools.combinations(names, 2)
         }
         count("reports", any(verdicts[first, other].beyond for other in names[1:]))
+        for reference in names:
+            count("every first", any(verdict.beyond for pair, verdict in verdicts.items() if reference in pair))
         for verdict in verdicts.values():
             count("same seed", verdict.beyond)
     for a, b in itertools.combinations(names, 2):
@@ -105,6 +109,7 @@ def format_rates(counts: dict, groups: dict, own: dict = None) -> str:
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in groups.values())))
     what = {
         "reports": f"`make compare` reports (first: {next(iter(groups))}) with a false 'beyond'",
+        "every first": "the same, every framework first in turn",
         "same seed": "cross-framework pairs at one seed called 'beyond'",
         "other seeds": "cross-framework pairs at two seeds called 'beyond'",
         "one framework": "two seeds of one framework called 'beyond' (against its other seeds)",
