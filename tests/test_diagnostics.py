@@ -162,14 +162,14 @@ UNNORMALISED_RUN = """
 import sys
 import algorithms.spec.data as data
 from algorithms.run.entry import run_entry_point
-load = data.load_kaggle_csv
-data.load_kaggle_csv = lambda path, labelled: (lambda images, labels: (images * 255, labels))(*load(path, labelled))
+load = data.load_images
+data.load_images = lambda *args: (lambda images, *rest: (images * 255, *rest))(*load(*args))
 sys.exit(run_entry_point("torch_wrapper.train", "torch_script.py", "x255", sys.argv[1:]))
 """
 
 
 def _train_unnormalised(tmp_path, train, **flags) -> str:
-    """The loader scales pixels to [0, 1] (data.load_kaggle_csv); patched to leave them 0-255."""
+    """The loader scales pixels to [0, 1] (data.load_images); patched to leave them 0-255."""
     proc = run_python(["-c", UNNORMALISED_RUN, *run_flags(train, tmp_path / "results", **flags)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: the first step's loss is" in proc.stderr and "input not normalised" in proc.stderr, proc.stderr

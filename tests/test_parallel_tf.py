@@ -266,8 +266,14 @@ def test_a_multi_worker_run_stopped_and_resumed_repeats_its_rows_bit_for_bit(sma
     workers[1].send_signal(signal.SIGTERM)
     outputs = [worker.communicate(timeout=60) for worker in workers]
     assert [worker.returncode for worker in workers] == [128 + signal.SIGTERM] * 2, [e[-2000:] for _, e in outputs]
-    cut = [line.split(",") for line in csv_path.read_text().splitlines()[1:]]
-    stopped_at = len(cut)  # train rows only: the first epoch (15 steps) is not over
+    phase = CSV_COLUMNS.index("phase")
+
+    def train_rows(lines):  # the init row (step 0) aside; no validation: the first epoch (15 steps) is not over
+        return [row for row in (line.split(",") for line in lines) if row[phase] == "train"]
+
+    cut = train_rows(csv_path.read_text().splitlines()[1:])
+    stopped_at = len(cut)
+    written = len(csv_path.read_text().splitlines())
     checkpoint = max(
         int(name[len("step-") :]) for name in os.listdir(results / "checkpoints" / "multi-worker" / csv_path.stem)
     )
@@ -276,7 +282,7 @@ def test_a_multi_worker_run_stopped_and_resumed_repeats_its_rows_bit_for_bit(sma
     outputs = [worker.communicate(timeout=240) for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0], [err[-2000:] for _, err in outputs]
     assert f"resuming run multi-worker at step {checkpoint + 1}" in outputs[0][0]
-    again = [line.split(",") for line in csv_path.read_text().splitlines()[1 + stopped_at :]]
+    again = train_rows(csv_path.read_text().splitlines()[written:])
     step, loss, accuracy = (CSV_COLUMNS.index(name) for name in ("step", "loss", "accuracy"))
     first = [(r[step], r[loss], r[accuracy]) for r in cut[checkpoint:]]
     second = [(r[step], r[loss], r[accuracy]) for r in again[: stopped_at - checkpoint]]

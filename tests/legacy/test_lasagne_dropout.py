@@ -43,7 +43,7 @@ def test_the_layer_is_the_mask_rule_and_the_identity_when_deterministic(shape):
     uniforms = with_edge_cases(layer_uniforms(0, 0, 7, shape, np.arange(rows)), rate)
     x = np.random.default_rng(0).standard_normal((rows, *shape)).astype(np.float32)
     expected = apply(x, uniforms, rate)
-    (u_first,) = uniforms_channels_first((uniforms,))
+    (u_first,) = uniforms_channels_first(NETWORK, (uniforms,))  # its first Dropout follows a Dense
     x_first = np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if len(shape) == 3 else x
     variable_type = T.tensor4 if len(shape) == 3 else T.matrix
     x_var, u_var = variable_type("x"), variable_type("u")
