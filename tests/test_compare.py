@@ -24,7 +24,7 @@ def two_seeds(small_data, tmp_path_factory):
                 "--test",
                 "none",
                 "--num_epochs",
-                "2",
+                "4",  # 60 steps: the seeds are past chance, and apart from a run that is not
                 "--batch_size",
                 "32",
                 "--seed",
@@ -114,7 +114,7 @@ def test_a_run_is_checked_against_the_baseline_band(two_seeds, small_data, tmp_p
         "--test",
         "none",
         "--num_epochs",
-        "2",
+        "4",
         "--quiet",
     ]
     for run_id, extra in (
