@@ -20,6 +20,11 @@ TRAIN=${TRAIN:-data/train.csv}
 BUDGET_S=${BUDGET_S:-330}
 HARNESS_SHARE=${HARNESS_SHARE:-0.6}
 DRY_RUN=""
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+    echo "usage: OUT=DIR bash scripts/gpu_session.sh [--dry-run]"
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+fi
 if [ "${1:-}" = "--dry-run" ]; then DRY_RUN="--dry-run"; fi
 if [ -z "${OUT:-}" ]; then
     echo "error: set OUT to the folder that comes back" >&2

@@ -102,7 +102,7 @@ NOT_RUN = {
         TWO_HOSTS + "; tests/test_two_hosts_torch.py::"
         "test_a_parameter_server_run_with_a_worker_on_the_other_host_equals_one_host"
     ),
-    ".venv/bin/python -m torch_wrapper.ps_worker --worker 1 --strategy ps --devices 2 "
+    ".venv/bin/python -m torch_wrapper.asynchronous.ps_worker --worker 1 --strategy ps --devices 2 "
     "--ps_endpoint 10.0.0.1:29500 --remote_workers 1": TWO_HOSTS
     + "; tests/test_two_hosts_torch.py::test_a_parameter_server_run_with_a_worker_on_the_other_host_equals_one_host",
     ".venv/bin/python scripts/netns_cluster.py --hosts 2 -- .venv/bin/python -m torch_wrapper.agent --nnodes 2 "
@@ -111,13 +111,13 @@ NOT_RUN = {
     "--nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint {first}:29400 --rdzv_id rehearsal "
     "torch_script.py --strategy data --devices 2": "root and network namespaces, which tests/helpers/netns.py "
     "gives one group of tests at a time; tests/test_two_hosts_torch.py runs this rehearsal",
-    ".venv/bin/python scripts/network_cost.py": "root (network namespaces) and minutes (every strategy at four "
-    "rates); tests/test_network_cost.py runs it at one rate",
+    ".venv/bin/python -m algorithms.interconnect.network_cost": "root (network namespaces) and minutes "
+    "(every strategy at four rates); tests/test_network_cost.py runs it at one rate",
     ".venv/bin/python scripts/netns_cluster.py --hosts 2 --delay_ms 5 -- .venv/bin/python scripts/ping.py "
     "10.77.0.2 --count 5 -- sleep 2": "root (network namespaces); tests/test_netns_cluster.py builds such "
     "clusters and tests/test_network_latency.py measures their delay",
-    ".venv/bin/python scripts/network_latency.py": "root (network namespaces) and minutes (five strategies at "
-    "five delays); tests/test_network_latency.py runs it at one delay",
+    ".venv/bin/python -m algorithms.interconnect.network_latency": "root (network namespaces) and minutes "
+    "(five strategies at five delays); tests/test_network_latency.py runs it at one delay",
     "sbatch --nodes 2 scripts/slurm_torchrun.sh --num_epochs 3": "a Slurm cluster; tests/test_launch_recipes.py "
     "runs the script's rendezvous and command derivation outside one",
 }
@@ -185,6 +185,10 @@ GROUPED = {
     + "scaling_report.py --frameworks torch --strategy async --devices 1,2,4 --max_steps 100000 --num_epochs 3": "the "
     "report's first command; tests/test_async_torch.py runs the report with --strategy async",
     # gpu.md
+    "OUT=/tmp/gpu_out PYTHON=.venv/bin/python WHEELS=.whl-cp311 BUDGET_S=900 bash scripts/gpu_session.sh --dry-run": (
+        "11 minutes on 2 cores and cp311 wheels the page's reader downloads; tests/test_gpu_check.py runs "
+        "`gpu_check.py --dry-run`, which is what the session runs after installing the wheels"
+    ),
     "make gpu-check ARGS=--dry-run": "tests/test_gpu_check.py runs `gpu_check.py --dry-run`, the recipe with its ARGS",
     # own-network.md
     V + "run_all.py --network examples/digits_8x8.toml --train data/digits_8x8_train.npz "
