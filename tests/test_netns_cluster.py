@@ -99,6 +99,9 @@ def start_script(hosts: int, *flags: str) -> tuple:
 def test_the_script_stopped_by_a_signal_leaves_nothing(signum):
     before = interfaces_here()
     process, inodes = start_script(2)
+    deadline = time.monotonic() + 30  # a loaded machine: each host's command may still be exec'ing
+    while len(processes_in(set(inodes.values()))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert len(processes_in(set(inodes.values()))) == 2
     process.send_signal(signum)
     assert process.wait(STOPPED_WITHIN_S) == 128 + signum
