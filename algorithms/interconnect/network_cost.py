@@ -213,11 +213,9 @@ def write_outputs(rows: list, reference: dict, args, before: str, after: str) ->
 
 
 def plot(rows: list, args, path: str) -> None:
-    import matplotlib
+    from algorithms.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     positions = {rate: index for index, rate in enumerate(args.rates)}
     figure, (steps, comms) = plt.subplots(1, 2, figsize=(11, 4.2))
     for strategy in args.strategies:
@@ -233,9 +231,7 @@ def plot(rows: list, args, path: str) -> None:
         axes.grid(alpha=0.3)
         axes.legend()
     figure.suptitle(f"2 hosts x 1 process, batch {args.batch_size}, load {load()}")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def parse_args(argv: list) -> argparse.Namespace:

@@ -317,11 +317,9 @@ def write_outputs(rows: list, reference: dict, args, before: str, after: str) ->
 
 
 def plot(rows: list, args, path: str, after: str) -> None:
-    import matplotlib
+    from algorithms.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     positions = {delay: index for index, delay in enumerate(args.delays)}
     figure, axes = plt.subplots(figsize=(8, 4.5))
     for strategy in args.strategies:
@@ -334,9 +332,7 @@ def plot(rows: list, args, path: str, after: str) -> None:
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     axes.set_title(f"2 hosts, batch {args.batch_size}; {after.split('load average:')[-1].strip()} (load)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def parse_args(argv: list) -> argparse.Namespace:
