@@ -5,8 +5,45 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 
 from algorithms.machine.devices import cpu_name, driver_version
+from backends.tuning import YNN_OFF
+from backends.xla import thread_flags
+
+# the jaxlib versions the CPU default below was measured with: an XLA that does not know a flag
+# in XLA_FLAGS stops at start, so another version keeps XLA's own defaults
+MEASURED_JAXLIB = ("0.10.",)
+
+
+def cpu_environment(threads: int) -> None:
+    """Support.thread_environment on jax, before it loads: XLA's thread flags (backends/xla.py)
+    and this wrapper's CPU default, XLA CPU's YNNPACK fusions off (its own emitters and Eigen's
+    convolutions instead). With them on, the default net's step at batch 128 took 446.6 ms, with
+    them off 124.5 (with FirstMaxPool2D, keras_wrapper/compat.py), TensorFlow's 71.2: most of it
+    the YNNPACK fusion of the second convolution's weight gradient
+    (results/benchmark/2026-12-04-defaults.md). Where the user's XLA_FLAGS names the fusion
+    types, theirs stand."""
+    thread_flags(threads)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_experimental_ynn_fusion_type" not in flags and _jaxlib().startswith(MEASURED_JAXLIB):
+        os.environ["XLA_FLAGS"] = f"{flags} {YNN_OFF}".strip()
+
+
+def _jaxlib() -> str:
+    try:
+        return importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def xla_cpu_kernels() -> str:
+    """How XLA_FLAGS set XLA CPU's kernels, for the device's detail (a drift source in the
+    settings record: another kernel sums in another order)."""
+    found = re.search(r"--xla_cpu_experimental_ynn_fusion_type=(\S*)", os.environ.get("XLA_FLAGS", ""))
+    if found is None:
+        return "XLA CPU"
+    return f"XLA CPU, YNNPACK fusions {found.group(1) or 'off'}"
 
 
 def enable_determinism() -> tuple:
@@ -27,6 +64,26 @@ def enable_determinism() -> tuple:
     return applied, caveats
 
 
+def max_pool(x, size: int):
+    """Max-pooling of NHWC `x` over size x size windows, stride `size`, a partial last window
+    dropped, as backends/theano_backend.max_pool: the window's strided views in row-major
+    order, each taken only where it is greater than the maximum so far, so the gradient goes
+    to the first maximum. The same values and gradient as jax's own pool (lax.reduce_window,
+    whose gradient also goes to the first maximum), but XLA CPU expands that gradient
+    (select-and-scatter) into a reduce-window over int32 index tensors of the input's size
+    and a scatter: with it, most of Keras on jax's step once the YNNPACK fusions are off
+    (202.6 -> 124.5 ms at batch 128, results/benchmark/2026-12-04-defaults.md)."""
+    import jax.numpy as jnp
+
+    rows, columns = x.shape[1] // size, x.shape[2] // size
+    best = None
+    for i in range(size):
+        for j in range(size):
+            value = x[:, i : rows * size : size, j : columns * size : size]
+            best = value if best is None else jnp.where(value > best, value, best)
+    return best
+
+
 def device_environment(device: str) -> None:
     """Support.device_environment: --device cpu keeps jax off its CUDA plugin (CUDA_VISIBLE_DEVICES
     alone leaves jax to try it and warn); auto and gpu leave jax its default, the GPU where it finds one."""
@@ -41,7 +98,7 @@ def describe_device() -> tuple:
 
     device = jax.devices()[0]
     if device.platform != "gpu":
-        return "cpu", "cpu", f"{cpu_name()} (XLA CPU)"
+        return "cpu", "cpu", f"{cpu_name()} ({xla_cpu_kernels()})"
     try:  # jax's own record of the CUDA libraries it loaded (not public API: said where it answers)
         from jax._src.lib import cuda_versions
 

@@ -1,11 +1,12 @@
 """Theano for the Theano-era packages: the project's THEANO_FLAGS, then four bridges
-between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1, and one fix of
-theano-pymc's compile cache.
+between theano-pymc 1.1 on Python 3.11 and Lasagne 0.1 / Keras 2.3.1, one fix of
+theano-pymc's compile cache and one of its convolution's threading.
 
 Import this module before lasagne or keras (lasagne_wrapper and keras_wrapper.compat
 do); `enable_determinism` is both wrappers' parity switch. Nothing installed is edited:
 bridges 1-4 put an old name back where the old package looks for it, and only when it is
-missing; 5 wraps one method of theano-pymc's C linker, in this process only.
+missing; 5 wraps one method of theano-pymc's C linker, 6 the default of one argument of its
+convolution ops, in this process only.
 
 1. theano-pymc renamed `MRG_RandomStreams` to `MRG_RandomStream` (Lasagne's dropout
    and Keras's Theano backend import the old name).
@@ -18,6 +19,10 @@ missing; 5 wraps one method of theano-pymc's C linker, in this process only.
    the key reads as "unversioned": every such module was compiled again by every process
    (8 gcc runs, 5-6 s of a 11.5 s Lasagne run). Where that is the only reason, the key
    gets the ops' and types' real versions, so those modules are cached like the others.
+6. CorrMM, theano-pymc's CPU convolution, takes its OpenMP path (the batch loop on the
+   run's threads, one-thread GEMMs) without Theano's global `openmp` flag, which its
+   Elemwise C code does not compile with. Measured in isolation (the default net's second
+   convolution, forward and both gradients, batch 128, 2 threads): 101-136 ms -> 69-76 ms.
 """
 
 from __future__ import annotations
@@ -143,6 +148,37 @@ def bridge_cache_key_versions() -> None:
     CLinker.cmodule_key_ = cmodule_key_
 
 
+def bridge_corrmm_openmp() -> None:
+    """theano-pymc's CorrMM (its CPU convolution: im2col and one BLAS GEMM per image) loops
+    over the batch on one thread, each small GEMM split by OpenBLAS over the cores, unless
+    Theano's `openmp` flag is on, which its Elemwise C code does not compile with. The
+    convolution ops alone take openmp=True here: the batch loop runs on OMP_NUM_THREADS
+    threads (the run's --threads), each GEMM on one (corr_gemm.c's own OpenMP path); the
+    weight gradient is summed per thread, then across threads (another order: drift).
+    Its OpenMP threads wait passively (unless OMP_WAIT_POLICY is set): spinning after each
+    convolution, they took the cores from OpenBLAS's threads in the dense layers and from the
+    elementwise ops (Keras on Theano 225 -> 190-213 ms a step, Lasagne 171-191 -> 168-170,
+    two rounds each, results/benchmark/2026-12-04-defaults.md). libgomp reads it when the
+    first compiled convolution loads, after this."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from theano.tensor.nnet import corr
+
+    original = corr.BaseCorrMM.__init__
+    if getattr(original, "cnn_parallel_bridge", False):
+        return
+    signature = inspect.signature(original)
+
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        if bound.arguments.get("openmp") is None:
+            bound.arguments["openmp"] = True
+        original(*bound.args, **bound.kwargs)
+
+    __init__.cnn_parallel_bridge = True
+    __init__.original = original
+    corr.BaseCorrMM.__init__ = __init__
+
+
 def describe_theano() -> str:
     """The devices line of results.log: where Theano runs and with which flags."""
     flags = os.environ.get("THEANO_FLAGS", "")
@@ -167,6 +203,7 @@ bridge_downsample()
 bridge_collections_abc()
 bridge_getargspec()
 bridge_cache_key_versions()
+bridge_corrmm_openmp()
 
 
 # The spec's conventions at the kinks, which Theano's own ops do not keep. Every other
@@ -186,14 +223,16 @@ def relu(x):
 def max_pool(x, size: int):
     """Max-pooling of NCHW `x` over size x size windows, stride `size`, a partial last window
     dropped (the spec's floor mode), whose gradient goes to each window's first maximum
-    (row-major), as every other framework's: the window's values times the one-hot of their
-    argmax (which takes the first), summed; the argmax, an integer, has no gradient."""
+    (row-major), as every other framework's: the window's strided views in row-major order,
+    each taken only where it is greater than the maximum so far (a tie keeps the earlier).
+    Views and one fused elementwise op: the reshapes of a one-hot formulation copied the
+    input twice (32 ms of Lasagne's 353 ms step; with this, 214 ms)."""
     import theano.tensor as T
 
     rows, columns = x.shape[2] // size, x.shape[3] // size
-    cropped = x[:, :, : rows * size, : columns * size]
-    windows = cropped.reshape((x.shape[0], x.shape[1], rows, size, columns, size)).dimshuffle(0, 1, 2, 4, 3, 5)
-    windows = windows.reshape((x.shape[0], x.shape[1], rows, columns, size * size))
-    first = T.argmax(windows, axis=-1, keepdims=True)
-    one_hot = T.eq(T.arange(size * size).dimshuffle("x", "x", "x", "x", 0), first)
-    return (windows * one_hot).sum(axis=-1)
+    best = None
+    for i in range(size):
+        for j in range(size):
+            value = x[:, :, i : rows * size : size, j : columns * size : size]
+            best = value if best is None else T.switch(T.gt(value, best), value, best)
+    return best

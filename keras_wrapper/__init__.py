@@ -27,9 +27,9 @@ from backends.tuning import (
     THEANO_LISTS,
     THEANO_OPENMP,
     XLA_LISTS,
-    YNN_OFF,
 )
 from backends.gpu_builds import jax_build, tensorflow_build, torch_build
+from backends.jax_backend import cpu_environment as jax_cpu_environment
 from backends.jax_backend import device_environment as jax_device_environment
 from backends.xla import dump_to, thread_flags
 from algorithms.spec.parallel import STRATEGIES
@@ -104,28 +104,25 @@ TUNING = {
     "tensorflow": (TENSORFLOW, "default"),
     "torch": ((OMP_SPIN,), "default"),
     "jax": (
-        (
-            Setting("ynn_off", {"XLA_FLAGS": YNN_OFF}, why="XLA CPU's YNNPACK fusions off: its own emitters"),
+        (  # on top of the default (XLA CPU's YNNPACK fusions off: backends/jax_backend.cpu_environment)
             Setting("onednn", {"XLA_FLAGS": "--xla_cpu_use_onednn=true"}, why="XLA CPU's oneDNN rewrites on"),
             Setting(
-                "ynn_xnn_off",
-                {"XLA_FLAGS": YNN_OFF + " --xla_cpu_experimental_xnn_fusion_type="},
-                why="both XNNPACK and YNNPACK fusions off",
+                "xnn_off",
+                {"XLA_FLAGS": "--xla_cpu_experimental_xnn_fusion_type="},
+                why="XLA CPU's XNNPACK fusions off as well",
             ),
             Setting(
-                "ynn_off_concurrent",
-                {"XLA_FLAGS": YNN_OFF + " --xla_cpu_enable_concurrency_optimized_scheduler=true"},
-                why="YNNPACK fusions off, and XLA CPU's scheduler orders independent ops to run side by side",
+                "concurrent",
+                {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=true"},
+                why="XLA CPU's scheduler orders independent ops to run side by side",
             ),
             Setting(
-                "ynn_off_no_thunks",
-                {"XLA_FLAGS": YNN_OFF + " --xla_cpu_use_thunk_runtime=false"},
-                why="YNNPACK fusions off, and XLA CPU's older whole-program runtime instead of its thunk executor",
+                "no_thunks",
+                {"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=false"},
+                why="XLA CPU's older whole-program runtime instead of its thunk executor",
             ),
         ),
-        # ms/step over torch's in one benchmark run (load 14.6-16.5): ynn_off 1.02x, ynn_off_no_thunks 1.17x,
-        # ynn_off_concurrent 2.6x, the defaults 4.3x (results/benchmark/2026-12-02-keras-jax-tuned.md)
-        "ynn_off",
+        "default",
     ),
     "theano": ((THEANO_OPENMP, OPENBLAS_AVX512), "default"),
 }
@@ -135,9 +132,13 @@ TUNING = {
 FLAG_LISTS = {"tensorflow": TENSORFLOW_LISTS, "jax": XLA_LISTS, "theano": THEANO_LISTS}
 
 
+# where each table's `best` was measured, where not backends/tuning.MEASURED
+MEASURED_AT = {"jax": "results/benchmark/2026-12-04-defaults.md"}
+
+
 def tuning(name: str) -> Tuning:
     candidates, best = TUNING[name]
-    return Tuning(f"keras_{name}", candidates, best, MEASURED, FLAG_LISTS.get(name, {}))
+    return Tuning(f"keras_{name}", candidates, best, MEASURED_AT.get(name, MEASURED), FLAG_LISTS.get(name, {}))
 
 
 def started(config) -> Started:
@@ -164,7 +165,7 @@ def supported() -> Support:
             tuning=tuning(name),
             advice={"pipeline": NO_PIPELINE, **NO_WORKER_STRATEGIES, **MODE_ADVICE.get(name, {})},
             footprint=FOOTPRINTS[name],
-            thread_environment=thread_flags,  # XLA's, on jax and tensorflow
+            thread_environment=jax_cpu_environment,  # XLA's thread flags and the CPU default
             profile_environment=dump_to,
             gpu_build=jax_build,
             device_environment=jax_device_environment,

@@ -40,9 +40,13 @@ def activation(name):
 
 
 def max_pool(pool_size: int, name: str):
-    """The spec's max-pool layer: Keras's own, or on Theano (whose pool gradient goes to every
-    tied maximum) a Lambda over backends/theano_backend.max_pool, which sends it to each
-    window's first maximum as every other framework does; NHWC in and out."""
+    """The spec's max-pool layer: Keras's own; on jax, FirstMaxPool2D (the same values and
+    gradient without XLA CPU's select-and-scatter: backends/jax_backend.max_pool); on Theano
+    (whose pool gradient goes to every tied maximum) a Lambda over
+    backends/theano_backend.max_pool, which sends it to each window's first maximum as every
+    other framework does; NHWC in and out."""
+    if BACKEND == "jax":
+        return FirstMaxPool2D(pool_size, name=name)
     if BACKEND != "theano":
         return keras.layers.MaxPooling2D(pool_size, name=name)
 
@@ -54,6 +58,27 @@ def max_pool(pool_size: int, name: str):
         return batch, height // pool_size, width // pool_size, channels
 
     return keras.layers.Lambda(pool, output_shape=shape, name=name)
+
+
+class FirstMaxPool2D(keras.layers.Layer):
+    """keras.layers.MaxPooling2D(pool_size) (valid, stride = pool size) on jax, as
+    backends/jax_backend.max_pool computes it."""
+
+    def __init__(self, pool_size: int, **kwargs):
+        super().__init__(**kwargs)
+        self.pool_size = pool_size
+
+    def call(self, inputs):
+        from backends.jax_backend import max_pool as jax_max_pool
+
+        return jax_max_pool(inputs, self.pool_size)
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, channels = input_shape
+        return batch, height // self.pool_size, width // self.pool_size, channels
+
+    def get_config(self):
+        return {**super().get_config(), "pool_size": self.pool_size}
 
 
 def add_weight(layer, name: str, shape: tuple, initializer: str, trainable: bool):

@@ -6,6 +6,7 @@ status 2, and the benchmark puts a setting's row beside the defaults."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.machine import tuning
+from backends import jax_backend
 from backends.tuning import YNN_OFF
 from tests.conftest import REPO_ROOT, run_script, run_small_benchmark
 from tests.helpers.flags import run_flags
@@ -43,9 +45,9 @@ def test_every_framework_has_candidates_and_a_tuned_setting_among_them():
 
 def test_a_flag_list_is_appended_to_and_a_plain_variable_set():
     environ = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
-    line = tuning.apply(table("keras_jax").settings()["ynn_off"], environ, table("keras_jax").lists)
-    assert environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false " + YNN_OFF
-    assert line == f"ynn_off: XLA_FLAGS={YNN_OFF}"
+    line = tuning.apply(table("keras_jax").settings()["onednn"], environ, table("keras_jax").lists)
+    assert environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false --xla_cpu_use_onednn=true"
+    assert line == "onednn: XLA_FLAGS=--xla_cpu_use_onednn=true"
     tuning.apply(table("tensorflow").settings()["onednn_off"], environ, table("tensorflow").lists)
     assert environ["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
@@ -86,13 +88,34 @@ def test_torch_defaults_tuned_and_a_named_setting_are_each_recorded(small_data, 
     assert tuned_line(tmp_path).split(None, 1)[1].startswith(best.describe() + " (its best measured setting")
 
 
+def test_keras_jax_cpu_default_turns_ynnpack_off_unless_the_user_names_it(monkeypatch):
+    """Keras on jax's CPU default (backends/jax_backend.cpu_environment): YNNPACK fusions off
+    after the thread flags; the user's own choice of fusion types stands; a jaxlib it was not
+    measured with keeps XLA's defaults (an XLA that does not know a flag stops at start)."""
+    monkeypatch.setattr(jax_backend, "_jaxlib", lambda: "0.10.2")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    jax_backend.cpu_environment(1)
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 " + YNN_OFF
+    assert jax_backend.xla_cpu_kernels() == "XLA CPU, YNNPACK fusions off"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=individual_dot")
+    jax_backend.cpu_environment(2)
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_experimental_ynn_fusion_type=individual_dot"
+    assert jax_backend.xla_cpu_kernels() == "XLA CPU, YNNPACK fusions individual_dot"
+    monkeypatch.setattr(jax_backend, "_jaxlib", lambda: "0.12.0")
+    monkeypatch.delenv("XLA_FLAGS")
+    jax_backend.cpu_environment(2)
+    assert "XLA_FLAGS" not in os.environ and jax_backend.xla_cpu_kernels() == "XLA CPU"
+
+
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
-def test_keras_jax_tuned_sets_xla_flags_before_jax_loads(small_data, tmp_path):
-    proc = run_script("keras_script.py", two_step_flags(small_data, tmp_path) + ["--tuned"], {"KERAS_BACKEND": "jax"})
+def test_keras_jax_default_run_trains_with_ynnpack_off_and_records_it(small_data, tmp_path):
+    proc = run_script("keras_script.py", two_step_flags(small_data, tmp_path), {"KERAS_BACKEND": "jax"})
     assert proc.returncode == 0, proc.stderr
-    line = tuned_line(tmp_path)
-    assert table("keras_jax").best != tuning.DEFAULT
-    assert f"as set: XLA_FLAGS={YNN_OFF}" in line and "its best measured setting" in line
+    assert "off: the framework's defaults" in tuned_line(tmp_path)
+    (path,) = (tmp_path / "results").glob("*keras_jax.settings.jsonl")
+    with open(path) as handle:
+        (record,) = [json.loads(line) for line in handle]
+    assert record["settings"]["device_detail"].endswith("(XLA CPU, YNNPACK fusions off)")
 
 
 def test_an_unknown_setting_is_one_line_and_status_2(small_data, tmp_path):

@@ -1,6 +1,6 @@
 """backends/theano_backend.py: the project's THEANO_FLAGS (a user's are kept),
-each of the four bridges, exercised through the Lasagne / Keras code that needs it, and
-the compile cache's fix (bridge 5)."""
+each of the four bridges, exercised through the Lasagne / Keras code that needs it, the
+compile cache's fix (bridge 5) and the convolution's OpenMP loop (bridge 6)."""
 
 import collections
 import collections.abc
@@ -175,3 +175,28 @@ def test_the_spec_conventions_at_the_kinks_relu_gradient_0_at_0_and_a_tied_windo
     assert relu_grad[0, 0, 4, 4] == 0.0 and theano_relu_grad[0, 0, 4, 4] == 0.5  # at 0
     data = np.random.default_rng(0).standard_normal((2, 3, 7, 6)).astype(np.float32)
     assert np.array_equal(run(data)[0], data[:, :, :6, :6].reshape(2, 3, 3, 2, 3, 2).max(axis=(3, 5)))
+
+
+def test_bridge_6_the_convolution_runs_its_openmp_batch_loop_with_the_same_results():
+    """CorrMM takes openmp=True unless told otherwise (Theano's global flag stays off); its
+    output and input gradient equal the one-thread loop's bit for bit, and its weight gradient
+    (summed per thread, then across threads) to float32 rounding."""
+    from theano.tensor.nnet import corr
+
+    assert theano.config.openmp is False and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert corr.CorrMM().openmp is True and corr.CorrMM(openmp=False).openmp is False
+    assert corr.CorrMM_gradWeights("valid").openmp is True
+
+    x, w = T.tensor4("x"), T.tensor4("w")
+
+    def compiled(openmp):
+        out = corr.CorrMM(openmp=openmp)(x, w)
+        cost = (out * out).sum()
+        return theano.function([x, w], [out, *T.grad(cost, [x, w])])
+
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((16, 8, 12, 12)).astype(np.float32)
+    kernel = rng.standard_normal((6, 8, 3, 3)).astype(np.float32)
+    threaded, serial = compiled(True)(images, kernel), compiled(False)(images, kernel)
+    assert np.array_equal(threaded[0], serial[0]) and np.array_equal(threaded[1], serial[1])
+    np.testing.assert_allclose(threaded[2], serial[2], rtol=1e-5, atol=1e-4)
