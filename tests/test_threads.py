@@ -26,7 +26,8 @@ def test_one_thread_reaches_xla_only_through_the_support_of_a_framework_that_rea
 
 
 def test_xlas_thread_flags_are_set_once_for_one_thread_and_not_at_all_for_more(monkeypatch):
-    switches = support(next(f for f in FRAMEWORKS if f.name == "keras_jax")).thread_environment
+    # Keras on tensorflow's: XLA's thread flags alone (Keras on jax's adds its CPU default, test_tuned.py)
+    switches = support(next(f for f in FRAMEWORKS if f.name == "keras_tensorflow")).thread_environment
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     for name in THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
