@@ -25,9 +25,14 @@ def cpu_environment(threads: int) -> None:
     (results/benchmark/2026-12-04-defaults.md). Where the user's XLA_FLAGS names the fusion
     types, theirs stand."""
     thread_flags(threads)
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_experimental_ynn_fusion_type" not in flags and _jaxlib().startswith(MEASURED_JAXLIB):
-        os.environ["XLA_FLAGS"] = f"{flags} {YNN_OFF}".strip()
+    if _ynn_fusion_types() is None and _jaxlib().startswith(MEASURED_JAXLIB):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {YNN_OFF}".strip()
+
+
+def _ynn_fusion_types():
+    """The YNNPACK fusion types XLA_FLAGS names ("": none, off), or None where it names none."""
+    found = re.search(re.escape(YNN_OFF) + r"(\S*)", os.environ.get("XLA_FLAGS", ""))
+    return None if found is None else found.group(1)
 
 
 def _jaxlib() -> str:
@@ -40,10 +45,8 @@ def _jaxlib() -> str:
 def xla_cpu_kernels() -> str:
     """How XLA_FLAGS set XLA CPU's kernels, for the device's detail (a drift source in the
     settings record: another kernel sums in another order)."""
-    found = re.search(r"--xla_cpu_experimental_ynn_fusion_type=(\S*)", os.environ.get("XLA_FLAGS", ""))
-    if found is None:
-        return "XLA CPU"
-    return f"XLA CPU, YNNPACK fusions {found.group(1) or 'off'}"
+    types = _ynn_fusion_types()
+    return "XLA CPU" if types is None else f"XLA CPU, YNNPACK fusions {types or 'off'}"
 
 
 def enable_determinism() -> tuple:
