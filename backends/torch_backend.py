@@ -32,8 +32,7 @@ def enable_determinism() -> tuple:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    set_tf32(False)
     applied = [
         "torch.use_deterministic_algorithms(True)",
         "cudnn.benchmark=False",
@@ -52,6 +51,13 @@ def enable_determinism() -> tuple:
             "at the same thread count and CPU"
         ]
     return applied, caveats
+
+
+def set_tf32(enabled: bool) -> None:
+    """float32 matmuls and convolutions on a GPU: IEEE float32, or TF32 tensor cores."""
+    import torch
+
+    torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"
 
 
 def run_device():

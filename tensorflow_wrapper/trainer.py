@@ -25,8 +25,6 @@ import tempfile
 
 os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras optimizers must run on TensorFlow here
 
-import time
-
 import tensorflow as tf
 
 from algorithms.spec.data import as_images
@@ -36,6 +34,7 @@ from algorithms.session.noise_scale import replica_gradient_norms
 from algorithms.spec.dropout import dropout_layers
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import split_ranges
+from algorithms.session.clock import CommClock
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import data_parallel_strategy, is_chief, local_devices, peers_checked, tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
@@ -249,11 +248,12 @@ class TensorFlowTrainer:
             )
             part = self._replica_gradients(replica_images, replica_labels, replica_uniforms, rows)
             total = part if total is None else self._add(total, part)
-        start = time.perf_counter()
-        gradients, loss, correct = self._all_reduce(total)
-        loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
-        self.strategy.experimental_local_results(gradients[-1])[0].numpy()  # ... and the gradients' one
-        comm_ms = (time.perf_counter() - start) * 1000.0
+        clock = CommClock()
+        with clock.timing():
+            gradients, loss, correct = self._all_reduce(total)
+            loss = float(loss)  # waits for the reduction (asynchronous on GPUs) ...
+            self.strategy.experimental_local_results(gradients[-1])[0].numpy()  # ... and the gradients' one
+        comm_ms = clock.take()
         norms = (
             replica_gradient_norms(
                 [int(labels.shape[0]) for _, labels, _ in batches],

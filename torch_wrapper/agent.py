@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
 
 from algorithms.errors import EXIT_PEER_LOST, EXIT_RESOURCE_ERROR
+from algorithms.machine.processes import how_it_ended
 from algorithms.machine.resources import children, end_children, why_not_started
 from torch_wrapper.nodes import prepare
 
@@ -41,12 +41,6 @@ def report_through_filter() -> None:
     elastic = logging.getLogger("torch.distributed.elastic")
     elastic.addHandler(handler)
     elastic.propagate = False
-
-
-def how_it_ended(exitcode: int) -> str:
-    if exitcode < 0:
-        return f"was killed by {signal.Signals(-exitcode).name}"
-    return f"exited with status {exitcode}"
 
 
 def main(argv: list) -> int:

@@ -1,15 +1,12 @@
 """torch.distributed plumbing every multi-process strategy shares: joining the
 process group (gloo on CPU, nccl when each local rank has its own GPU), the
-replica x position layout of the ranks with their subgroups, a clock for the
-time spent communicating, and the collectives the strategies are built from."""
+replica x position layout of the ranks with their subgroups, and the collectives the
+strategies are built from, each timed by the step's CommClock (algorithms/session/clock.py)."""
 
 from __future__ import annotations
 
 import os
 import re
-import socket
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Optional
@@ -17,7 +14,9 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from algorithms.session.clock import CommClock
 from backends.torch_backend import run_device
+from torch_wrapper.nodes import bound_store
 
 # A peer that died leaves the others blocked in a collective: gloo gives up after
 # this, so a killed worker ends the run with an error instead of a hang (torchrun
@@ -104,14 +103,7 @@ def _loopback_store(timeout: timedelta):
     port, world = int(os.environ["MASTER_PORT"]), int(os.environ["WORLD_SIZE"])
     if int(os.environ["RANK"]) != 0:
         return dist.TCPStore("127.0.0.1", port, world, False, timeout=timeout)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
-    listener.listen(128)
-    store = dist.TCPStore(
-        "127.0.0.1", port, world, True, timeout=timeout, wait_for_workers=False, master_listen_fd=listener.detach()
-    )
-    return store
+    return bound_store("127.0.0.1", port, timeout)
 
 
 def signal_of_any_rank(device: torch.device):
@@ -168,26 +160,6 @@ def make_layout(replicas: int, group_size: int) -> Layout:
         if p == position:
             data_group = group
     return Layout(replica, replicas, position, group_size, inner_ranks, inner_group, data_group)
-
-
-class CommClock:
-    """Milliseconds spent inside communication calls since the last `take()`."""
-
-    def __init__(self, measures: bool = True):
-        self.measures = measures  # False where calls return before the transfer is done (nccl)
-        self._ms = 0.0
-
-    @contextmanager
-    def timing(self):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._ms += (time.perf_counter() - start) * 1000.0
-
-    def take(self) -> Optional[float]:
-        ms, self._ms = self._ms, 0.0
-        return ms if self.measures else None
 
 
 class _GatherShards(torch.autograd.Function):

@@ -12,7 +12,6 @@ import contextlib
 import statistics
 import sys
 import time
-import warnings
 
 import numpy as np
 import torch
@@ -23,18 +22,10 @@ from algorithms.spec.data import load_dataset
 from algorithms.spec.dropout import uniforms
 from algorithms.spec.weights import initial_weights
 from algorithms.spec.networks import get_network
-from backends.torch_backend import device_name
+from backends.torch_backend import device_name, set_tf32
 from torch_wrapper.model import build_model, images_to_torch, make_optimizer, uniforms_to_torch
 
 CUDNN_MODES = ("cudnn.benchmark=True", "cudnn.deterministic=True")
-
-
-def set_tf32(enabled: bool) -> None:
-    """fp32 is IEEE float32 in matmuls and convolutions; tf32 lets both use TF32 tensor cores."""
-    with warnings.catch_warnings():  # torch 2.9+ prefers fp32_precision, and still honours these
-        warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
 
 
 def compute_context(precision: str, device: torch.device):

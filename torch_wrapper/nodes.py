@@ -17,61 +17,17 @@ node, `--local_addr ADDRESS` and GLOO_SOCKET_IFNAME on every node (docs/parallel
 
 from __future__ import annotations
 
-import fcntl
-import ipaddress
 import os
 import socket
-import struct
 from datetime import timedelta
 from urllib.parse import urlparse
 
 from algorithms.errors import InputError
+from algorithms.ports import address_towards, interface_of, ipv4_of, is_local, split_endpoint
 
 BOUND_C10D = "c10d-bound"  # the rendezvous backend registered here: c10d, its store bound to one address
 BOUND_RPC = "rpc-bound"  # the init method of --strategy ps across hosts: tcp://, its store bound to one address
-DEFAULT_PORT = 29400  # torchrun's, for an endpoint without one
-SIOCGIFADDR = 0x8915
 RANKS_STORE_TIMEOUT = timedelta(minutes=5)  # TCPStore's default, which torch's own server gets
-
-
-def ipv4_of(host: str) -> str:
-    return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
-
-
-def is_local(address: str) -> bool:
-    """Whether one of this machine's interfaces holds the address (it can be bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((address, 0))
-        except OSError:
-            return False
-    return True
-
-
-def address_towards(address: str) -> str:
-    """This machine's source address for packets to `address` (a UDP connect sends nothing)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((address, DEFAULT_PORT))
-        return probe.getsockname()[0]
-
-
-def interface_of(address: str) -> str:
-    if ipaddress.ip_address(address).is_loopback:
-        return "lo"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-            except OSError:  # no IPv4 address
-                continue
-            if socket.inet_ntoa(answer[20:24]) == address:
-                return name
-    raise OSError(f"no interface of this machine holds {address}")
-
-
-def split_endpoint(endpoint: str) -> tuple:
-    host, _, port = endpoint.rpartition(":") if ":" in endpoint else (endpoint, "", "")
-    return host, int(port or DEFAULT_PORT)
 
 
 def bound_store(address: str, port: int, timeout: timedelta):

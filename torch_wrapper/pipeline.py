@@ -16,7 +16,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from algorithms.spec.parallel import split_sizes
-from torch_wrapper.distributed import CommClock, Layout
+from algorithms.session.clock import CommClock
+from torch_wrapper.distributed import Layout
 
 
 def channels_first(shape: tuple) -> tuple:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from torch import nn
 
 from algorithms.spec.networks import Network
-from torch_wrapper.distributed import CommClock, Layout, gather_shards, replicated_input
+from algorithms.session.clock import CommClock
+from torch_wrapper.distributed import Layout, gather_shards, replicated_input
 from torch_wrapper.model import Checkpointed, SpecStack, layer_modules
 
 

@@ -29,9 +29,9 @@ from algorithms.spec.weights import initial_weights
 from algorithms.spec.parallel import layer_stages, split_ranges
 from algorithms.machine.threads import process_threads
 from algorithms.machine.tuning import tuned_options
+from algorithms.session.clock import CommClock
 from backends.torch_backend import run_device, set_threads
 from torch_wrapper.distributed import (
-    CommClock,
     GradientNormTotals,
     global_rank,
     join_process_group,
@@ -167,47 +167,35 @@ class _StrategyTrainer:
         if isinstance(self._state_module(), torch._dynamo.eval_frame.OptimizedModule):
             step_on_zeros_then_restore(self, batch_size, self.network, self._snapshot, self._restore)
 
+    def _state(self) -> dict:
+        """Everything a step changes: weights, optimizer state, loss scale, RNG."""
+        return {
+            "model": self._state_module().state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
+        }
+
     def _snapshot(self) -> dict:
-        """Copies of everything a step changes: weights, optimizer state, loss scale, RNG."""
-        return copy.deepcopy(
-            {
-                "model": self._state_module().state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
-            }
-        )
+        return copy.deepcopy(self._state())
 
     def _restore(self, state: dict) -> None:
-        self._state_module().load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state["scaler"])
-
-    def save_checkpoint(self, folder: str) -> None:
-        """This process's weights, optimizer state and RNG, in torch's format; returns
-        once every process of the run has written its file."""
-        torch.save(
-            {
-                "model": self._state_module().state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
-            },
-            os.path.join(folder, f"torch-rank{global_rank()}.pt"),
-        )
-        if dist.is_initialized():
-            dist.barrier()
-
-    def load_checkpoint(self, folder: str) -> None:
-        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
-        state = torch.load(path, map_location=self.device, weights_only=True)
         self._state_module().load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
+
+    def save_checkpoint(self, folder: str) -> None:
+        """This process's `_state()`, in torch's format; returns once every process of the
+        run has written its file."""
+        torch.save(self._state(), os.path.join(folder, f"torch-rank{global_rank()}.pt"))
+        if dist.is_initialized():
+            dist.barrier()
+
+    def load_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
+        self._restore(torch.load(path, map_location=self.device, weights_only=True))
 
     def _exchange_gradients(self) -> None:
         if self.gradient_group is not None:

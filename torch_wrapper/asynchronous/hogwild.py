@@ -22,10 +22,11 @@ from algorithms.spec.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
-from torch_wrapper.asynchronous.workers import CONTEXT, Processes, ignore_interrupts
+from algorithms.machine.processes import ChildWorkers, ignore_interrupts
+from torch_wrapper.asynchronous.workers import CONTEXT, child_processes
 
 
-class HogwildPool:
+class HogwildPool(ChildWorkers):
     """The algorithms.contract.types.UpdatePool of a Hogwild run."""
 
     def __init__(self, config, dataset):
@@ -35,7 +36,7 @@ class HogwildPool:
         self.model.share_memory()
         images = images_to_torch(network, dataset.train_x).share_memory_()
         labels = torch.from_numpy(dataset.train_y.astype(np.int64)).share_memory_()
-        self.processes = Processes()
+        self.processes = child_processes()
         # applied updates; its lock guards the count only, never the weights (kept: the children unpickle it)
         self.version = version = CONTEXT.Value("q", 0)
         self.results = CONTEXT.Queue()
@@ -66,12 +67,6 @@ class HogwildPool:
             return self.results.get(timeout=timeout_s)
         except queue.Empty:
             return None
-
-    def check(self, after: str) -> None:
-        self.processes.check(after)
-
-    def absorbed_faults(self) -> list:
-        return []  # a Hogwild worker that dies ends the run: check() raises PeerLost
 
     @torch.no_grad()
     def logits(self, images: np.ndarray) -> np.ndarray:

@@ -38,7 +38,8 @@ from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
 from torch_wrapper.nodes import rpc_meeting
-from torch_wrapper.asynchronous.workers import Processes, ignore_interrupts
+from algorithms.machine.processes import ChildWorkers, ignore_interrupts
+from torch_wrapper.asynchronous.workers import child_processes
 
 # a call to a dead server fails when TensorPipe sees the connection close; this bounds
 # the wait where it does not, inside the 60 s a killed run has to end in
@@ -196,7 +197,7 @@ def work(config, worker: int, threads: int, rendezvous_file: str, interruptible:
 # --------------------------------------------------------------------------- the coordinator
 
 
-class ParameterServerPool:
+class ParameterServerPool(ChildWorkers):
     """The algorithms.contract.types.UpdatePool of a parameter-server run."""
 
     def __init__(self, config, dataset):
@@ -209,7 +210,7 @@ class ParameterServerPool:
         self.done: queue.Queue = queue.Queue()
         self.rendezvous = tempfile.mkdtemp(prefix="cnn-parallel-rpc-")
         rendezvous_file = os.path.join(self.rendezvous, "store")
-        self.processes = Processes()
+        self.processes = child_processes()
         self.processes.start("the parameter server", serve, config, rendezvous_file)
         local = workers - config.remote_workers  # the others are started on their hosts (ps_worker.py)
         threads = max(1, config.threads // max(1, local))
@@ -265,12 +266,6 @@ class ParameterServerPool:
             staleness=results[0][5],
             comm_time_ms=max(r[4] for r in results),
         )
-
-    def check(self, after: str) -> None:
-        self.processes.check(after)
-
-    def absorbed_faults(self) -> list:
-        return []  # a process that dies ends the run: check() raises PeerLost
 
     def _failed(self, failure: str, when: str) -> None:
         """A call failed: raises PeerLost naming the process that died, if one did."""
