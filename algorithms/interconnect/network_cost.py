@@ -24,30 +24,34 @@ Needs root, like the cluster.
 
 from __future__ import annotations
 
-import argparse
-import csv
 import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
+from algorithms.interconnect.hosts import (
+    NETWORK,
+    TF_PORT,
+    TORCH_RDZV_PORT,
+    check_strategies,
+    csv_name,
+    machine,
+    number,
+    parser_for,
+    reference_run,
+    run_on_hosts,
+    write_csv,
+)
+from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT
 from algorithms.records import WARMUP_STEPS, read_rows
 from algorithms.spec.data import ensure_default_data
 from scripts.netns_cluster import Cluster, rate_bits
 
-NETWORK = "cnn2d_3layer_fullconnected_3layer"
 STRATEGIES = ("torch-data", "torch-localsgd", "tensorflow-data")
 DEFAULT_RATES = ("none", "1gbit", "100mbit", "10mbit")
-RUN_TIMEOUT_S = 900
-TF_PORT = 2222
-TORCH_RDZV_PORT = 29400
 COLUMNS = ("strategy", "rate", "steps", "step_ms", "comm_ms", "comm_share", "samples_per_s", "speedup")
 
 
@@ -83,10 +87,6 @@ def host_commands(strategy: str, args, results: list, addresses: list) -> list:
     ]
 
 
-def csv_name(framework: str) -> str:
-    return f"{NETWORK}_{framework}.csv"
-
-
 def steady_rows(folders: list, framework: str) -> list:
     """The train rows after the warm-up of whichever host recorded the run."""
     for folder in folders:
@@ -113,23 +113,8 @@ def means(rows: list, batch: int) -> dict:
 def one_process(args, scratch: str) -> dict:
     """The reference: one process, one thread, one host (the machine's own namespace)."""
     results = os.path.join(scratch, "single", "results")
-    command = [sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), "--strategy", "single"]
-    proc = subprocess.run(
-        [*command, *common_flags(args, results)], cwd=REPO_ROOT, env=run_env(scratch), capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"error: the one-process reference run failed: {proc.stderr.strip().splitlines()[-1:]}")
+    reference_run(["--strategy", "single", *common_flags(args, results)], scratch)
     return means(steady_rows([results], "torch"), args.batch_size)
-
-
-def run_env(scratch: str) -> dict:
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "TMPDIR": scratch,
-    }
 
 
 def two_hosts(strategy: str, rate: str, args, scratch: str, repeat: int = 0) -> dict:
@@ -138,51 +123,18 @@ def two_hosts(strategy: str, rate: str, args, scratch: str, repeat: int = 0) -> 
     folders = [os.path.join(scratch, label, f"host{index}", "results") for index in range(2)]
     with Cluster(2, None if rate == "none" else rate) as cluster:
         commands = host_commands(strategy, args, folders, cluster.addresses)
-        processes = [
-            cluster.start(
-                index,
-                command,
-                cwd=REPO_ROOT,
-                env=run_env(scratch),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for index, command in enumerate(commands)
-        ]
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        outputs = [process.communicate(timeout=max(1, deadline - time.monotonic()))[0] for process in processes]
-    failed = [index for index, process in enumerate(processes) if process.returncode != 0]
-    if failed:
-        last = outputs[failed[0]].strip().splitlines()[-1:] or ["(no output)"]
-        raise SystemExit(f"error: {label} failed on host {failed[0]}: {last[0]}")
+        run_on_hosts(cluster, [(index, command, True) for index, command in enumerate(commands)], scratch, label)
     return means(steady_rows(folders, framework), args.batch_size)
-
-
-def machine() -> str:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?"
-    )
-    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    vector = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags]
-    return f"{model}, {os.cpu_count()} cores ({', '.join(vector)}), Linux {platform.release()}"
 
 
 def load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def number(value, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def write_outputs(rows: list, reference: dict, args, before: str, after: str) -> list:
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{datetime.date.today().isoformat()}-network-cost")
-    with open(stem + ".csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(stem + ".csv", COLUMNS, rows)
     lines = [
         f"# What the network costs each strategy ({datetime.date.today().isoformat()})",
         "",
@@ -234,34 +186,25 @@ def plot(rows: list, args, path: str) -> None:
     save_figure(figure, path)
 
 
-def parse_args(argv: list) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m algorithms.interconnect.network_cost",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawTextHelpFormatter,
+def parse_args(argv: list):
+    parser = parser_for(
+        "algorithms.interconnect.network_cost",
+        __doc__,
+        ("--rates", DEFAULT_RATES, "link rates, as tc writes them; none: unshaped"),
+        STRATEGIES,
+        20,
+        "steps per run (the first 3 are warm-up)",
+        "runs of each strategy and rate; the fastest is reported (best of N)",
     )
-    parser.add_argument(
-        "--rates", default=",".join(DEFAULT_RATES), help="link rates, as tc writes them; none: unshaped"
-    )
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help=f"of {', '.join(STRATEGIES)}")
-    parser.add_argument("--steps", type=int, default=20, help="steps per run (the first 3 are warm-up)")
-    parser.add_argument("--batch_size", type=int, default=100, help="the global batch")
-    parser.add_argument(
-        "--repeats", type=int, default=2, help="runs of each strategy and rate; the fastest is reported (best of N)"
-    )
-    parser.add_argument("--train", default=DEFAULT_TRAIN, help="the training CSV (default: the default data)")
-    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"), help="where the table goes")
     args = parser.parse_args(argv)
-    args.rates, args.strategies = args.rates.split(","), args.strategies.split(",")
+    args.rates = args.rates.split(",")
+    check_strategies(parser, args, STRATEGIES)
     for rate in args.rates:
         if rate != "none":
             try:
                 rate_bits(rate)
             except ValueError as error:
                 parser.error(str(error))
-    unknown = [strategy for strategy in args.strategies if strategy not in STRATEGIES]
-    if unknown:
-        parser.error(f"--strategies: {', '.join(unknown)} is not one of {', '.join(STRATEGIES)}")
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps {args.steps}: more than the {WARMUP_STEPS} warm-up steps, or nothing is measured")
     return args

@@ -32,8 +32,6 @@ the machine, `uptime` before and after), .csv (one row per strategy and delay) a
 
 from __future__ import annotations
 
-import argparse
-import csv
 import datetime
 import json
 import os
@@ -42,18 +40,28 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 
-from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
+from algorithms.interconnect.hosts import (
+    NETWORK,
+    TF_PORT,
+    TORCH_RDZV_PORT,
+    check_strategies,
+    csv_name,
+    machine,
+    number,
+    parser_for,
+    reference_run,
+    run_on_hosts,
+    write_csv,
+)
+from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT
 from algorithms.records import WARMUP_STEPS, read_rows
 from algorithms.spec.data import ensure_default_data
-from algorithms.interconnect.network_cost import NETWORK, TF_PORT, TORCH_RDZV_PORT, csv_name, machine, number, run_env
 from scripts.netns_cluster import Cluster
 from scripts.ping import round_trips_ms
 
 DEFAULT_DELAYS = ("none", "0", "1", "5", "20")
-RUN_TIMEOUT_S = 900
 PS_ENDPOINT_PORT = 29500
 PS_WORKERS = 2
 PS_LEARNING_RATE = "0.025"
@@ -183,30 +191,7 @@ def two_hosts(name: str, delay: str, args, scratch: str, repeat: int) -> dict:
     load_at_start = open("/proc/loadavg").read().split()[0]
     with Cluster(2, delay_ms=None if delay == "none" else float(delay)) as cluster:
         round_trips = round_trips_ms(cluster, 0, cluster.addresses[1], count=PINGS)[1:]
-        started = [
-            (
-                cluster.start(
-                    host,
-                    command,
-                    cwd=REPO_ROOT,
-                    env=run_env(scratch),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                ),
-                ends,
-            )
-            for host, command, ends in tasks(strategy, args, folders, cluster.addresses)
-        ]
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        outputs = [
-            process.communicate(timeout=max(1, deadline - time.monotonic()))[0] for process, ends in started if ends
-        ]
-    ending = [process for process, ends in started if ends]
-    failed = [index for index, process in enumerate(ending) if process.returncode != 0]
-    if failed:
-        last = outputs[failed[0]].strip().splitlines()[-1:] or ["(no output)"]
-        raise SystemExit(f"error: {label} failed: {last[0]}")
+        run_on_hosts(cluster, tasks(strategy, args, folders, cluster.addresses), scratch, label)
     measured = measure(strategy, folders)
     frames, late_p99_ms = delay_line_numbers(cluster.delay_line_report)
     return {
@@ -222,10 +207,7 @@ def one_host(args, scratch: str) -> dict:
     """The reference: one process, one thread, on this machine's own network."""
     single = Strategy("torch", "single")
     results = os.path.join(scratch, "single", "results")
-    command = [sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), *run_flags(single, args, results)]
-    proc = subprocess.run(command, cwd=REPO_ROOT, env=run_env(scratch), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"error: the one-process reference run failed: {proc.stderr.strip().splitlines()[-1:]}")
+    reference_run(run_flags(single, args, results), scratch)
     return measure(single, [results])
 
 
@@ -244,10 +226,7 @@ def delay_label(delay: str) -> str:
 def write_outputs(rows: list, reference: dict, args, before: str, after: str) -> list:
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{datetime.date.today().isoformat()}-latency")
-    with open(stem + ".csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(stem + ".csv", COLUMNS, rows)
     mine = {(row["strategy"], row["delay_ms"]): row for row in rows}
     loads = [one_minute_load(before), one_minute_load(after)] + [float(row["load"]) for row in rows]
     lines = [
@@ -335,32 +314,25 @@ def plot(rows: list, args, path: str, after: str) -> None:
     save_figure(figure, path)
 
 
-def parse_args(argv: list) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m algorithms.interconnect.network_latency",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawTextHelpFormatter,
+def parse_args(argv: list):
+    parser = parser_for(
+        "algorithms.interconnect.network_latency",
+        __doc__,
+        ("--delays", DEFAULT_DELAYS, "one-way delays in ms; none: the bridge, no delay line"),
+        STRATEGIES,
+        40,
+        "global batches per run (the first 3 are warm-up)",
+        "runs of each strategy and delay; the fastest is kept",
     )
-    parser.add_argument(
-        "--delays", default=",".join(DEFAULT_DELAYS), help="one-way delays in ms; none: the bridge, no delay line"
-    )
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help=f"of {', '.join(STRATEGIES)}")
-    parser.add_argument("--steps", type=int, default=40, help="global batches per run (the first 3 are warm-up)")
-    parser.add_argument("--batch_size", type=int, default=100, help="the global batch")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each strategy and delay; the fastest is kept")
-    parser.add_argument("--train", default=DEFAULT_TRAIN, help="the training CSV (default: the default data)")
-    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "benchmark"), help="where the table goes")
     args = parser.parse_args(argv)
-    args.delays, args.strategies = args.delays.split(","), args.strategies.split(",")
+    args.delays = args.delays.split(",")
+    check_strategies(parser, args, STRATEGIES)
     for delay in args.delays:
         try:
             if delay != "none" and float(delay) < 0:
                 raise ValueError
         except ValueError:
             parser.error(f"--delays: {delay} is not a delay in ms (0 or more) or none")
-    unknown = [strategy for strategy in args.strategies if strategy not in STRATEGIES]
-    if unknown:
-        parser.error(f"--strategies: {', '.join(unknown)} is not one of {', '.join(STRATEGIES)}")
     if args.steps <= WARMUP_STEPS + 1:
         parser.error(
             f"--steps {args.steps}: more than {WARMUP_STEPS + 1} (the warm-up and one), or nothing is measured"
