@@ -30,8 +30,9 @@ GRAPH_ONLY_FP32 = graph_only_fp32_advice("Caffe", "Caffe is graph-only (the whol
 
 BLAS_ONE_THREAD = Setting(
     "blas_1_thread",
-    {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
-    why="OpenBLAS on one thread: its GEMMs are small per image (Caffe's im2col per sample)",
+    {"OPENBLAS_NUM_THREADS": "1"},
+    why="OpenBLAS on one thread: the convolution's batch loop already runs on the OpenMP threads "
+    "(caffe_wrapper/patches/conv-openmp-batch-loop.patch), so only the inner products' GEMMs lose it",
 )
 
 

@@ -22,7 +22,11 @@ STEPS_PER_CALL = 1
 
 
 def apply_threads(config) -> str:
-    return f"Caffe's OpenBLAS from the environment (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')})"
+    return (
+        f"Caffe's threads from the environment: the convolution's batch loop on OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS')}, its other GEMMs on OPENBLAS_NUM_THREADS="
+        f"{os.environ.get('OPENBLAS_NUM_THREADS')}"
+    )
 
 
 class Native(NativeLoop):
