@@ -29,6 +29,20 @@ def cpu_environment(threads: int) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {YNN_OFF}".strip()
 
 
+DEVICE_COUNT = "--xla_force_host_platform_device_count"
+
+
+def host_devices(devices: int):
+    """jax's CPU split into `devices` logical devices, read from XLA_FLAGS when it starts;
+    returns the count the user's XLA_FLAGS already names (theirs stands) or None."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    found = re.search(re.escape(DEVICE_COUNT) + r"=(\d+)", flags)
+    if found:
+        return int(found.group(1))
+    os.environ["XLA_FLAGS"] = f"{flags} {DEVICE_COUNT}={devices}".strip()
+    return None
+
+
 def _ynn_fusion_types():
     """The YNNPACK fusion types XLA_FLAGS names ("": none, off), or None where it names none."""
     found = re.search(re.escape(YNN_OFF) + r"(\S*)", os.environ.get("XLA_FLAGS", ""))

@@ -8,15 +8,19 @@ from __future__ import annotations
 import os
 
 
+ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
+
+
 def thread_flags(threads: int) -> None:
-    """Support.thread_environment: XLA's CPU backend (jax) reads its thread pool size from
-    XLA_FLAGS, not from the OpenMP variables, so one thread is said there too."""
+    """Support.thread_environment: XLA's CPU backend (jax) reads its Eigen threading from
+    XLA_FLAGS, not from the OpenMP variables, so one thread is said there too. Every token
+    starts with `--`: XLA stops reading XLA_FLAGS at the first that does not (the widely
+    copied `intra_op_parallelism_threads=1`, which is no XLA flag, made it ignore every flag
+    after it, the device count and YNNPACK's switch among them; tests/test_threads.py)."""
     if threads == 1:
         flags = os.environ.get("XLA_FLAGS", "")
-        if "intra_op_parallelism_threads" not in flags:
-            os.environ["XLA_FLAGS"] = (
-                f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1".strip()
-            )
+        if ONE_THREAD.split("=")[0] not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {ONE_THREAD}".strip()
 
 
 def dump_to(folder: str) -> None:

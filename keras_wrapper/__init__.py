@@ -31,6 +31,7 @@ from backends.tuning import (
 from backends.gpu_builds import jax_build, tensorflow_build, torch_build
 from backends.jax_backend import cpu_environment as jax_cpu_environment
 from backends.jax_backend import device_environment as jax_device_environment
+from backends.jax_backend import host_devices as jax_host_devices
 from backends.xla import dump_to, thread_flags
 from algorithms.spec.parallel import STRATEGIES
 from algorithms.errors import InputError
@@ -263,9 +264,12 @@ def prepare_process(config, dataset) -> None:
             f"but the last batch of each epoch has {rows % config.batch_size} of the {rows} training "
             f"rows; change --validation_split so that the training rows divide by {devices}"
         )
-    flags = os.environ.get("XLA_FLAGS", "")
-    if name == "jax" and "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+    named = jax_host_devices(devices) if name == "jax" else None
+    if named is not None and named < devices:
+        raise InputError(
+            f"--devices {devices}: XLA_FLAGS names --xla_force_host_platform_device_count={named}, so jax "
+            f"would see {named} CPU device(s); drop it from XLA_FLAGS (the run sets it) or pass --devices {named}"
+        )
 
 
 def check_model_parallel(config, rows: int) -> None:

@@ -31,6 +31,19 @@ def default_data():
         ensure_default_data(DEFAULT_DATA_DIR)
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Each test starts from the environment the last one started from: what code under
+    test sets in os.environ (thread counts, XLA_FLAGS, a framework's own variables at import)
+    would otherwise reach every later test's child processes on that worker. Measured: a
+    tuning test's leaked XLA_FLAGS, inherited by a scaling run, left jax one device."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def full_data(tmp_path_factory):
     directory = tmp_path_factory.mktemp("full_data")

@@ -169,5 +169,18 @@ def test_jax_refuses_training_rows_it_cannot_split_evenly_before_loading(small_d
     assert "the last batch of each epoch has 23 of the 471 training rows" in proc.stderr
 
 
+def test_jax_refuses_more_devices_than_the_users_xla_flags_name(small_data):
+    proc = run_script(
+        "keras_script.py",
+        run_flags(small_data / "train.csv", quiet=False, batch_size=32, strategy="data", devices=2),
+        {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"},
+    )
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-1500:]
+    assert proc.stderr == (
+        "error: --devices 2: XLA_FLAGS names --xla_force_host_platform_device_count=1, so jax would see 1 "
+        "CPU device(s); drop it from XLA_FLAGS (the run sets it) or pass --devices 1\n"
+    )
+
+
 if __name__ == "__main__":
     print(json.dumps(probe(*sys.argv[1:])))

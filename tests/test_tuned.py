@@ -95,7 +95,7 @@ def test_keras_jax_cpu_default_turns_ynnpack_off_unless_the_user_names_it(monkey
     monkeypatch.setattr(jax_backend, "_jaxlib", lambda: "0.10.2")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     jax_backend.cpu_environment(1)
-    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 " + YNN_OFF
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false " + YNN_OFF
     assert jax_backend.xla_cpu_kernels() == "XLA CPU, YNNPACK fusions off"
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=individual_dot")
     jax_backend.cpu_environment(2)
