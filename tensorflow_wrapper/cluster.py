@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -31,10 +32,9 @@ import sys
 
 from algorithms.ports import free_ports
 from algorithms.errors import ResourceError
-from algorithms.machine.resources import why_not_started
+from algorithms.machine.resources import die_with_parent, why_not_started
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # every task: a failed RPC fails at once instead of waiting for the peer to come back
 # (TensorFlow's parameter-server tutorial); the coordinator does its own retries
@@ -50,7 +50,7 @@ def enter_private_network_namespace() -> None:
     namespace with loopback up. A refusal leaves the child where it was; the child
     finds out with `network_note`. The chief gets SIGTERM (a recorded interruption)
     should its launcher die."""
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent(os.getppid(), signal.SIGTERM)
     uid, gid = os.getuid(), os.getgid()
     if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return
@@ -96,11 +96,6 @@ def run_chief_in_namespace(argv: list) -> int:
     return 128 - status if status < 0 else status
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the chief exits, however it exits."""
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def launch_local_ps(workers: int, ps_tasks: int, threads: int) -> dict:
     """In the chief (run_chief_in_namespace's child): starts the servers and makes
     this process the chief (TF_CONFIG); returns {"note": ..., "pids": {"worker": [...], "ps": [...]}}."""
@@ -125,7 +120,7 @@ def launch_local_ps(workers: int, ps_tasks: int, threads: int) -> dict:
                     [sys.executable, "-m", "tensorflow_wrapper.cluster"],
                     env=env,
                     cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),  # SIGKILL when the chief exits
                 )
             except OSError as error:
                 _stop(started)
