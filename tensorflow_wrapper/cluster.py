@@ -44,13 +44,13 @@ NOTE_VARIABLE = "CNN_PARALLEL_PS_NETWORK"  # the launcher's namespace note, for 
 NAMESPACE_NOTE = "private network namespace: the cluster's ports are reachable from this machine's loopback only"
 
 
-def enter_private_network_namespace() -> None:
+def enter_private_network_namespace(launcher_pid: int) -> None:
     """In the forked child, before exec (the only moment a Python process is
     single-threaded, which unshare(CLONE_NEWUSER) requires): a new user + network
     namespace with loopback up. A refusal leaves the child where it was; the child
     finds out with `network_note`. The chief gets SIGTERM (a recorded interruption)
     should its launcher die."""
-    die_with_parent(os.getppid(), signal.SIGTERM)
+    die_with_parent(launcher_pid, signal.SIGTERM)
     uid, gid = os.getuid(), os.getgid()
     if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return
@@ -81,7 +81,10 @@ def run_chief_in_namespace(argv: list) -> int:
     env = {**os.environ, PARENT_NAMESPACE_VARIABLE: os.readlink("/proc/self/ns/net")}
     try:
         chief = subprocess.Popen(
-            [sys.executable, *argv], env=env, preexec_fn=enter_private_network_namespace, start_new_session=True
+            [sys.executable, *argv],
+            env=env,
+            preexec_fn=functools.partial(enter_private_network_namespace, os.getpid()),
+            start_new_session=True,
         )
     except OSError as error:
         raise ResourceError(f"could not start the cluster's chief ({why_not_started(error)})") from None

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from algorithms.machine.devices import cpu_name
+from algorithms.machine.tuning import cpu_flags
 from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -74,12 +76,9 @@ def reference_run(flags: list, scratch: str) -> None:
 
 
 def machine() -> str:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?"
-    )
-    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    flags = cpu_flags() or set()
     vector = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in flags]
-    return f"{model}, {os.cpu_count()} cores ({', '.join(vector)}), Linux {platform.release()}"
+    return f"{cpu_name()}, {os.cpu_count()} cores ({', '.join(vector)}), Linux {platform.release()}"
 
 
 def number(value, digits: int = 1) -> str:
