@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from algorithms.records import read_rows
-from tests.conftest import REPO_ROOT, run_module, run_script, script_env, start_script
+from tests.conftest import REPO_ROOT, run_module, run_python, run_script, script_env, start_script
 from tests.helpers.flags import flags, run_flags
 from tests.helpers.listening import LOOPBACK, run_watching_sockets
 
@@ -115,6 +115,36 @@ def spawned_children(pid: int) -> list:
             if b"spawn_main" in handle.read():
                 spawned.append(child)
     return spawned
+
+
+# A Hogwild pool in a Python of its own: two workers take two jobs each; the last line says
+# whether this process's multiprocessing resource sharer ever started.
+HOGWILD_JOBS = """
+import sys
+from multiprocessing import resource_sharer
+from algorithms.run.entry import prepare
+from algorithms.spec.dropout import uniforms
+from torch_wrapper.asynchronous.hogwild import HogwildPool
+config, dataset = prepare(sys.argv[1:], "torch_script.py", "")
+pool = HogwildPool(config, dataset)
+for step in range(4):
+    rows = list(range(32 * step, 32 * step + 32))
+    pool.submit(step % 2, rows, 0.02, uniforms(config.network, config.seed, 0, rows))
+updates = [pool.result(60) for _ in range(4)]
+pool.close()
+print(sum(update is not None for update in updates), resource_sharer._resource_sharer._listener is None)
+"""
+
+
+def test_a_hogwild_job_crosses_by_value_never_through_the_resource_sharer(small_data, tmp_path):
+    """Each step's job (rows, dropout uniforms) reaches its worker pickled by value: as a torch
+    tensor it would cross by torch's fd passing, through the recording process's resource
+    sharer, whose thread prints a traceback when the worker dies mid-handshake (the CI failure
+    of the killed-worker test below: a one-line error that had 20 lines)."""
+    argv = torch_flags(small_data, tmp_path / "results", "--strategy", "async", "--devices", "2")
+    proc = run_python(["-c", HOGWILD_JOBS, *argv], ONE_THREAD, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["4", "True"], proc.stdout[-2000:]
 
 
 @pytest.mark.parametrize(

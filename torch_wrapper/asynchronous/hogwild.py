@@ -18,10 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from algorithms.spec.dropout import channels_first
 from algorithms.spec.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
-from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
+from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer
 from algorithms.machine.processes import ChildWorkers, ignore_interrupts
 from torch_wrapper.asynchronous.workers import CONTEXT, child_processes
 
@@ -59,8 +60,11 @@ class HogwildPool(ChildWorkers):
             )
 
     def submit(self, slot: int, indices: np.ndarray, learning_rate: float, uniforms: tuple) -> None:
-        rows = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-        self.jobs[slot].put((rows, learning_rate, uniforms_to_torch(self.network, uniforms)))
+        # numpy, pickled by value: a torch tensor would cross by torch's fd passing, through this
+        # process's multiprocessing resource sharer, whose thread prints a traceback when a worker
+        # dies between asking for the descriptor and taking it (and it costs a round trip a step)
+        drawn = tuple(np.ascontiguousarray(u) for u in channels_first(self.network, uniforms))
+        self.jobs[slot].put((np.asarray(indices, dtype=np.int64), learning_rate, drawn))
 
     def result(self, timeout_s: float):
         try:
@@ -88,7 +92,8 @@ def work(worker, model, version, jobs, results, images, labels, optimizer_spec, 
     optimizer = make_optimizer(optimizer_spec, model.parameters())
     model.train()
     while (job := jobs.get()) is not None:
-        indices, learning_rate, uniforms = job
+        rows, learning_rate, drawn = job
+        indices, uniforms = torch.from_numpy(rows), tuple(torch.from_numpy(u) for u in drawn)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
         start = time.perf_counter()
