@@ -24,6 +24,7 @@ from tests.test_netns_cluster import RECEIVE, SCRIPT, SEND, STOPPED_WITHIN_S, st
 
 WITHIN = 0.10  # of the set round trip
 ZERO_DELAY_BELOW_MS = 0.5  # the round trip through the delay line set to 0 ms: the bridge's own is about 0.1 ms
+UNDELAYED_COST_BELOW_MS = 35  # a 1 MB gloo all-reduce through the delay line at 0 ms, over the bridge's
 PINGS = 21  # the first also waits for ARP's exchange (two more crossings): not counted
 
 
@@ -174,9 +175,11 @@ def all_reduce_ms(delay_ms) -> tuple:
 @pytest.mark.slow  # two torch processes per cluster
 def test_gloo_all_reduces_keep_their_speed_through_the_delay_line_and_wait_for_its_delay():
     """torch.distributed's gloo, 1 MB all-reduces (a data-parallel step's gradients of the
-    default net) between the hosts: through the delay line at 0 ms under 10 ms more than
-    through the bridge (a step here takes 100-200 ms; forwarding each 1.5 KB packet alone
-    would cost some 70 ms), and at 5 ms at least a round trip (10 ms) each; every frame sent."""
+    default net) between the hosts: through the delay line at 0 ms under 35 ms more than
+    through the bridge, half what forwarding each 1.5 KB packet alone would cost (some 70 ms;
+    a step here takes 100-200 ms). Quiet, it is 1.4-3.6 ms more; the CI machine under the suite's
+    load, where the delay line shares two cores with both hosts and the other test worker,
+    saw 10.3 ms more. At 5 ms: at least a round trip (10 ms) each; every frame sent."""
     bridge, _ = all_reduce_ms(None)
     undelayed, report = all_reduce_ms(0)
     delayed, delayed_report = all_reduce_ms(5)
@@ -184,7 +187,7 @@ def test_gloo_all_reduces_keep_their_speed_through_the_delay_line_and_wait_for_i
         f"1 MB gloo all-reduce, median: bridge {bridge:.2f} ms, delay line at 0 ms {undelayed:.2f} ms "
         f"({report}), at 5 ms {delayed:.2f} ms"
     )
-    assert undelayed <= bridge + 10, (bridge, undelayed)
+    assert undelayed <= bridge + UNDELAYED_COST_BELOW_MS, (bridge, undelayed)
     assert delayed >= 10, (bridge, delayed)
     for counts in (delay_line_counts(report), delay_line_counts(delayed_report)):
         assert counts["frames"] > 0 and counts["lost"] == counts["unsent"] == 0, counts
