@@ -63,7 +63,7 @@ class HogwildPool(ChildWorkers):
         # numpy, pickled by value: a torch tensor would cross by torch's fd passing, through this
         # process's multiprocessing resource sharer, whose thread prints a traceback when a worker
         # dies between asking for the descriptor and taking it (and it costs a round trip a step)
-        drawn = tuple(np.ascontiguousarray(u) for u in channels_first(self.network, uniforms))
+        drawn = channels_first(self.network, uniforms)  # contiguous float32 arrays already
         self.jobs[slot].put((np.asarray(indices, dtype=np.int64), learning_rate, drawn))
 
     def result(self, timeout_s: float):
