@@ -16,7 +16,7 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed-$(LEGACY_REQ_HASH)
 # later one), e.g. `make legacy-setup LEGACY_PYTHON=python3.11` where python3 is another.
 LEGACY_PYTHON ?= $(PYTHON)
 
-.PHONY: all setup legacy-setup gpu-setup caffe browser compare lint test test-fast baseline drift envelope power benchmark clean-results gpu-check
+.PHONY: all setup legacy-setup gpu-setup caffe browser compare lint test test-fast baseline drift envelope power power-whole benchmark clean-results gpu-check
 all: compare
 
 # The main virtual environment, rebuilt when requirements.txt changes.
@@ -124,7 +124,8 @@ test-fast: lint
 # seed bands its verdicts rest on: seeds 0-9 of the main env's five (ten: enough to measure
 # their false-alarm rate, docs/comparing.md), seeds 0-2 of Lasagne, Keras on Theano and
 # Caffe (four times slower a step). Hours on 2 cores. Ordinary runs never write there;
-# results/baseline/drift/ (`make drift`, `make envelope`) is kept.
+# results/baseline/drift/ (`make drift`, `make envelope`) and results/baseline/agreement/
+# (the report's far-apart line: its README) are kept.
 BASELINE_NETWORKS := cnn2d_3layer_fullconnected_3layer cnn2d_2layer_full_connected_2layer
 baseline: setup legacy-setup caffe
 	rm -rf results/baseline.new
@@ -139,7 +140,8 @@ baseline: setup legacy-setup caffe
 	done
 	for dir in results/baseline.new results/baseline.new/default; do \
 	  rm -rf $$dir/predictions $$dir/caffe $$dir/compare $$dir/tensorboard $$dir/build $$dir/logs; done
-	if [ -d results/baseline/drift ]; then mv results/baseline/drift results/baseline.new/drift; fi
+	for kept in drift agreement; do \
+	  if [ -d results/baseline/$$kept ]; then mv results/baseline/$$kept results/baseline.new/$$kept; fi; done
 	rm -rf results/baseline
 	mv results/baseline.new results/baseline
 
@@ -156,6 +158,11 @@ envelope: setup caffe
 # drift sources, and real errors through real flags, each with its verdict and step (docs/comparing.md)
 power: setup
 	$(PY) -m algorithms.studies.power $(ARGS)
+
+# The verdict's known answers on whole runs, run by default: errors that start past the horizon in the
+# main command's run, the BN and padding faults in the example networks, every honest pair (docs/comparing.md)
+power-whole: setup legacy-setup caffe
+	$(PY) -m algorithms.studies.whole_runs $(ARGS)
 
 # Harness vs native loops, GEMM peak and MFU, threads, compiled paths, RSS, data path
 # (results/benchmark/); under 10 minutes on 2 cores

@@ -9,6 +9,7 @@ Caffe is built from the PyPI sdist by `make caffe` (caffe_wrapper/build_caffe.sh
 import importlib.util
 import sys
 
+from algorithms.errors import EXIT_INPUT_ERROR
 from algorithms.run.entry import run_entry_point
 
 if __name__ == "__main__":
@@ -20,7 +21,7 @@ if __name__ == "__main__":
             "(about 11 minutes the first time, then cached)",
             file=sys.stderr,
         )
-        sys.exit(2)
+        sys.exit(EXIT_INPUT_ERROR)
     sys.exit(
         run_entry_point(
             "caffe_wrapper.train", "caffe_script.py", "Train a spec network with Caffe (prototxt + Caffe's own solver)."

@@ -4,7 +4,9 @@
     errors.py paths.py tables.py records.py figures.py ports.py
                   foundation: exit statuses, every path, text tables, the run records'
                   one reader, the figures' ending, free ports
-    spec/         the network spec, initial weights, the parallel plan, the data and batch order
+    dataset/      the data: input files checked and read, the Dataset, the batch order
+    network/      the network spec: layers, network files, initial weights, dropout, parallel plans
+    reference/    the float64 reference: a network's passes, one optimizer step, a trainer's state
     machine/      threads and malloc, --tuned's settings, memory against what is free
     config/       the flags table, the parser and RunConfig derived from it, their checks
     contract/     the wrapper contract: its types, its checker, the wrapper skeleton

@@ -13,3 +13,8 @@ RESULTS_DIR = os.path.join(REPO_ROOT, "results")
 BASELINE_DIR = os.path.join(RESULTS_DIR, "baseline")
 LEGACY_VENV = os.path.join(REPO_ROOT, ".venv-legacy")  # theano-pymc, Lasagne, Keras 2 (see legacy_env.py)
 LEGACY_PYTHON = os.path.join(LEGACY_VENV, "bin", "python")
+REQUIREMENTS = os.path.join(REPO_ROOT, "requirements.txt")  # the main env's pins
+# the environments of other releases (run_all.py --versions; registry/release_env.py), one a release set
+RELEASES_CACHE = os.environ.get(
+    "CNN_PARALLEL_RELEASES", os.path.join(os.path.expanduser("~"), ".cache", "cnn-parallel", "releases")
+)

@@ -4,6 +4,7 @@
     results/<network>_<framework>[_<backend>].csv    one row per step (CSV_COLUMNS)
     results/<csv stem>.settings.jsonl                 the settings record, a line per run
     results/epoch_check/<the run's CSV name>          the epoch check's rows, under the run's id
+    results/step_check/<the run's CSV name>           the step check's rows, a row per checked step
     results.log                                       a block per run, `key: value` lines
 
 Here: their names and columns, and reading them back: a CSV's rows (a resumed run's
@@ -66,6 +67,107 @@ CHECK_FOLDER = "epoch_check"
 def check_csv(csv_path: str) -> str:
     """Where the epoch check of the run whose rows are in `csv_path` keeps its rows."""
     return os.path.join(os.path.dirname(csv_path), CHECK_FOLDER, os.path.basename(csv_path))
+
+
+STEP_CHECK_FOLDER = "step_check"
+# a row per checked step (run/step_check.py): the framework's step against the same step in
+# float64 from its own state; each error is the largest over the layers, `*_layer` which one
+STEP_CHECK_COLUMNS = [
+    "run_id",
+    "step",
+    "epoch",
+    "why",
+    "learning_rate",
+    "loss",
+    "reference_loss",
+    "forward_error",
+    "forward_allowed",
+    "forward_rounding",
+    "accuracy_error",
+    "gradient_error",
+    "gradient_allowed",
+    "gradient_layer",
+    "gradient_unjudged",
+    "update_error",
+    "update_allowed",
+    "update_layer",
+    "state_error",
+    "state_allowed",
+    "state_layer",
+    "worst",
+    "part",
+    "seconds",
+]
+_STEP_CHECK_TEXT = ("run_id", "why", "gradient_layer", "gradient_unjudged", "update_layer", "state_layer", "part")
+
+
+YARDSTICK_FOLDER = "yardstick"
+
+
+def yardstick_folder(results_dir: str, key: str) -> str:
+    """Where the yardstick a run measured at its settings lives (run/yardstick.py):
+    <results dir>/yardstick/<settings key>/, holding envelope.csv (and envelope_check.csv for
+    the epoch check), in a shipped envelope's format, and twin/, the twins' rows."""
+    return os.path.join(results_dir, YARDSTICK_FOLDER, key)
+
+
+def yardstick_envelope(results_dir: str, key: str, check: bool = False) -> str:
+    return os.path.join(yardstick_folder(results_dir, key), "envelope_check.csv" if check else "envelope.csv")
+
+
+def envelope_path(baseline_dir: str, network: str, mode: str) -> str:
+    return os.path.join(baseline_dir, "drift", f"envelope_{network}_{mode}.csv")
+
+
+def mode_of(settings) -> str:
+    """The envelope a run's settings call for: `parity` or `default`, then `_gpu` for a run
+    on a GPU (its own envelope, measured there: never the CPU's), and `_check` last for an
+    epoch check's rows (run/epoch_check.py)."""
+    return (
+        ("parity" if settings.get("parity") else "default")
+        + ("_gpu" if settings.get("device") == "gpu" else "")
+        + ("_check" if settings.get("part") else "")
+    )
+
+
+ENVELOPE_SETTINGS_PREFIX = "# settings: "
+ENVELOPE_ACCURACY = "accuracy_envelope"  # an envelope file's column of the accuracy envelope
+
+
+def envelope_settings(path: str) -> Optional[dict]:
+    """The settings a shipped drift envelope holds for (the JSON of its header), or None."""
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith(ENVELOPE_SETTINGS_PREFIX):
+                return json.loads(line[len(ENVELOPE_SETTINGS_PREFIX) :])
+            if not line.startswith("#"):
+                return None
+    return None
+
+
+def step_check_csv(csv_path: str) -> str:
+    """Where the step check of the run whose rows are in `csv_path` keeps its rows."""
+    return os.path.join(os.path.dirname(csv_path), STEP_CHECK_FOLDER, os.path.basename(csv_path))
+
+
+def read_step_checks(csv_path: str, run_id: str) -> Optional[list]:
+    """The step check's rows of one run (numbers converted; None for an empty cell), or
+    None where the run has none (it ran before the check existed, or with --step_check off)."""
+    path = step_check_csv(csv_path)
+    if not os.path.isfile(path):
+        return None
+    rows = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["run_id"] != run_id:
+                continue
+            for key, value in row.items():
+                if key not in _STEP_CHECK_TEXT:
+                    row[key] = (int(value) if key in ("step", "epoch") else float(value)) if value else None
+            rows.append(row)
+    return rows or None
 
 
 def read_rows(path: str, run_id: Optional[str] = None) -> list:

@@ -10,6 +10,8 @@ torch_wrapper both from torch_backend.py); a module here imports no wrapper.
     jax_backend.py         XLA's determinism flag
     theano_backend.py      THEANO_FLAGS and the theano-pymc bridges for Lasagne 0.1 and
                            Keras 2.3.1 (import before either), Theano's determinism
+    openblas.py            the OpenBLAS Theano and Caffe link: its best core for this CPU named
+                           before it loads, and the core that ran, for the device's detail
     xplane.py              the XSpace a TensorFlow or jax profiler writes, read back
     xla.py                 XLA's flags (TensorFlow, jax): one thread, the HLO dump of a profile
     tuning.py              the --tuned settings several wrappers share, and their list variables

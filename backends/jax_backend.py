@@ -129,6 +129,12 @@ def describe_device() -> tuple:
     return "gpu", f"cuda:{device.id}", detail
 
 
+def library_versions() -> dict:
+    """jaxlib, which holds XLA (the compiler that makes every kernel), for the settings
+    record's releases."""
+    return {"jaxlib": _jaxlib()}
+
+
 def _cuda_plugin():
     for major in (12, 13):
         try:

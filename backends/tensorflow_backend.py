@@ -93,3 +93,11 @@ def describe_device() -> tuple:
         + (f"; {len(gpus)} GPUs visible" if len(gpus) > 1 else "")
     )
     return "gpu", "cuda:0", detail
+
+
+def library_versions() -> dict:
+    """TensorFlow's build (its git description): the oneDNN and XLA it bundles come with
+    it and are not reported apart, for the settings record's releases."""
+    import tensorflow as tf
+
+    return {"tensorflow build": tf.version.GIT_VERSION}

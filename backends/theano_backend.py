@@ -35,6 +35,8 @@ import sys
 import types
 import warnings
 
+from backends import openblas
+
 COLLECTIONS_ABC_NAMES = ("Iterable", "Mapping", "Sequence", "MutableMapping", "Callable")
 
 
@@ -180,14 +182,21 @@ def bridge_corrmm_openmp() -> None:
 
 
 def describe_theano() -> str:
-    """The devices line of results.log: where Theano runs and with which flags."""
+    """The devices line of results.log: where Theano runs, with which flags and BLAS kernels."""
     flags = os.environ.get("THEANO_FLAGS", "")
     return (
         f"{theano.config.device} (Theano mode {theano.config.mode}, floatX {theano.config.floatX}, "
         f"blas {theano.config.blas__ldflags or 'none'}, "
         f"C compiler {theano.config.cxx or 'none: Python fallback, slow'}); "
-        f"THEANO_FLAGS={flags} ({THEANO_FLAGS_SOURCE})"
+        f"THEANO_FLAGS={flags} ({THEANO_FLAGS_SOURCE}); {openblas.describe()}"
     )
+
+
+def device_detail() -> str:
+    """contract.Device's detail: the CPU and the OpenBLAS core Theano's GEMMs run on."""
+    from algorithms.machine.devices import cpu_name
+
+    return f"{cpu_name()} (Theano's CPU backend, {openblas.kernels()})"
 
 
 def enable_determinism() -> tuple:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from algorithms.machine.devices import cpu_name, driver_version
 from algorithms.tables import shape_text
@@ -122,3 +123,17 @@ def device_name(device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def library_versions() -> dict:
+    """The libraries torch computes with on the CPU, from its build configuration: oneDNN
+    (convolutions) and MKL (GEMMs), for the settings record's releases (another release of
+    either is another kernel: a drift source)."""
+    import torch
+
+    config = torch.__config__.show()
+    found = {
+        "oneDNN": re.search(r"(?:MKL-DNN|oneDNN)[^\n]*? v(\d[\w.]*)", config),
+        "MKL": re.search(r"Math Kernel Library Version (\d[\w.]*)", config),
+    }
+    return {name: match.group(1) for name, match in found.items() if match}

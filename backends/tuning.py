@@ -41,9 +41,10 @@ THEANO_OPENMP = Setting(
     "(theano-pymc 1.1's Elemwise C code does not compile with it: a measured failure, kept to show it)",
 )
 
-# OpenBLAS (Debian 12's 0.3.21, which Theano links and Caffe is built with): a CPU newer
-# than its DYNAMIC_ARCH table (AMD Zen 4) is taken for Haswell and gets AVX2 kernels; this
-# names its AVX-512 ones. Only on a CPU with avx512f: elsewhere they stop the process.
+# OpenBLAS (Debian 12's 0.3.21, which Theano links and Caffe is built with): its AVX-512
+# kernels by name. The defaults already name the best core it has where its own pick is older
+# (backends/openblas.py); this is applied after that. Only on a CPU with avx512f: elsewhere
+# they stop the process.
 OPENBLAS_AVX512 = Setting(
     "openblas_avx512",
     {"OPENBLAS_CORETYPE": "SkylakeX"},

@@ -11,9 +11,11 @@ os.environ.setdefault("GLOG_minloglevel", "1")
 
 from algorithms.contract.types import Support
 from algorithms.contract.shared_support import graph_only_fp32_advice
+from algorithms.machine.resources import Footprint, one_process
 from algorithms.machine.tuning import Setting, Tuning
+from backends import openblas
 from backends.tuning import MEASURED, OPENBLAS_AVX512
-from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
+from algorithms.network.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Caffe 1.0's only parallelism is multi-GPU data parallel (P2PSync), and this build is CPU_ONLY
 ONE_DEVICE = (
@@ -36,12 +38,18 @@ BLAS_ONE_THREAD = Setting(
 )
 
 
+# measured, one process (docs/own-network.md#memory-before-it-starts)
+FOOTPRINT = Footprint(process_mb=97, sample_mb=0.95, device_mb=0, started=one_process, name="caffe")
+
+
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
+        footprint=FOOTPRINT,
         tuning=Tuning("caffe", (BLAS_ONE_THREAD, OPENBLAS_AVX512), measured=MEASURED),
+        thread_environment=openblas.environment,  # OpenBLAS's core for this CPU, before Caffe loads it
         advice=GRAPH_ONLY_FP32
         | {"--device gpu": CPU_ONLY}
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}

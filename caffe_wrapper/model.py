@@ -17,7 +17,7 @@ Caffe's stored variance is the unbiased one, the spec's. A global average pool i
 Pooling with global_pooling, flattened.
 
 Caffe's own Dropout layer draws its mask from Caffe's RNG. The train net applies the
-uniforms fed with the rows instead (algorithms/spec/dropout.py), with standard layers:
+uniforms fed with the rows instead (algorithms/network/dropout.py), with standard layers:
 each Dropout layer's uniforms come in through an Input blob (`uniforms<k>`,
 channels-first), a Threshold makes the keep mask (1 where u > rate: the mask rule's
 comparison, in float32), a Power scales it by float32(1 / (1 - rate)), and an Eltwise
@@ -31,8 +31,8 @@ from __future__ import annotations
 from caffe.proto import caffe_pb2
 from google.protobuf import text_format
 
-from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
-from algorithms.spec.networks import (
+from algorithms.network.dropout import dropout_layers, scale as dropout_scale
+from algorithms.network.networks import (
     AveragePooling2D,
     BatchNormalization,
     Conv2D,
@@ -112,113 +112,148 @@ def build_model(network: Network, batch_size: int, deploy: bool, dropout: bool =
     """The train net (Input blobs for the data, the labels and, with `dropout`, each
     Dropout layer's uniforms; the loss and accuracy) or, with `deploy`, the net that ends
     in the logits (no dropout)."""
-    height, width, channels = network.input_shape
-    net = caffe_pb2.NetParameter(name=network.name)
-    data = net.layer.add(name="data", type="Input", top=["data"])
-    data.input_param.shape.add(dim=[batch_size, channels, height, width])
     dropout = dropout and not deploy
-    if not deploy:
-        label = net.layer.add(name="label", type="Input", top=["label"])
-        label.input_param.shape.add(dim=[batch_size])
-    uniforms = uniform_blobs(network) if dropout else []
-    for name, (_, _, shape) in zip(uniforms, dropout_layers(network)):
-        blob = net.layer.add(name=name, type="Input", top=[name])
-        blob.input_param.shape.add(dim=[batch_size, *channels_first(shape)])
-    references = pad_references(network)
-    for name, shape in references.values():
-        blob = net.layer.add(name=name, type="Input", top=[name])
-        blob.input_param.shape.add(dim=[batch_size, *shape])
-    next_uniforms = iter(uniforms)  # each Dropout layer takes the next
-    names = layer_tops(network)
-    bottom, pending_pad, counts = "data", 0, {}
-
-    def fresh(kind):
-        counts[kind] = counts.get(kind, 0) + 1
-        return f"{kind}{counts[kind]}"
-
-    statistics, scales = statistics_names(network), layer_names(network)
+    net = caffe_pb2.NetParameter(name=network.name)
+    uniforms = add_inputs(net, network, batch_size, deploy, dropout)
+    builder = NetBuilder(net, network, iter(uniforms), dropout)
     for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
-        if pending_pad and not isinstance(layer, Conv2D):
-            raise ValueError(f"caffe_wrapper: zero padding must be followed by a convolution (layer {index})")
-        if isinstance(layer, ZeroPad2D):
-            pending_pad += layer.padding
-            continue
-        if isinstance(layer, Conv2D):
-            name = names[index]
-            same = 0
-            if index in references:  # the sides differ: padded explicitly first
-                bottom = add_explicit_padding(net, bottom, layer.paddings(in_shape), in_shape[2], *references[index])
-            elif layer.padding == "same":
-                same = layer.symmetric_padding(in_shape)
-            conv = net.layer.add(name=name, type="Convolution", bottom=[bottom], top=[name])
-            conv.convolution_param.num_output = layer.filters
-            conv.convolution_param.kernel_size.append(layer.kernel_size)
-            if layer.stride != 1:
-                conv.convolution_param.stride.append(layer.stride)
-            if pending_pad + same:
-                conv.convolution_param.pad.append(pending_pad + same)
-            frozen_bias(conv, layer)
-            pending_pad, bottom = 0, name
-        elif isinstance(layer, BatchNormalization):
-            if not layer.mean_in_gradient or layer.evaluation != "running":
-                raise ValueError(f"caffe_wrapper does not build a faulty BatchNormalization (layer {index})")
-            name = statistics[index]
-            norm = net.layer.add(name=name, type="BatchNorm", bottom=[bottom], top=[name])
-            norm.batch_norm_param.moving_average_fraction = layer.momentum
-            norm.batch_norm_param.eps = layer.epsilon
-            for _ in range(3):  # the statistics are Caffe's to update in the forward pass, never the solver's
-                norm.param.add(lr_mult=0, decay_mult=0)
-            scale = net.layer.add(name=scales[index], type="Scale", bottom=[name], top=[name])
-            scale.scale_param.bias_term = True
-            bottom = name
-        elif isinstance(layer, (MaxPool2D, AveragePooling2D)):
-            name = names[index]
-            pool = net.layer.add(name=name, type="Pooling", bottom=[bottom], top=[name])
-            is_max = isinstance(layer, MaxPool2D)
-            pool.pooling_param.pool = caffe_pb2.PoolingParameter.MAX if is_max else caffe_pb2.PoolingParameter.AVE
-            pool.pooling_param.kernel_size = layer.pool_size
-            pool.pooling_param.stride = layer.pool_size
-            pool.pooling_param.ceil_mode = False  # Caffe's default pools a partial last window; the spec drops it
-            bottom = name
-        elif isinstance(layer, GlobalAveragePooling2D):
-            name = names[index].removesuffix("_flat")
-            pool = net.layer.add(name=name, type="Pooling", bottom=[bottom], top=[name])
-            pool.pooling_param.pool = caffe_pb2.PoolingParameter.AVE
-            pool.pooling_param.global_pooling = True
-            flat = net.layer.add(name=names[index], type="Flatten", bottom=[name], top=[names[index]])
-            flat.flatten_param.axis = 1  # (N, C, 1, 1) -> (N, C)
-            bottom = names[index]
-        elif isinstance(layer, Flatten):
-            after = network.layers[index + 1] if index + 1 < len(network.layers) else None
-            if isinstance(after, Dropout) and len(in_shape) == 3 and dropout:  # its mask's blob is (N, C*H*W)
-                net.layer.add(name=f"flat{index}", type="Flatten", bottom=[bottom], top=[f"flat{index}"])
-                bottom = f"flat{index}"
-            continue  # InnerProduct flattens its input (C, H, W order, as to_channels_first expects)
-        elif isinstance(layer, Dense):
-            name = names[index]
-            fc = net.layer.add(name=name, type="InnerProduct", bottom=[bottom], top=[name])
-            fc.inner_product_param.num_output = layer.units
-            frozen_bias(fc, layer)
-            bottom = name
-        elif isinstance(layer, Dropout):
-            if dropout:
-                bottom = add_dropout(net, bottom, next(next_uniforms), layer.rate)
-            continue
-        else:
-            raise TypeError(f"caffe_wrapper cannot translate {layer!r}")
-        activation = network.activation(index)
-        if activation == "relu":
-            net.layer.add(name=fresh("relu"), type="ReLU", bottom=[bottom], top=[bottom])
-        elif activation == "softmax":
-            name = fresh("softmax")
-            net.layer.add(name=name, type="Softmax", bottom=[bottom], top=[name])
-            bottom = name
-        elif activation is not None:
-            raise ValueError(f"caffe_wrapper: unsupported activation {activation!r}")
+        builder.add(index, layer, in_shape)
     if not deploy:  # the final softmax is fused into the loss, as in every wrapper
         net.layer.add(name="loss", type="SoftmaxWithLoss", bottom=[LOGITS, "label"], top=["loss"])
         net.layer.add(name="accuracy", type="Accuracy", bottom=[LOGITS, "label"], top=["accuracy"])
     return net
+
+
+def add_inputs(net, network: Network, batch_size: int, deploy: bool, dropout: bool) -> list:
+    """The Input blobs: the data, the labels (not in deploy), each Dropout layer's uniforms
+    (with `dropout`) and each explicit padding's reference shape; returns the uniforms' names."""
+    height, width, channels = network.input_shape
+    data = net.layer.add(name="data", type="Input", top=["data"])
+    data.input_param.shape.add(dim=[batch_size, channels, height, width])
+    if not deploy:
+        label = net.layer.add(name="label", type="Input", top=["label"])
+        label.input_param.shape.add(dim=[batch_size])
+    uniforms = uniform_blobs(network) if dropout else []
+    shapes = [channels_first(shape) for _, _, shape in dropout_layers(network)]
+    for name, shape in list(zip(uniforms, shapes)) + list(pad_references(network).values()):
+        blob = net.layer.add(name=name, type="Input", top=[name])
+        blob.input_param.shape.add(dim=[batch_size, *shape])
+    return uniforms
+
+
+class NetBuilder:
+    """Adds the spec's layers to `net` one at a time, from the data blob on: `bottom` is the
+    blob the next layer reads; a ZeroPad2D waits (`pending_pad`) for the convolution it folds into."""
+
+    def __init__(self, net, network: Network, uniforms, dropout: bool):
+        self.net, self.network, self.uniforms, self.dropout = net, network, uniforms, dropout
+        self.names, self.references = layer_tops(network), pad_references(network)
+        self.statistics, self.scales = statistics_names(network), layer_names(network)
+        self.bottom, self.pending_pad, self.counts = "data", 0, {}
+        self.translations = {
+            Conv2D: self.convolution,
+            BatchNormalization: self.batch_normalization,
+            MaxPool2D: self.pooling,
+            AveragePooling2D: self.pooling,
+            GlobalAveragePooling2D: self.global_pooling,
+            Dense: self.inner_product,
+        }
+
+    def add(self, index: int, layer, in_shape: tuple) -> None:
+        if self.pending_pad and not isinstance(layer, Conv2D):
+            raise ValueError(f"caffe_wrapper: zero padding must be followed by a convolution (layer {index})")
+        if isinstance(layer, ZeroPad2D):
+            self.pending_pad += layer.padding
+        elif isinstance(layer, Flatten):
+            self.flatten(index, in_shape)
+        elif isinstance(layer, Dropout):
+            if self.dropout:
+                self.bottom = add_dropout(self.net, self.bottom, next(self.uniforms), layer.rate)
+        elif type(layer) in self.translations:
+            self.translations[type(layer)](index, layer, in_shape)
+            self.activation(self.network.activation(index))
+        else:
+            raise TypeError(f"caffe_wrapper cannot translate {layer!r}")
+
+    def convolution(self, index: int, layer: Conv2D, in_shape: tuple) -> None:
+        name, same = self.names[index], 0
+        if index in self.references:  # the sides differ: padded explicitly first
+            reference = self.references[index]
+            self.bottom = add_explicit_padding(self.net, self.bottom, layer.paddings(in_shape), in_shape[2], *reference)
+        elif layer.padding == "same":
+            same = layer.symmetric_padding(in_shape)
+        conv = self.net.layer.add(name=name, type="Convolution", bottom=[self.bottom], top=[name])
+        conv.convolution_param.num_output = layer.filters
+        conv.convolution_param.kernel_size.append(layer.kernel_size)
+        if layer.stride != 1:
+            conv.convolution_param.stride.append(layer.stride)
+        if self.pending_pad + same:
+            conv.convolution_param.pad.append(self.pending_pad + same)
+        frozen_bias(conv, layer)
+        self.pending_pad, self.bottom = 0, name
+
+    def batch_normalization(self, index: int, layer: BatchNormalization, in_shape: tuple) -> None:
+        if not layer.mean_in_gradient or layer.evaluation != "running":
+            raise ValueError(f"caffe_wrapper does not build a faulty BatchNormalization (layer {index})")
+        name = self.statistics[index]
+        norm = self.net.layer.add(name=name, type="BatchNorm", bottom=[self.bottom], top=[name])
+        norm.batch_norm_param.moving_average_fraction = layer.momentum
+        norm.batch_norm_param.eps = layer.epsilon
+        for _ in range(3):  # the statistics are Caffe's to update in the forward pass, never the solver's
+            norm.param.add(lr_mult=0, decay_mult=0)
+        scale = self.net.layer.add(name=self.scales[index], type="Scale", bottom=[name], top=[name])
+        scale.scale_param.bias_term = True
+        self.bottom = name
+
+    def pooling(self, index: int, layer, in_shape: tuple) -> None:
+        name = self.names[index]
+        pool = self.net.layer.add(name=name, type="Pooling", bottom=[self.bottom], top=[name])
+        is_max = isinstance(layer, MaxPool2D)
+        pool.pooling_param.pool = caffe_pb2.PoolingParameter.MAX if is_max else caffe_pb2.PoolingParameter.AVE
+        pool.pooling_param.kernel_size = layer.pool_size
+        pool.pooling_param.stride = layer.pool_size
+        pool.pooling_param.ceil_mode = False  # Caffe's default pools a partial last window; the spec drops it
+        self.bottom = name
+
+    def global_pooling(self, index: int, layer: GlobalAveragePooling2D, in_shape: tuple) -> None:
+        flat = self.names[index]
+        name = flat.removesuffix("_flat")
+        pool = self.net.layer.add(name=name, type="Pooling", bottom=[self.bottom], top=[name])
+        pool.pooling_param.pool = caffe_pb2.PoolingParameter.AVE
+        pool.pooling_param.global_pooling = True
+        flatten = self.net.layer.add(name=flat, type="Flatten", bottom=[name], top=[flat])
+        flatten.flatten_param.axis = 1  # (N, C, 1, 1) -> (N, C)
+        self.bottom = flat
+
+    def flatten(self, index: int, in_shape: tuple) -> None:
+        """InnerProduct flattens its input itself (C, H, W order, as to_channels_first
+        expects); a Dropout right after a map needs the flat blob, its mask's (N, C*H*W)."""
+        layers = self.network.layers
+        after = layers[index + 1] if index + 1 < len(layers) else None
+        if isinstance(after, Dropout) and len(in_shape) == 3 and self.dropout:
+            self.net.layer.add(name=f"flat{index}", type="Flatten", bottom=[self.bottom], top=[f"flat{index}"])
+            self.bottom = f"flat{index}"
+
+    def inner_product(self, index: int, layer: Dense, in_shape: tuple) -> None:
+        name = self.names[index]
+        fc = self.net.layer.add(name=name, type="InnerProduct", bottom=[self.bottom], top=[name])
+        fc.inner_product_param.num_output = layer.units
+        frozen_bias(fc, layer)
+        self.bottom = name
+
+    def activation(self, activation) -> None:
+        if activation == "relu":
+            self.net.layer.add(name=self.fresh("relu"), type="ReLU", bottom=[self.bottom], top=[self.bottom])
+        elif activation == "softmax":
+            name = self.fresh("softmax")
+            self.net.layer.add(name=name, type="Softmax", bottom=[self.bottom], top=[name])
+            self.bottom = name
+        elif activation is not None:
+            raise ValueError(f"caffe_wrapper: unsupported activation {activation!r}")
+
+    def fresh(self, kind: str) -> str:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        return f"{kind}{self.counts[kind]}"
 
 
 def add_explicit_padding(net, bottom: str, paddings: tuple, channels: int, reference: str, shape: list) -> str:

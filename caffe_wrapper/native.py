@@ -15,7 +15,7 @@ import caffe
 import numpy as np
 
 from algorithms.run.timing import NativeLoop, hand_step_harness
-from algorithms.spec.dropout import uniforms
+from algorithms.network.dropout import uniforms
 from algorithms.tables import shape_text
 
 STEPS_PER_CALL = 1

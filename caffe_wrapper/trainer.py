@@ -14,8 +14,9 @@ import numpy as np
 from caffe.proto import caffe_pb2
 
 from algorithms.contract.types import StepResult
-from algorithms.spec.weights import initial_weights, to_channels_first
-from algorithms.spec.dropout import channels_first
+from algorithms.reference.train_state import StateNotHeld, TrainState, from_channels_first_state, from_update_units
+from algorithms.network.weights import LayerWeights, initial_weights, to_channels_first
+from algorithms.network.dropout import channels_first
 from caffe_wrapper.model import (
     LOGITS,
     build_model,
@@ -80,16 +81,24 @@ def feed(net, images: np.ndarray, labels=None, uniforms=()) -> None:
 class CaffeTrainer:
     """contract.Trainer on Caffe's own solver: one `solver.step(1)` per batch."""
 
+    # its state is read from a snapshot on disk (train_state): the step check reads it at its
+    # sampled steps only, not at every step for the update rule
+    STATE_EACH_STEP = False
+
     def __init__(self, network, optimizer, seed: int, batch_size: int, directory: str, checkpoint_root: str = ""):
         caffe.set_mode_cpu()
         self.network = network
-        self.snapshot_prefix = os.path.join(checkpoint_root, "caffe") if checkpoint_root else ""
+        # where solver.snapshot() writes: the checkpoints' folder, or else beside the prototxt (the
+        # step check's train_state reads the optimizer's history from a snapshot)
+        self.snapshot_prefix = (
+            os.path.join(checkpoint_root or directory, "caffe") if checkpoint_root or directory else ""
+        )
         paths = write_definitions(network, optimizer, batch_size, seed, directory, self.snapshot_prefix)
         self.solver = caffe.get_solver(paths["solver"])
         load_weights(self.solver.net, network, initial_weights(network, seed))
         self.deploy = caffe.Net(paths["deploy"], caffe.TEST)
         self.deploy.share_with(self.solver.net)  # same weight blobs, no copy
-        self.base_lr = optimizer.learning_rate
+        self.base_lr, self.optimizer = optimizer.learning_rate, optimizer
 
     def to_batch(self, images, labels, uniforms):
         """The arrays Caffe's input blobs take: float32 images, float labels, the uniforms
@@ -137,6 +146,49 @@ class CaffeTrainer:
 
     def load_checkpoint(self, folder: str) -> None:
         self.solver.restore(os.path.join(folder, "snapshot.solverstate"))  # weights, history, iteration
+
+    def train_state(self) -> TrainState:
+        """The net's weights and the solver's history in the spec's layout and convention
+        (reference/train_state.py). pycaffe does not show the history, so it is read from a
+        snapshot (written, read, removed): one blob per learnable blob of the net, in the
+        net's order (twice that for Adam: the first moments, then the second). Caffe's
+        history keeps the learning rate inside it (h = momentum * h + lr * g), so it is
+        h / lr."""
+        if not self.snapshot_prefix or not os.path.isdir(os.path.dirname(self.snapshot_prefix)):
+            raise StateNotHeld("Caffe's solver has no snapshot folder in this process")
+        self.solver.snapshot()
+        written = f"{self.snapshot_prefix}_iter_{self.solver.iter}"
+        state = caffe_pb2.SolverState()
+        with open(written + ".solverstate", "rb") as handle:
+            state.ParseFromString(handle.read())
+        for suffix in (".solverstate", ".caffemodel"):
+            os.remove(written + suffix)
+        history = [np.array(blob.data, np.float64).reshape(tuple(blob.shape.dim)) for blob in state.history]
+        net, network, spec = self.solver.net, self.network, self.optimizer
+        blobs = [(name, position) for name, params in net.params.items() for position in range(len(params))]
+        kinds = ("first", "second") if spec.name == "adam" else ("velocity",) if spec.momentum else ()
+        if len(history) != len(kinds) * len(blobs):
+            raise StateNotHeld(f"Caffe's snapshot holds {len(history)} history blobs for {len(blobs)} learnable blobs")
+        slot_of = {blob: k for k, blob in enumerate(blobs)}
+        names, statistics = layer_names(network), statistics_names(network)
+        weights, slots = [], {}
+        for index, _, _ in network.parametric_layers():
+            params = net.params[names[index]]
+            running = {}
+            if index in statistics:
+                stored = net.params[statistics[index]]
+                weight = float(stored[2].data[0])
+                running = dict(running_mean=stored[0].data / weight, running_var=stored[1].data / weight)
+            weights.append(LayerWeights(index, params[0].data.copy(), params[1].data.copy(), **running))
+            for role, position in (("kernel", 0), ("bias", 1)):
+                k = slot_of[(names[index], position)]
+                found = {name: history[part * len(blobs) + k] for part, name in enumerate(kinds)}
+                if "velocity" in found:
+                    found["velocity"] = from_update_units(found["velocity"], self.base_lr, sign=1.0)
+                if found:
+                    slots[(index, role)] = found
+        adam = dict(adam_updates=int(self.solver.iter), adam_epsilon="raw") if spec.name == "adam" else {}
+        return from_channels_first_state(network, weights, slots, **adam)
 
 
 def build_trainer(config, directory: str = "", checkpoint_root: str = "") -> CaffeTrainer:

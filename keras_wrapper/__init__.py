@@ -1,8 +1,9 @@
 """Keras: one model builder for every backend (Keras 3 on tensorflow, torch or jax,
 chosen by KERAS_BACKEND). `model.py` translates the spec, `train.py` trains it
 with model.fit over the shared batch order, the rows' shared dropout uniforms fed as
-extra model inputs (trainer.py), recording each step from a callback,
-`distribute.py` holds the data-parallel setups (MirroredStrategy on tensorflow,
+extra model inputs (trainer.py), recording each step from a callback; `probes.py` is the
+model seen from outside a run (the cross-framework tests, the structural check, the
+localisation); `distribute.py` holds the data-parallel setups (MirroredStrategy on tensorflow,
 keras.distribution.DataParallel on jax) and, on jax, tensor and hybrid parallel
 (keras.distribution.ModelParallel); `gpu_check.py` is the GPU check's Keras side
 (`make gpu-check`)."""
@@ -16,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from algorithms.contract.types import Support
 from algorithms.contract.shared_support import LR_SCHEDULE_FLAGS, PRECISION_FLAGS, graph_only_fp32_advice
-from algorithms.machine.resources import Footprint, Started
+from algorithms.machine.resources import Footprint, Started, one_process
 from algorithms.machine.tuning import Setting, Tuning
 from backends.tuning import (
     MEASURED,
@@ -28,14 +29,15 @@ from backends.tuning import (
     THEANO_OPENMP,
     XLA_LISTS,
 )
+from backends import openblas
 from backends.gpu_builds import jax_build, tensorflow_build, torch_build
 from backends.jax_backend import cpu_environment as jax_cpu_environment
 from backends.jax_backend import device_environment as jax_device_environment
 from backends.jax_backend import host_devices as jax_host_devices
 from backends.xla import dump_to, thread_flags
-from algorithms.spec.parallel import STRATEGIES
+from algorithms.network.parallel import STRATEGIES
 from algorithms.errors import InputError
-from algorithms.spec.parallel import worker_strategy_advice
+from algorithms.network.parallel import worker_strategy_advice
 
 KERAS_3_FLAGS = LR_SCHEDULE_FLAGS + ("--accumulate", "--checkpoint_every", "--fault frozen", "--device gpu")
 # why Keras does not run a strategy, where a backend cannot (Keras's distribution API is jax-only)
@@ -149,10 +151,13 @@ def started(config) -> Started:
     return Started(processes=1, devices=config.devices, what=f"one process with {config.devices} devices")
 
 
-# measured (docs/parallel.md#memory-before-anything-starts)
+# measured (docs/parallel.md#memory-before-anything-starts; torch's and theano's, one process
+# each: docs/own-network.md#memory-before-it-starts)
 FOOTPRINTS = {
-    "tensorflow": Footprint(process_mb=912, sample_mb=0.78, device_mb=19, started=started),
-    "jax": Footprint(process_mb=1041, sample_mb=2.56, device_mb=17, started=started),
+    "tensorflow": Footprint(process_mb=912, sample_mb=0.78, device_mb=19, started=started, name="keras on tensorflow"),
+    "jax": Footprint(process_mb=681, sample_mb=0.48, device_mb=17, started=started, name="keras on jax"),
+    "torch": Footprint(process_mb=621, sample_mb=1.55, device_mb=0, started=one_process, name="keras on torch"),
+    "theano": Footprint(process_mb=189, sample_mb=0.68, device_mb=0, started=one_process, name="keras on theano"),
 }
 
 
@@ -202,16 +207,19 @@ def supported() -> Support:
                 **NO_WORKER_STRATEGIES,
                 **MODE_ADVICE["torch"],
             },
+            footprint=FOOTPRINTS[name],
             gpu_build=torch_build,
         )
     return Support(  # Keras 2 on Theano (legacy env)
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
         tuning=tuning("theano"),
+        thread_environment=openblas.environment,  # OpenBLAS's core for this CPU, before Theano loads it
         advice={strategy: ONE_DEVICE_KERAS_2 for strategy in STRATEGIES if strategy != "single"}
         | NO_WORKER_STRATEGIES
         | KERAS_2_ADVICE
         | {"--device gpu": CPU_ONLY_KERAS_2},
+        footprint=FOOTPRINTS["theano"],
     )
 
 

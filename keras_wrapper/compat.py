@@ -8,6 +8,7 @@ bridges theano-pymc to Keras 2.3.1 (backends/theano_backend.py).
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 
@@ -16,6 +17,8 @@ if os.environ.get("KERAS_BACKEND", "").lower() == "theano":
 
 import keras
 import numpy as np
+
+from backends import keras_optimizer
 
 KERAS_2 = keras.__version__.startswith("2.")
 BACKEND = keras.backend.backend()
@@ -39,19 +42,20 @@ def activation(name):
     return theano_backend.relu if BACKEND == "theano" and name == "relu" else name
 
 
-def max_pool(pool_size: int, name: str):
-    """The spec's max-pool layer: Keras's own; on jax, FirstMaxPool2D (the same values and
-    gradient without XLA CPU's select-and-scatter: backends/jax_backend.max_pool); on Theano
-    (whose pool gradient goes to every tied maximum) a Lambda over
-    backends/theano_backend.max_pool, which sends it to each window's first maximum as every
-    other framework does; NHWC in and out."""
+def max_pool(pool_size: int, name: str, activation=None):
+    """The spec's max-pool layer, then `activation` (None: none; a ReLU model.py moves after
+    the pool): Keras's own; on jax, FirstMaxPool2D (the same values and gradient without XLA
+    CPU's select-and-scatter: backends/jax_backend.max_pool); on Theano (whose pool gradient
+    goes to every tied maximum) a Lambda over backends/theano_backend.max_pool, which sends it
+    to each window's first maximum as every other framework does; NHWC in and out."""
     if BACKEND == "jax":
-        return FirstMaxPool2D(pool_size, name=name)
+        return FirstMaxPool2D(pool_size, activation, name=name)
     if BACKEND != "theano":
-        return keras.layers.MaxPooling2D(pool_size, name=name)
+        return ActivatedMaxPooling2D(pool_size, activation, name=name)
 
     def pool(x):
-        return theano_backend.max_pool(x.dimshuffle(0, 3, 1, 2), pool_size).dimshuffle(0, 2, 3, 1)
+        pooled = theano_backend.max_pool(x.dimshuffle(0, 3, 1, 2), pool_size).dimshuffle(0, 2, 3, 1)
+        return pooled if activation is None else keras.activations.get(activation)(pooled)
 
     def shape(input_shape):
         batch, height, width, channels = input_shape
@@ -60,25 +64,41 @@ def max_pool(pool_size: int, name: str):
     return keras.layers.Lambda(pool, output_shape=shape, name=name)
 
 
+class ActivatedMaxPooling2D(keras.layers.MaxPooling2D):
+    """keras.layers.MaxPooling2D(pool_size), then `activation` (None: the pool alone)."""
+
+    def __init__(self, pool_size: int, activation=None, **kwargs):
+        super().__init__(pool_size, **kwargs)
+        self.activation = keras.activations.get(activation)
+
+    def call(self, inputs):
+        return self.activation(super().call(inputs))
+
+    def get_config(self):
+        return {**super().get_config(), "activation": keras.activations.serialize(self.activation)}
+
+
 class FirstMaxPool2D(keras.layers.Layer):
     """keras.layers.MaxPooling2D(pool_size) (valid, stride = pool size) on jax, as
-    backends/jax_backend.max_pool computes it."""
+    backends/jax_backend.max_pool computes it, then `activation`."""
 
-    def __init__(self, pool_size: int, **kwargs):
+    def __init__(self, pool_size: int, activation=None, **kwargs):
         super().__init__(**kwargs)
         self.pool_size = pool_size
+        self.activation = keras.activations.get(activation)
 
     def call(self, inputs):
         from backends.jax_backend import max_pool as jax_max_pool
 
-        return jax_max_pool(inputs, self.pool_size)
+        return self.activation(jax_max_pool(inputs, self.pool_size))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, channels = input_shape
         return batch, height // self.pool_size, width // self.pool_size, channels
 
     def get_config(self):
-        return {**super().get_config(), "pool_size": self.pool_size}
+        activation = keras.activations.serialize(self.activation)
+        return {**super().get_config(), "pool_size": self.pool_size, "activation": activation}
 
 
 def add_weight(layer, name: str, shape: tuple, initializer: str, trainable: bool):
@@ -125,7 +145,7 @@ if KERAS_2:
         return backend.in_train_phase(activation(batch), activation(running), training=training)
 
     def mask_rule(x, uniforms, rate: float, scale):
-        """x * where(u > rate, scale, 0): spec/dropout.py's rule, one float32 multiply."""
+        """x * where(u > rate, scale, 0): network/dropout.py's rule, one float32 multiply."""
         backend = keras.backend
         return x * backend.switch(backend.greater(uniforms, np.float32(rate)), scale, np.float32(0.0))
 
@@ -161,7 +181,7 @@ else:
         return activation(ops.cast(normalised, dtype))
 
     def mask_rule(x, uniforms, rate: float, scale):
-        """x * where(u > rate, scale, 0): spec/dropout.py's rule, one multiply in x's dtype
+        """x * where(u > rate, scale, 0): network/dropout.py's rule, one multiply in x's dtype
         (float32, or a mixed policy's compute dtype, as tensorflow_wrapper does)."""
         ops = keras.ops
         mask = ops.where(ops.greater(uniforms, np.float32(rate)), scale, np.float32(0.0))
@@ -228,8 +248,10 @@ else:
         def __init__(self, fn, name):
             super().__init__(name=name)
             self.fn = fn
-            # under MirroredStrategy each replica holds its slice's value; read, they average
-            self.value = self.add_variable(name="value", shape=(), initializer="zeros", aggregation="mean")
+            # under MirroredStrategy each replica holds its slice's value; read, they average.
+            # Keras 3.0 and 3.1 take no `aggregation` (3.2 added it): their window is one device's (docs/releases.md)
+            mean = {"aggregation": "mean"} if "aggregation" in inspect.signature(self.add_variable).parameters else {}
+            self.value = self.add_variable(name="value", shape=(), initializer="zeros", **mean)
 
         def update_state(self, y_true, y_pred, sample_weight=None):
             self.value.assign(keras.ops.mean(self.fn(y_true, y_pred)))
@@ -282,6 +304,54 @@ def load_model_state(model, folder: str) -> None:
         model.optimizer.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
 
 
+def to_numpy(variable) -> np.ndarray:
+    """A variable's value as a float32 numpy array (a copy)."""
+    if KERAS_2:
+        return np.array(keras.backend.get_value(variable), np.float32)
+    return np.array(keras.ops.convert_to_numpy(variable.value), np.float32)
+
+
+def set_learning_rate(optimizer, learning_rate: float) -> None:
+    """The optimizer's learning rate from now on. Keras 2 compiles its train function around
+    the optimizer's lr variable: its value is set (an attribute replaced by a float would
+    leave the compiled function on the old rate, and the variable gone); Keras 3 assigns it."""
+    if KERAS_2:
+        keras.backend.set_value(optimizer.learning_rate, learning_rate)
+    else:
+        optimizer.learning_rate = learning_rate
+
+
+def sync_state(model) -> None:
+    """jax's fit keeps the newest state outside the variables between steps: put it back."""
+    if hasattr(model, "jax_state_sync"):
+        model.jax_state_sync()
+
+
+def optimizer_slots(model, variable, spec, learning_rate: float) -> dict:
+    """`variable`'s optimizer slots in reference/train_state.py's convention: Keras keeps SGD's
+    velocity with the learning rate inside it (m = momentum * m - lr * g), so it is
+    -m / lr in gradient units; Adam's two moments as they are. {} for a variable the
+    optimizer does not train (frozen) or an SGD without momentum."""
+    from algorithms.reference.train_state import from_update_units
+
+    optimizer = model.optimizer
+    if KERAS_2:  # its weights: the step counter, then one slot list per kind, in trainable_weights' order
+        trainable = [id(weight) for weight in model.trainable_weights]
+        if id(variable) not in trainable or not optimizer.weights:
+            return {}
+        position, count = trainable.index(id(variable)), len(trainable)
+        slots = optimizer.weights[1:]
+        if spec.name == "sgd":
+            return {"velocity": from_update_units(to_numpy(slots[position]), learning_rate)} if spec.momentum else {}
+        return {"first": to_numpy(slots[position]), "second": to_numpy(slots[count + position])}
+    return keras_optimizer.slots(optimizer, variable, spec, learning_rate, to_numpy)
+
+
+def adam_state(model, spec) -> dict:
+    """TrainState's Adam fields (keras_optimizer.adam_state; Keras 2's Adam is the same form)."""
+    return keras_optimizer.adam_state(model.optimizer, spec, to_numpy)
+
+
 def describe_backend() -> tuple:
     """(backend version, devices text) for results.log."""
     if BACKEND == "theano":
@@ -301,6 +371,20 @@ def describe_backend() -> tuple:
     return module.__version__, devices
 
 
+def library_versions() -> dict:
+    """The backend's libraries (oneDNN and MKL under torch, jaxlib's XLA under jax, TensorFlow's
+    build), for the settings record's releases; Keras 2 on Theano: none apart from Theano."""
+    if BACKEND == "tensorflow":
+        from backends.tensorflow_backend import library_versions as backend_libraries
+    elif BACKEND == "jax":
+        from backends.jax_backend import library_versions as backend_libraries
+    elif BACKEND == "torch":
+        from backends.torch_backend import library_versions as backend_libraries
+    else:
+        return {}
+    return backend_libraries()
+
+
 def describe_device() -> tuple:
     """(kind, name, detail) of where Keras's backend places the model and its batches, for
     contract.Device: tensorflow's and jax's default device, torch's as Keras picks it (the
@@ -317,9 +401,9 @@ def describe_device() -> tuple:
 
         return describe_torch(torch.device(get_device()))
     else:
-        from algorithms.machine.devices import cpu_name
+        from backends.theano_backend import device_detail
 
-        return "cpu", "cpu", f"{cpu_name()} (Theano's CPU backend)"
+        return "cpu", "cpu", device_detail()
     return describe()
 
 

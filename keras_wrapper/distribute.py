@@ -27,7 +27,7 @@ import re
 
 import keras
 
-from algorithms.spec.networks import Conv2D
+from algorithms.network.networks import Conv2D
 from keras_wrapper.model import layer_name
 
 BACKEND = keras.backend.backend()

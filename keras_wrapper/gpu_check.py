@@ -31,8 +31,8 @@ def device_name(backend: str) -> str:
 def fit_run(plan: dict, dataset, run: dict) -> dict:
     import numpy as np
 
-    from algorithms.spec.dropout import uniforms
-    from algorithms.spec.networks import get_network
+    from algorithms.network.dropout import uniforms
+    from algorithms.network.networks import get_network
     from keras_wrapper.trainer import fit_inputs, make_model
 
     network, seed = get_network(plan["network"]), plan["seed"]
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         for run in plan["keras_runs"]:
             write({**run, "status": f"not run: keras not importable ({error}); pass --keras_path"})
         return 0
-    from algorithms.spec.data import load_dataset
+    from algorithms.dataset.data import load_dataset
 
     dataset = load_dataset(plan["train"], None, None, 0.2, plan["seed"])
     versions = f"keras {keras.__version__} on {backend}"

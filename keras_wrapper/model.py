@@ -4,13 +4,21 @@ Only layer classes and calls that Keras 2 and Keras 3 share are used, so the sam
 builder serves every backend; the few differences live in compat.py.
 
 Dropout draws no random number of its own: it applies the uniforms that come with the
-rows (algorithms/spec/dropout.py), the same in every framework. So the layers serve two
+rows (algorithms/network/dropout.py), the same in every framework. So the layers serve two
 models: `build_model`'s, on the images alone (predict, evaluate: dropout is the identity),
 and `training_model`'s, the same layers called on the images and, as extra inputs, the
 rows' uniforms, which model.fit cuts with the images into batches, accumulated parts and
 data-parallel slices, so a sample keeps its uniforms however the batch is split.
 
-A `same` convolution is Keras's own 'same' where every backend pads as the spec does
+Built with the spec's two exact rewrites, as torch_wrapper and tensorflow_wrapper build
+theirs (layers.py says why they are exact): a ZeroPad2D before a 'valid' convolution that
+amounts to 'same' padding (stride 1, (kernel - 1) / 2 zeros each side:
+`Network.pads_folded_as_same`) has no layer of its own, its convolution pads 'same'; and a
+ReLU before a max-pool (`Network.relus_after_pools`) runs after it, inside the pool's layer,
+on a quarter of the elements. That padding is symmetric, so every backend's 'same' is the
+spec's, Keras 2's Theano too. The layers where the model then holds no spec output are
+`Network.outputs_fused_away` (train.py's localiser leaves them out, as torch's does).
+A spec `same` convolution is Keras's own 'same' where every backend pads as the spec does
 (stride 1, an odd kernel: the same zeros on every side); otherwise its ZeroPadding2D with
 the spec's sides (the odd pixel at the bottom and right), then a 'valid' convolution:
 Keras 2's Theano pads 'same' symmetrically. BatchNormalization is `SpecBatchNormalization`,
@@ -24,8 +32,8 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 from keras import layers
 
-from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
-from algorithms.spec.networks import (
+from algorithms.network.dropout import dropout_layers, scale as dropout_scale
+from algorithms.network.networks import (
     AveragePooling2D,
     BatchNormalization,
     Conv2D,
@@ -53,7 +61,7 @@ KERNEL_INITIALIZER = "zeros"
 
 
 class SharedDropout(layers.Layer):
-    """Inverted dropout by the shared mask rule (spec/dropout.py): called on [x, u] in
+    """Inverted dropout by the shared mask rule (network/dropout.py): called on [x, u] in
     training, x times float32(1 / (1 - rate)) where the rows' uniform u exceeds the rate, 0
     elsewhere; the identity on x alone (the inference model) or outside training."""
 
@@ -111,18 +119,25 @@ class SpecBatchNormalization(layers.Layer):
         return {**super().get_config(), "momentum": self.momentum, "epsilon": self.epsilon, "activation": activation}
 
 
-def build_model(network: Network, weights: list) -> keras.Model:
+def build_model(network: Network, weights: list, fused: bool = True) -> keras.Model:
     """A Sequential emitting logits (a final softmax is fused into the loss), on the
-    images alone: its Dropout layers are the identity."""
+    images alone: its Dropout layers are the identity. `fused=False`: the spec's layers one
+    by one (no rewrite; tests/test_keras_model.py holds the two equal)."""
     model = keras.Sequential(name=network.name)
     model.add(compat.input_layer(network.input_shape))
+    folded_pads = network.pads_folded_as_same() if fused else set()
+    late_relus = network.relus_after_pools() if fused else set()
     by_index = {}
     for index, (layer, in_shape) in enumerate(zip(network.layers, network.input_shapes())):
         name = layer_name(index)
+        # a ReLU moved after the pool: the layer before emits its pre-activation, the pool applies it
+        activation = None if index in late_relus else compat.activation(network.activation(index))
         if isinstance(layer, ZeroPad2D):
+            if index + 1 in folded_pads:  # the next convolution pads 'same' instead
+                continue
             keras_layer = layers.ZeroPadding2D(layer.padding, name=name)
         elif isinstance(layer, Conv2D):
-            padding = layer.padding
+            padding = "same" if index in folded_pads else layer.padding  # folded: stride 1, symmetric
             if padding == "same" and not (layer.stride == 1 and layer.symmetric_padding(in_shape) is not None):
                 model.add(layers.ZeroPadding2D(layer.paddings(in_shape), name=pad_name(index)))
                 padding = "valid"
@@ -131,17 +146,17 @@ def build_model(network: Network, weights: list) -> keras.Model:
                 layer.kernel_size,
                 strides=layer.stride,
                 padding=padding,
-                activation=compat.activation(network.activation(index)),
+                activation=activation,
                 kernel_initializer=KERNEL_INITIALIZER,
                 name=name,
             )
         elif isinstance(layer, BatchNormalization):
             if not layer.mean_in_gradient or layer.evaluation != "running":
                 raise TypeError(f"keras_wrapper does not build a faulty BatchNormalization (layer {index})")
-            activation = compat.activation(network.activation(index))
             keras_layer = SpecBatchNormalization(layer.momentum, layer.epsilon, activation, name=name)
         elif isinstance(layer, MaxPool2D):
-            keras_layer = compat.max_pool(layer.pool_size, name)
+            moved = compat.activation("relu") if index - 1 in late_relus else None
+            keras_layer = compat.max_pool(layer.pool_size, name, moved)
         elif isinstance(layer, AveragePooling2D):
             keras_layer = layers.AveragePooling2D(layer.pool_size, name=name)
         elif isinstance(layer, GlobalAveragePooling2D):
@@ -151,7 +166,7 @@ def build_model(network: Network, weights: list) -> keras.Model:
         elif isinstance(layer, Dense):
             keras_layer = layers.Dense(
                 layer.units,
-                activation=compat.activation(network.activation(index)),
+                activation=activation,
                 kernel_initializer=KERNEL_INITIALIZER,
                 name=name,
             )
@@ -182,7 +197,7 @@ def model_layers(model: keras.Model, network: Network, index: int) -> list:
 def training_model(model: keras.Model, network: Network) -> keras.Model:
     """`model`'s layers (so its variables, and their paths) called on the images and the
     rows' dropout uniforms: inputs [images, *uniforms], one (N, *input shape) float32 input
-    per Dropout layer in layer order (spec/dropout.py's `uniforms`), logits out."""
+    per Dropout layer in layer order (network/dropout.py's `uniforms`), logits out."""
     images = layers.Input(shape=network.input_shape, name="images")
     uniforms = {
         index: layers.Input(shape=shape, name=f"uniforms_{index}") for index, _, shape in dropout_layers(network)
@@ -235,3 +250,25 @@ def compile_model(
         **EXECUTION_OPTIONS[execution],
     )  # a mixed_float16 model gets a LossScaleOptimizer around its optimizer here (auto_scale_loss)
     return model
+
+
+def layer_variables(layer) -> list:
+    """(variable, role, layout) for each weight of a Keras layer (a conv or dense layer's
+    kernel and bias; a batch normalisation's gamma and beta in their places), a frozen one
+    (not trainable) too; a batch normalisation's running statistics have no role."""
+    kernel_layout = "HWIO" if isinstance(layer, keras.layers.Conv2D) else "IO"
+    roles = {
+        id(getattr(layer, "kernel", None)): ("kernel", kernel_layout),
+        id(getattr(layer, "bias", None)): ("bias", "O"),
+        id(getattr(layer, "gamma", None)): ("kernel", "O"),
+        id(getattr(layer, "beta", None)): ("bias", "O"),
+    }
+    if isinstance(layer, SpecBatchNormalization):
+        return [(variable, *roles[id(variable)]) for variable in (layer.gamma, layer.beta)]
+    return [(variable, *roles.get(id(variable), ("", "?"))) for variable in layer.weights]
+
+
+def layer_index(layer) -> int:
+    """The spec index in a layer's name (model.layer_name); -1 for a layer not named so."""
+    prefix, _, number = layer.name.rpartition("_")
+    return int(number) if prefix == "layer" and number.isdigit() else -1

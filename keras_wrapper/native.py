@@ -11,7 +11,7 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 
 import numpy as np
 
-from algorithms.spec.dropout import uniforms
+from algorithms.network.dropout import uniforms
 from algorithms.tables import shape_text
 from keras_wrapper.trainer import StepRecorder, fit_inputs, make_model
 

@@ -13,9 +13,18 @@ from keras_wrapper import compat  # first: with KERAS_BACKEND=theano it prepares
 import keras
 import numpy as np
 
-from algorithms.spec.dropout import uniforms as dropout_uniforms
-from algorithms.spec.weights import initial_weights
-from keras_wrapper.model import build_model, compile_model, training_model
+from algorithms.network.dropout import uniforms as dropout_uniforms
+from algorithms.network.layers import Conv2D
+from algorithms.reference.train_state import TrainState
+from algorithms.network.weights import LayerWeights, initial_weights
+from keras_wrapper.model import (
+    SpecBatchNormalization,
+    build_model,
+    compile_model,
+    layer_index,
+    layer_variables,
+    training_model,
+)
 
 
 class StepRecorder(keras.callbacks.Callback):
@@ -34,11 +43,14 @@ class StepRecorder(keras.callbacks.Callback):
         self._parts: list = []  # (loss, accuracy, rows) of this optimizer step's batches so far
         self.learning_rate = session.config.optimizer.learning_rate  # what the optimizer was compiled with
         self.scale_before = None  # fp16: the loss scale after the last step
+        self._capture = None  # the step check's state before this step, where it checks it
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.session.learning_rate != self.learning_rate:
             self.learning_rate = self.session.learning_rate
             set_learning_rate(self.model, self.learning_rate)
+        if not self._parts and self.session.step_check is not None:  # an optimizer step begins
+            self._capture = self.session.step_check.before(self.checkpointer, self.epoch, self.step_index)
         self._begin = time.perf_counter()
         self.first_begin = self.first_begin or self._begin
         if not self._parts:
@@ -64,6 +76,8 @@ class StepRecorder(keras.callbacks.Callback):
             skipped=skipped,
         )
         self._parts = []
+        if self.session.step_check is not None:
+            self.session.step_check.after(self.checkpointer, self._capture, *self.session.last_step)
         self.step_index += 1
         if self.session.checkpoint_due():
             self.session.save_checkpoint(self.checkpointer, self.epoch, self.step_index)
@@ -88,7 +102,7 @@ def set_learning_rate(model, learning_rate: float) -> None:
     """The schedule's lr for the next step (--lr_scaling, --warmup_steps, plateau)."""
     if hasattr(model, "jax_state_sync"):
         model.jax_state_sync()  # jax's fit holds the optimizer state outside the variables between steps
-    model.optimizer.learning_rate = learning_rate
+    compat.set_learning_rate(model.optimizer, learning_rate)
 
 
 MIXED_POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -107,7 +121,7 @@ class KerasModels:
 
 def fit_inputs(images: np.ndarray, uniforms: tuple) -> list:
     """The training model's x: the (N, H, W, C) images, then the same rows' dropout
-    uniforms (spec/dropout.py), which fit cuts with them."""
+    uniforms (network/dropout.py), which fit cuts with them."""
     return [nhwc(images), *uniforms]
 
 
@@ -173,6 +187,7 @@ class KerasTrainer:
         )
         self.model, self.inference = models.training, models.inference
         self.recorder = None  # made for the session at the first fit_epoch
+        self.parametric = {index for index, _, _ in config.network.parametric_layers()}
 
     def fit_epoch(self, session, epoch: int, steps: list, first_index: int) -> None:
         if self.recorder is None:
@@ -231,6 +246,37 @@ class KerasTrainer:
 
     def load_checkpoint(self, folder: str) -> None:
         compat.load_model_state(self.model, folder)
+
+    def train_state(self) -> TrainState:
+        """The layers' weights and the optimizer's slots in the spec's layout and convention
+        (reference/train_state.py; compat.optimizer_slots): the inference model's layers are the
+        training model's, named after their spec layers."""
+        compat.sync_state(self.model)
+        network, spec = self.config.network, self.config.optimizer
+        learning_rate = float(compat.to_numpy(self.model.optimizer.learning_rate))
+        weights, slots = [], {}
+        for layer in self.inference.layers:
+            index = layer_index(layer)
+            if index < 0 or index not in self.parametric:
+                continue
+            values = {}
+            for variable, role, _ in layer_variables(layer):
+                value = compat.to_numpy(variable)
+                flip = role == "kernel" and isinstance(network.layers[index], Conv2D)
+                values[role] = compat.conv_kernel(value) if flip else value  # Theano's flipped kernel back
+                found = compat.optimizer_slots(self.model, variable, spec, learning_rate)
+                if found:
+                    slots[(index, role)] = {
+                        name: compat.conv_kernel(array) if flip else array for name, array in found.items()
+                    }
+            running = {}
+            if isinstance(layer, SpecBatchNormalization):
+                running = dict(
+                    running_mean=compat.to_numpy(layer.moving_mean), running_var=compat.to_numpy(layer.moving_variance)
+                )
+            weights.append(LayerWeights(index, values.get("kernel"), values.get("bias"), **running))
+        adam = compat.adam_state(self.model, spec)
+        return TrainState(sorted(weights, key=lambda w: w.layer_index), slots, velocity_rate=learning_rate, **adam)
 
 
 def build_trainer(config) -> KerasTrainer:

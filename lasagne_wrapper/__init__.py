@@ -6,9 +6,11 @@ backends/theano_backend.py sets THEANO_FLAGS and bridges theano-pymc to Lasagne 
 
 from algorithms.contract.types import Support
 from algorithms.contract.shared_support import graph_only_fp32_advice
+from algorithms.machine.resources import Footprint, one_process
 from algorithms.machine.tuning import Tuning
+from backends import openblas
 from backends.tuning import MEASURED, OPENBLAS_AVX512, THEANO_LISTS, THEANO_OPENMP
-from algorithms.spec.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
+from algorithms.network.parallel import STRATEGIES, WORKER_STRATEGIES, worker_strategy_advice
 
 # Theano compiles each function for one device, and Lasagne has no way to split a model or a batch
 ONE_DEVICE = (
@@ -26,12 +28,18 @@ GRAPH_ONLY_FP32 = graph_only_fp32_advice(
 )
 
 
+# measured, one process (docs/own-network.md#memory-before-it-starts)
+FOOTPRINT = Footprint(process_mb=151, sample_mb=0.69, device_mb=0, started=one_process, name="lasagne")
+
+
 def supported() -> Support:
     """What this wrapper implements (read before the framework is imported)."""
     return Support(
         strategies=("single",),
         flags=("--checkpoint_every", "--execution graph", "--fault frozen"),
+        footprint=FOOTPRINT,
         tuning=Tuning("lasagne", (THEANO_OPENMP, OPENBLAS_AVX512), measured=MEASURED, lists=THEANO_LISTS),
+        thread_environment=openblas.environment,  # OpenBLAS's core for this CPU, before Theano loads it
         advice=GRAPH_ONLY_FP32
         | {"--device gpu": CPU_ONLY}
         | {strategy: ONE_DEVICE for strategy in STRATEGIES if strategy not in ("single", *WORKER_STRATEGIES)}

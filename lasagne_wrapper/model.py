@@ -1,9 +1,9 @@
-"""The spec translated to Lasagne layers (NCHW). Weights come from algorithms/spec/weights.py,
+"""The spec translated to Lasagne layers (NCHW). Weights come from algorithms/network/weights.py,
 converted to the channels-first layout (OIHW kernels, CHW flatten); Lasagne's dense
 kernels are (in, out), so the converted (out, in) ones are transposed back.
 
 Dropout is a `SharedUniformDropout`, never Lasagne's DropoutLayer (Theano's random
-streams): its mask comes from the uniforms fed with the rows (algorithms/spec/dropout.py),
+streams): its mask comes from the uniforms fed with the rows (algorithms/network/dropout.py),
 each Dropout layer's an input variable of the graph (`uniform_variables`), so every
 framework drops the same units; a deterministic pass (the logits) leaves it out and needs
 no uniforms.
@@ -24,9 +24,9 @@ import theano.tensor as T
 from lasagne import layers
 from lasagne.nonlinearities import identity
 
-from algorithms.spec.dropout import channels_first, scale as dropout_scale
-from algorithms.spec.weights import to_channels_first
-from algorithms.spec.networks import (
+from algorithms.network.dropout import channels_first, scale as dropout_scale
+from algorithms.network.weights import to_channels_first
+from algorithms.network.networks import (
     AveragePooling2D,
     BatchNormalization,
     Conv2D,
@@ -183,7 +183,7 @@ class FirstMaxPool2DLayer(layers.Layer):
 
 
 class SharedUniformDropout(layers.MergeLayer):
-    """Inverted dropout by the shared mask rule (spec/dropout.py): x times float32(1 / (1 -
+    """Inverted dropout by the shared mask rule (network/dropout.py): x times float32(1 / (1 -
     rate)) where the row's uniform (the second incoming layer, channels-first) exceeds the
     rate, 0 elsewhere; the identity when deterministic."""
 
@@ -227,6 +227,16 @@ def _shared(array: np.ndarray):
     return theano.shared(np.ascontiguousarray(array, dtype=theano.config.floatX))
 
 
+def optimizer_slots(spec, updates, params) -> dict:
+    """{param: {slot name: its shared variable}} of Lasagne's updates: momentum and
+    nesterov_momentum make one velocity per parameter, in the parameters' order; adam a first
+    and a second moment per parameter, then one step counter."""
+    extra = [variable for variable in updates if variable not in set(params)]
+    if spec.name == "sgd":
+        return {param: {"velocity": velocity} for param, velocity in zip(params, extra)} if spec.momentum else {}
+    return {param: {"first": extra[2 * i], "second": extra[2 * i + 1]} for i, param in enumerate(params)}
+
+
 def make_updates(spec, loss, params, learning_rate):
     """The spec's optimizer as Lasagne updates; `learning_rate` a number or a shared variable."""
     if spec.name == "sgd" and spec.nesterov:
@@ -238,3 +248,19 @@ def make_updates(spec, loss, params, learning_rate):
             loss, params, learning_rate, beta1=spec.beta_1, beta2=spec.beta_2, epsilon=spec.epsilon
         )
     raise ValueError(f"unknown optimizer {spec.name!r}")
+
+
+def spec_layers(output) -> list:
+    """(spec index, Lasagne layer) for every layer of the stack build_model named after its spec index."""
+    stack = lasagne.layers.get_all_layers(output)
+    named = [(layer.name or "").partition("_") for layer in stack]
+    return [(int(n), layer) for layer, (prefix, _, n) in zip(stack, named) if prefix == "layer" and n.isdigit()]
+
+
+def layer_parameters(layer) -> dict:
+    """{role: shared variable} of a Lasagne layer's trained parameters: a conv or dense
+    layer's W and b, a batch normalisation's gamma and beta (its running statistics are
+    state, not trained)."""
+    if isinstance(layer, SpecBatchNormLayer):
+        return {"kernel": layer.gamma, "bias": layer.beta}
+    return {role: getattr(layer, name) for role, name in (("kernel", "W"), ("bias", "b")) if hasattr(layer, name)}

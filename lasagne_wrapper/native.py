@@ -15,7 +15,7 @@ import theano
 import theano.tensor as T
 
 from algorithms.run.timing import NativeLoop, hand_step_harness
-from algorithms.spec.dropout import uniforms
+from algorithms.network.dropout import uniforms
 from algorithms.tables import shape_text
 from lasagne_wrapper.trainer import build_trainer
 

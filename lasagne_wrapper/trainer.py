@@ -14,9 +14,19 @@ import theano
 import theano.tensor as T
 
 from algorithms.contract.types import StepResult
-from algorithms.spec.data import as_channels_first
-from algorithms.spec.weights import initial_weights
-from lasagne_wrapper.model import build_model, make_updates, uniform_variables, uniforms_channels_first
+from algorithms.dataset.data import as_channels_first
+from algorithms.reference.train_state import TrainState, from_channels_first_state, from_update_units
+from algorithms.network.weights import LayerWeights, initial_weights
+from lasagne_wrapper.model import (
+    SpecBatchNormLayer,
+    build_model,
+    layer_parameters,
+    make_updates,
+    optimizer_slots,
+    spec_layers,
+    uniform_variables,
+    uniforms_channels_first,
+)
 
 
 def cross_entropy(logits, labels):
@@ -39,6 +49,9 @@ class LasagneTrainer:
         # the lr a shared variable, so set_learning_rate changes it without a recompile
         self.learning_rate = theano.shared(np.float32(optimizer_spec.learning_rate), name="learning_rate")
         updates = make_updates(optimizer_spec, loss, params, self.learning_rate)
+        self.optimizer_spec, self.slots = optimizer_spec, optimizer_slots(optimizer_spec, updates, params)
+        held = {id(variable) for slots in self.slots.values() for variable in slots.values()} | set(map(id, params))
+        self.step_counter = next((v for v in updates if id(v) not in held), None)  # adam's t
         # weights and optimizer slots, then the running statistics (updated by default updates), in a fixed order
         self.state_variables = list(updates.keys()) + [
             variable for variable in lasagne.layers.get_all_params(self.output) if variable not in updates
@@ -75,6 +88,39 @@ class LasagneTrainer:
         with np.load(os.path.join(folder, "lasagne_state.npz")) as saved:
             for index, variable in enumerate(self.state_variables):
                 variable.set_value(saved[f"arr_{index}"])
+
+    def train_state(self) -> TrainState:
+        """The layers' shared variables and the updates' slots in the spec's layout and
+        convention (reference/train_state.py): Lasagne's momentum velocity keeps the learning rate
+        inside it (velocity = momentum * velocity - lr * g), so it is -velocity / lr; its
+        dense kernels are (in, out), (out, in) in the channels-first layout."""
+        learning_rate = float(self.learning_rate.get_value())
+        weights, slots = [], {}
+        for index, layer in spec_layers(self.output):
+            parameters = layer_parameters(layer)
+            if not parameters:
+                continue
+            values = {}
+            for role, variable in parameters.items():
+                value = np.array(variable.get_value(), np.float32)
+                values[role] = value.T if value.ndim == 2 else value
+                if variable in self.slots:
+                    found = {}
+                    for name, slot in self.slots[variable].items():
+                        array = np.array(slot.get_value(), np.float64)
+                        array = array.T if array.ndim == 2 else array
+                        found[name] = from_update_units(array, learning_rate) if name == "velocity" else array
+                    slots[(index, role)] = found
+            running = {}
+            if isinstance(layer, SpecBatchNormLayer):
+                running = dict(
+                    running_mean=np.array(layer.mean.get_value()), running_var=np.array(layer.var.get_value())
+                )
+            weights.append(LayerWeights(index, values.get("kernel"), values.get("bias"), **running))
+        adam = {}
+        if self.optimizer_spec.name == "adam":  # Lasagne's Adam: the correction in the step size (its t counts)
+            adam = dict(adam_updates=int(self.step_counter.get_value()), adam_epsilon="raw")
+        return from_channels_first_state(self.network, weights, slots, velocity_rate=learning_rate, **adam)
 
 
 def build_trainer(config) -> LasagneTrainer:

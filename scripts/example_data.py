@@ -8,11 +8,15 @@
     data/digits_8x8_{train,test}.npz      8x8x1: scikit-learn's 1,797 handwritten digits
                                           (sklearn.datasets.load_digits, levels 0-16 scaled
                                           to 0-255), 1,437 / 360 (for examples/digits_8x8.toml)
+    data/digits_8x8_train_images/         the same 1,437 training digits as a folder of
+                                          images: one subfolder per class (0/ ... 9/), one
+                                          8x8 greyscale PNG per digit (0/0003.png, ...)
 
     python scripts/example_data.py [--out data]
 
-Each file is the same bytes on every machine (a fixed seed, and the zip's dates fixed),
-so its fingerprint, which runs record, is too.
+Each .npz is the same bytes on every machine (a fixed seed, and the zip's dates fixed), so
+its fingerprint, which runs record, is too; the PNGs are the same pixels (their bytes are
+what the installed Pillow writes).
 """
 
 from __future__ import annotations
@@ -67,6 +71,18 @@ def digits_8x8(out_dir: str) -> tuple:
     return _save(out_dir, "digits_8x8", x, digits.target[order].astype(np.int64), 1437)
 
 
+def digit_images(out_dir: str) -> str:
+    """The folder of the 8x8 training digits as PNG images, one subfolder per class."""
+    from PIL import Image
+
+    x, y = (np.load(os.path.join(out_dir, "digits_8x8_train.npz"))[key] for key in ("x", "y"))
+    folder = os.path.join(out_dir, "digits_8x8_train_images")
+    for index, (image, label) in enumerate(zip(x, y)):
+        os.makedirs(os.path.join(folder, str(label)), exist_ok=True)
+        Image.fromarray(image, "L").save(os.path.join(folder, str(label), f"{index:04d}.png"))
+    return folder
+
+
 def _save(out_dir: str, name: str, x: np.ndarray, y: np.ndarray, train_rows: int) -> tuple:
     os.makedirs(out_dir, exist_ok=True)
     paths = tuple(os.path.join(out_dir, f"{name}_{part}.npz") for part in ("train", "test"))
@@ -82,6 +98,7 @@ def main(argv=None) -> int:
     for make in (colour_digits, digits_8x8):
         for path in make(args.out):
             print(path)
+    print(digit_images(args.out) + os.sep)
     return 0
 
 

@@ -26,7 +26,7 @@ from backends.gpu_builds import tensorflow_build
 from backends.xla import dump_to, thread_flags
 from algorithms.errors import InputError
 from algorithms.machine.devices import hide_gpus
-from algorithms.spec.parallel import worker_strategy_advice
+from algorithms.network.parallel import worker_strategy_advice
 
 
 # measured: enable_op_determinism() makes XLA refuse the max-pool gradient ("GPU MaxPool
@@ -66,7 +66,7 @@ def started(config) -> Started:
 
 
 # measured (docs/parallel.md#memory-before-anything-starts)
-FOOTPRINT = Footprint(process_mb=880, sample_mb=0.47, device_mb=13, started=started)
+FOOTPRINT = Footprint(process_mb=880, sample_mb=0.47, device_mb=13, started=started, name="tensorflow")
 
 
 def supported() -> Support:

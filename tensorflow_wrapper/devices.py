@@ -45,12 +45,25 @@ def is_chief(cluster: dict | None) -> bool:
     return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
 
 
+_MULTI_WORKER: list = []  # the process's one MultiWorkerMirroredStrategy, once made
+
+
+def multi_worker_strategy():
+    """The process's MultiWorkerMirroredStrategy, made at its first use and kept: a run trains
+    up to four times in one process (its epoch check, its yardstick's twins, itself), and a
+    second strategy enables the collective ops again ("Enabling collective ops after program
+    startup"), after which a broadcast may fail on a loaded machine (CollectiveBcastRecv)."""
+    if not _MULTI_WORKER:
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_S)
+        _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy(communication_options=options))
+    return _MULTI_WORKER[0]
+
+
 def data_parallel_strategy(devices: int):
     """MirroredStrategy on this machine, or MultiWorkerMirroredStrategy when TF_CONFIG
     names a cluster; either way `devices` must be the number of replicas in sync."""
     if tf_config():
-        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=COLLECTIVE_TIMEOUT_S)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        strategy = multi_worker_strategy()
         if strategy.num_replicas_in_sync != devices:
             raise RuntimeError(
                 f"--devices {devices}: TF_CONFIG's cluster has {strategy.num_replicas_in_sync} "

@@ -1,4 +1,4 @@
-"""The spec translated to TensorFlow ops. Weights come from algorithms/spec/weights.py in
+"""The spec translated to TensorFlow ops. Weights come from algorithms/network/weights.py in
 their canonical layout, which is TensorFlow's own (HWIO kernels, NHWC flatten).
 Two exact rewrites the spec allows (spec.py) save copies: a ZeroPad2D before a valid
 convolution that amounts to 'same' padding is a 'SAME' convolution, and a ReLU before a
@@ -17,7 +17,7 @@ Two things here serve the parallel strategies:
 - `layer_devices` pins each layer's variables and ops to a device (model
   parallel: the plan's stages on two devices); TensorFlow inserts the transfers.
 - Dropout draws its mask from the uniforms that come with the rows
-  (algorithms/spec/dropout.py), cut with them wherever the batch is cut, so a sample's
+  (algorithms/network/dropout.py), cut with them wherever the batch is cut, so a sample's
   mask does not depend on how the batch is split across replicas, accumulation parts
   or micro-batches: N-device and accumulated steps equal the 1-device step even with
   dropout on, and every framework drops the same units.
@@ -29,8 +29,8 @@ import contextlib
 
 import tensorflow as tf
 
-from algorithms.spec.dropout import dropout_layers, scale as dropout_scale
-from algorithms.spec.networks import (
+from algorithms.network.dropout import dropout_layers, scale as dropout_scale
+from algorithms.network.networks import (
     AveragePooling2D,
     BatchNormalization,
     Conv2D,
@@ -90,7 +90,7 @@ class SpecModel(tf.Module):
 
     def __call__(self, x: tf.Tensor, training: bool, uniforms=(), values=None, taps=None) -> tf.Tensor:
         """`uniforms`: the dropout uniforms of these rows, one tensor per Dropout layer in
-        layer order (spec/dropout.py); needed only with training=True. `values`: tensors in
+        layer order (network/dropout.py); needed only with training=True. `values`: tensors in
         weights_in_order's order, computed with in place of the variables (a
         parameter-server worker's copy, pulled before its forward pass). `taps`: a dict
         that gets each layer's output by index (the localisation's view)."""
@@ -174,7 +174,7 @@ def build_model(
 
 
 def dropout(x, rate: float, uniform):
-    """Inverted dropout by the shared mask rule (spec/dropout.py): x times float32(1 / (1 -
+    """Inverted dropout by the shared mask rule (network/dropout.py): x times float32(1 / (1 -
     rate)) where the row's uniform exceeds the rate, 0 elsewhere."""
     mask = tf.where(uniform > rate, tf.constant(dropout_scale(rate), tf.float32), tf.constant(0.0, tf.float32))
     return x * tf.cast(mask, x.dtype)

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import tensorflow as tf
 
-from algorithms.spec.dropout import uniforms
-from algorithms.spec.weights import initial_weights
+from algorithms.network.dropout import uniforms
+from algorithms.network.weights import initial_weights
 from algorithms.run.timing import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.session.run_session import RunSession
 from backends.tensorflow_backend import device_memory_mb  # noqa: F401  (contract.NativeModule, shared with Keras)

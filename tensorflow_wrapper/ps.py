@@ -43,11 +43,11 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from algorithms.spec.data import as_images
+from algorithms.dataset.data import as_images
 from algorithms.errors import InputError
 from algorithms.contract.types import Update
-from algorithms.spec.data import steps_per_epoch
-from algorithms.spec.weights import initial_weights
+from algorithms.dataset.data import steps_per_epoch
+from algorithms.network.weights import initial_weights
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from algorithms.spec.networks import Conv2D, Network
+from algorithms.network.networks import Conv2D, Network
 from tensorflow_wrapper.model import SpecModel
 
 

@@ -25,16 +25,19 @@ import tempfile
 
 os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras optimizers must run on TensorFlow here
 
+import numpy as np
 import tensorflow as tf
 
-from algorithms.spec.data import as_images
+from algorithms.dataset.data import as_images
 from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.session.noise_scale import replica_gradient_norms
-from algorithms.spec.dropout import dropout_layers
-from algorithms.spec.weights import initial_weights
-from algorithms.spec.parallel import split_ranges
+from algorithms.network.dropout import dropout_layers
+from algorithms.reference.train_state import StateNotHeld, TrainState
+from algorithms.network.weights import LayerWeights, initial_weights
+from algorithms.network.parallel import split_ranges
 from algorithms.session.clock import CommClock
+from backends import keras_optimizer
 from backends.tensorflow_backend import set_threads
 from tensorflow_wrapper.devices import data_parallel_strategy, is_chief, local_devices, peers_checked, tf_config
 from tensorflow_wrapper.model import build_model, make_optimizer
@@ -51,7 +54,7 @@ def image_spec(network) -> tf.TensorSpec:
 
 
 def uniforms_spec(network) -> tuple:
-    """Any number of rows' dropout uniforms: one float32 tensor per Dropout layer (spec/dropout.py)."""
+    """Any number of rows' dropout uniforms: one float32 tensor per Dropout layer (network/dropout.py)."""
     return tuple(tf.TensorSpec([None, *shape], tf.float32) for _, _, shape in dropout_layers(network))
 
 
@@ -87,7 +90,9 @@ class TensorFlowTrainer:
         noise_scale=False,
     ):
         tf.random.set_seed(seed)
-        self.network = network
+        self.network, self.optimizer_spec = network, optimizer_spec
+        # why this process cannot give the whole model's state (train_state), or ""
+        self.holds_part = "--strategy tensor: each layer's variables are split over shards" if shards else ""
         self.noise_scale = noise_scale  # data parallel: the gradient norms of every step (GradientNorms)
         self.data_parallel = strategy is not None
         self.jit_compile = jit_compile
@@ -313,6 +318,27 @@ class TensorFlowTrainer:
             with peers_checked():
                 self._check_same_step(folder)
 
+    def train_state(self) -> TrainState:
+        """The model's variables (the spec's layout already) and the optimizer's slots in the
+        spec's convention (backends/keras_optimizer.py: tf.keras's optimizers are Keras 3's)."""
+        if self.holds_part:
+            raise StateNotHeld(self.holds_part)
+        model, learning_rate = self.model, float(self.optimizer.learning_rate.numpy())
+        weights, slots = [], {}
+        for index in sorted(model.kernels):
+            running = {}
+            if index in model.statistics:
+                mean, variance = model.statistics[index]
+                running = dict(running_mean=mean.numpy().copy(), running_var=variance.numpy().copy())
+            kernel, bias = model.kernels[index], model.biases[index]
+            weights.append(LayerWeights(index, kernel.numpy().copy(), bias.numpy().copy(), **running))
+            for role, variable in (("kernel", kernel), ("bias", bias)):
+                found = keras_optimizer.slots(self.optimizer, variable, self.optimizer_spec, learning_rate, _numpy)
+                if found:
+                    slots[(index, role)] = found
+        adam = keras_optimizer.adam_state(self.optimizer, self.optimizer_spec, _numpy)
+        return TrainState(weights, slots, velocity_rate=learning_rate, **adam)
+
     def _check_same_step(self, folder: str) -> None:
         """The collectives only sum: every worker sees the sum of all replicas' steps, and
         it equals replicas x its own on every worker only if all restored the same one."""
@@ -332,6 +358,10 @@ class TensorFlowTrainer:
         return tf.train.Checkpoint(
             weights=list(self.variables), statistics=self.model.statistics_in_order, optimizer=self.optimizer
         )
+
+
+def _numpy(variable) -> np.ndarray:
+    return np.array(variable.numpy(), np.float32)
 
 
 def build_trainer(config) -> TensorFlowTrainer:

@@ -11,11 +11,13 @@ import sys
 
 import pytest
 
-from algorithms.spec.data import ensure_default_data
+from algorithms.dataset.data import ensure_default_data
 from algorithms.registry.frameworks import Framework
 from algorithms.registry.legacy_env import in_legacy_env
 from algorithms.paths import DEFAULT_DATA_DIR, REPO_ROOT
 from algorithms.records import results_csv_name
+
+MAIN_PYTHON = os.path.join(REPO_ROOT, ".venv", "bin", "python")  # the legacy env's tests make data with it
 
 # tests/legacy/ needs Theano: `make test` runs it with .venv-legacy's Python
 collect_ignore = [] if in_legacy_env() else ["legacy"]
@@ -23,8 +25,8 @@ collect_ignore = [] if in_legacy_env() else ["legacy"]
 
 @pytest.fixture(scope="session", autouse=True)
 def default_data():
-    """The default data in data/, as `make compare` makes it first: an entry script given
-    only --train still reads data/test.csv, and on two workers no test may count on another
+    """The default data in data/, as `make compare` makes it first: an entry script given no
+    --train reads data/train.csv and data/test.csv, and on two workers no test may count on another
     having made it (two workers making it at once each write their own file, then rename).
     Not in the legacy env (tests/legacy/, beside): it has no mlxtend, and its tests name their files."""
     if not in_legacy_env():
@@ -59,6 +61,21 @@ def small_data(full_data, tmp_path_factory):
         with open(full_data / name) as source, open(directory / name, "w") as target:
             target.writelines(line for _, line in zip(range(lines), source))
     return directory
+
+
+@pytest.fixture(scope="session")
+def data_forms(tmp_path_factory) -> str:
+    """Every form of data the docs offer (tests/helpers/data_forms.py), made by the main env
+    (the legacy env has neither scikit-learn nor Pillow), each image folder's cache with it."""
+    folder = tmp_path_factory.mktemp("data_forms")
+    if in_legacy_env():
+        command = [MAIN_PYTHON, "-m", "tests.helpers.data_forms", str(folder)]
+        subprocess.run(command, cwd=REPO_ROOT, check=True, timeout=300)
+    else:
+        from tests.helpers.data_forms import write_data_forms
+
+        write_data_forms(str(folder))
+    return str(folder)
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +150,7 @@ def write_random_kaggle_train(path, count: int, seed: int, last_line_suffix: str
     `last_line_suffix`, the last row's last pixel is replaced by that text."""
     import numpy as np
 
-    from algorithms.spec.data import TRAIN_HEADER
+    from algorithms.dataset.data import TRAIN_HEADER
 
     rng = np.random.default_rng(seed)
     rows = np.column_stack([rng.integers(0, 10, count), rng.integers(0, 256, (count, 784))])

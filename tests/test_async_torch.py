@@ -123,7 +123,7 @@ HOGWILD_JOBS = """
 import sys
 from multiprocessing import resource_sharer
 from algorithms.run.entry import prepare
-from algorithms.spec.dropout import uniforms
+from algorithms.network.dropout import uniforms
 from torch_wrapper.asynchronous.hogwild import HogwildPool
 config, dataset = prepare(sys.argv[1:], "torch_script.py", "")
 pool = HogwildPool(config, dataset)

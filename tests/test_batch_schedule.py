@@ -3,13 +3,16 @@ its refusals, and --target_accuracy (time to accuracy)."""
 
 from __future__ import annotations
 
+import os
 
 import numpy as np
 import pytest
 
 from algorithms.config.run_config import parse_config
+from algorithms.errors import InputError
+from algorithms.paths import REPO_ROOT
 from algorithms.contract.types import Runtime
-from algorithms.spec.data import Dataset
+from algorithms.dataset.data import Dataset
 from algorithms.registry.frameworks import FRAMEWORKS, get
 from algorithms.records import read_rows, results_csv_name
 from algorithms.session.run_session import RunSession
@@ -113,8 +116,8 @@ def check_a_step_on_zeros_is_undone(framework: str, flags: list, small_data, pre
     taken plainly does not (the check can fail)."""
     from importlib import import_module
 
-    from algorithms.spec.data import load_dataset
-    from algorithms.spec.dropout import uniforms
+    from algorithms.dataset.data import load_dataset
+    from algorithms.network.dropout import uniforms
 
     flags = flags + ["--batch_size", "20", "--threads", "2", "--train", str(small_data / "train.csv")]
     config = parse_config(flags, f"{framework}_script.py", "")
@@ -161,6 +164,53 @@ def test_a_scheduled_batch_that_does_not_split_across_the_devices_is_refused(scr
         "error: --batch_schedule 2:81: 81 does not divide evenly across the 2 data-parallel replicas; use 2:80 or 2:82"
     ]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "parallel, refusal",
+    [
+        (["--strategy", "data", "--devices", "2"], "1:101: 101 does not divide evenly across --devices (2); use 1:100"),
+        (["--strategy", "async", "--devices", "3"], "1:101: 101 does not divide evenly across --devices (3); use 1:99"),
+        (["--strategy", "hybrid", "--devices", "4"], "1:101: 101 does not divide evenly across the 2 data-parallel"),
+    ],
+)
+def test_a_first_schedule_entry_that_does_not_split_is_refused_by_its_entry_not_by_batch_size(parallel, refusal):
+    """The first entry is the run's starting batch: its refusal named --batch_size, a flag the
+    command line does not have (the docs say the entry)."""
+    with pytest.raises(InputError) as refused:
+        parse_config(parallel + ["--batch_schedule", "1:101,3:200"], "torch_script.py", "")
+    assert str(refused.value).startswith(f"--batch_schedule {refusal}") and "--batch_size" not in str(refused.value)
+
+
+def test_run_all_passes_a_batch_schedule_on_and_says_where_linear_scaling_starts():
+    """The main command's batch (100) is added only where no batch is given: added beside a
+    --batch_schedule it made every run_all.py --batch_schedule a refusal (both given). With
+    --lr_scaling linear the lr scales from the preset's batch (1000), in run_all.py as in an
+    entry script, and the note under the command line says what it becomes."""
+    from algorithms.studies.suite import main_command_flags
+
+    network = parse_config([], "run_all.py", "").network
+    schedule = ["--batch_schedule", "1:128,3:256", "--lr_scaling", "linear"]
+    assert main_command_flags(network, schedule, "main") == (schedule, "")
+    flags, note = main_command_flags(network, ["--lr_scaling", "linear"], "main")
+    assert flags[-2:] == ["--batch_size", "100"]
+    assert "scales the lr from the preset's batch, not from 100: 0.05 x 100/1000 = 0.005" in note
+    # the runs it starts: the same lr as an entry script given the same flags
+    for argv, rate in ((flags, 0.005), (schedule + ["--num_epochs", "4"], 0.05 * 128 / 1000)):
+        config = parse_config(argv, "torch_script.py", "")
+        schedule_of_run = config.learning_rate_schedule()
+        schedule_of_run.start_epoch(0, config.effective_batch_at(0))
+        assert schedule_of_run.at(0) == pytest.approx(rate)
+
+
+def test_the_docs_say_which_batch_linear_scaling_starts_from():
+    from algorithms.network.networks import NETWORKS
+
+    with open(os.path.join(REPO_ROOT, "docs", "running.md"), encoding="utf-8") as handle:
+        row = next(line for line in handle if line.startswith("| `--lr_scaling"))
+    for network in NETWORKS.values():
+        assert f"`{network.name}` {network.training.batch_size}" in row, row
+    assert "run_all.py" in row and "batch-size.md#scaling-the-learning-rate" in row
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from algorithms.spec.data import load_kaggle_csv
-from algorithms.spec.networks import NETWORKS
+from algorithms.dataset.data import load_kaggle_csv
+from algorithms.network.networks import NETWORKS
 from tests.conftest import run_script
 from tests.helpers.flags import run_flags
 
@@ -103,7 +103,7 @@ def boundary_uniforms(network, rows: int) -> tuple:
     """The run's uniforms of `rows` rows (seed 0, epoch 0), with the mask rule's edge cases
     in each layer's first row: exactly the rate (dropped), one step above it (kept), one
     below (dropped), 0 (dropped)."""
-    from algorithms.spec.dropout import dropout_layers, uniforms
+    from algorithms.network.dropout import dropout_layers, uniforms
 
     drawn = uniforms(network, 0, 0, np.arange(rows))
     for u, (_, layer, _) in zip(drawn, dropout_layers(network)):
@@ -114,11 +114,11 @@ def boundary_uniforms(network, rows: int) -> tuple:
 
 def test_a_train_step_drops_by_the_mask_rule_and_sends_no_gradient_into_the_uniforms(small_data, tmp_path):
     """A real solver step on 10 rows of a net built for 16 (the input blobs follow the
-    smaller batch): each dropped blob is the numpy mask rule (spec/dropout.py) of its
+    smaller batch): each dropped blob is the numpy mask rule (network/dropout.py) of its
     activation bit for bit, the edge cases included, and the uniforms, keep and mask blobs
     get no gradient while the activation does. (Threshold has no backward: Caffe would
     abort had the step asked it for one.)"""
-    from algorithms.spec.dropout import apply
+    from algorithms.network.dropout import apply
     from caffe_wrapper.trainer import CaffeTrainer
 
     network = NETWORKS["cnn2d_3layer_fullconnected_3layer"]

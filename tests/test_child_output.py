@@ -60,6 +60,20 @@ def test_run_all_help_names_verbose():
     assert proc.returncode == 0 and re.search(r"--verbose\s+show every line the frameworks write", proc.stdout)
 
 
+def test_reading_a_frameworks_support_leaves_the_suites_environment_as_it_was(monkeypatch):
+    """caffe_wrapper sets glog's level for its own processes when imported: run_all.py reads
+    every wrapper's supported(), and a level left behind in its environment would override the
+    full logs it asks its children for (their log files had no solver lines)."""
+    from algorithms.registry.capabilities import support
+    from algorithms.registry.frameworks import FRAMEWORKS
+
+    monkeypatch.delenv("GLOG_minloglevel", raising=False)
+    before = dict(os.environ)
+    for framework in FRAMEWORKS:
+        support(framework)
+        assert dict(os.environ) == before, framework.name
+
+
 @pytest.mark.slow
 def test_the_suite_console_has_no_start_up_notice_and_the_log_has_them(small_data, tmp_path):
     """Keras on TensorFlow and Caffe, two steps each: no notice between the console's

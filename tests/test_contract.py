@@ -14,7 +14,7 @@ from algorithms.contract.types import Runtime, StepResult, Support, WrapperSessi
 from algorithms.contract.check import check_wrapper, known_flags, member_problems
 from algorithms.machine.tuning import Tuning
 from algorithms.registry.frameworks import FRAMEWORKS
-from algorithms.spec.parallel import STRATEGIES
+from algorithms.network.parallel import STRATEGIES
 from algorithms.paths import REPO_ROOT
 from tests.conftest import framework_param
 
@@ -52,7 +52,8 @@ BROKEN = {
     "def build_trainer(config):\n    return BrokenTrainer()\n",
     "train.py": "def describe_runtime():\n    return ('broken', 'broken', {}, 'cpu')\n"
     "def records(config):\n    return True\n"
-    "def train(session):\n    return {}\n",  # no initial_loss_and_logits
+    "def train(session):\n    return {}\n",
+    "probes.py": "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n",
     "native.py": "STEPS_PER_CALL = 1\n",
     "determinism.py": "def enable():\n    return [], []\n",
 }
@@ -67,13 +68,13 @@ def test_the_checker_names_each_way_a_wrapper_breaks_the_contract(tmp_path, monk
     problems = check_wrapper("broken_wrapper", STRATEGIES, known_flags())
     expected = [
         "broken_wrapper: no launch",
-        "broken_wrapper.train: no initial_loss_and_logits",
-        "broken_wrapper.train: no model_parameters",
-        "broken_wrapper.train: no layer_outputs_and_gradients",
+        "broken_wrapper.probes: no model_parameters",
+        "broken_wrapper.probes: no layer_outputs_and_gradients",
         "broken_wrapper.native: no apply_threads",
         "broken_wrapper.native: no profile_ops",
         "broken_wrapper.supported(): unknown strategy 'warp'",
         "broken_wrapper.supported(): unknown flag '--turbo'",
+        "broken_wrapper.supported(): no footprint, its measured memory (resources.py)",
         "broken_wrapper.train.describe_runtime() returned tuple, not Runtime",
         "broken_wrapper.trainer.BrokenTrainer: no step (Trainer)",
         "broken_wrapper.trainer.BrokenTrainer: no save_checkpoint (Trainer)",
@@ -99,8 +100,10 @@ def write_package(root, name: str, files: dict) -> None:
 # a wrapper that meets the contract in full: the known answer for "no problem"
 SOUND = {
     "__init__.py": "from algorithms.contract.types import Support\n"
+    "from algorithms.machine.resources import Footprint, one_process\n"
     "from algorithms.machine.tuning import Tuning\n"
-    "def supported():\n    return Support(('single',), (), Tuning('sound'))\n"
+    "def supported():\n"
+    "    return Support(('single',), (), Tuning('sound'), footprint=Footprint(300, 0.5, 0, one_process, 'sound'))\n"
     "def prepare_process(config, dataset):\n    pass\n"
     "def launch(config, argv):\n    pass\n",
     "model.py": "def build_model(network, batch_size, deploy):\n    return None\n",  # its own further parameters
@@ -112,6 +115,7 @@ SOUND = {
     "    def logits(self, images):\n        return images\n"
     "    def save_checkpoint(self, folder):\n        pass\n"
     "    def load_checkpoint(self, folder):\n        pass\n"
+    "    def train_state(self):\n        return None\n"
     "def build_trainer(config):\n    return SoundTrainer()\n",
     "train.py": "from algorithms.contract.types import Runtime\n"
     "def describe_runtime():\n    return Runtime('sound', 'sound', {}, 'cpu')\n"
@@ -119,8 +123,8 @@ SOUND = {
     "def train(session):\n"
     "    session.execution_note = 'graph'\n"
     "    return {'steps': session.config.max_steps}\n"
-    "def describe_modes(config, trainer):\n    return 'graph', 'fp32'\n"
-    "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
+    "def describe_modes(config, trainer):\n    return 'graph', 'fp32'\n",
+    "probes.py": "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
     "def model_parameters(network):\n    return []\n"
     "def layer_outputs_and_gradients(network, weights, images, labels, on_output=None):\n    return None\n",
     "native.py": "STEPS_PER_CALL = 1\n"
@@ -148,7 +152,7 @@ def test_the_checker_names_each_parameter_list_that_differs_from_the_contract(tm
         .replace("def prepare_batch(self, batch_size)", "def prepare_batch(self, shape, batch_size)")
     )
     skewed["train.py"] = SOUND["train.py"].replace("def train(session)", "def train(session, extra)")
-    skewed["train.py"] = skewed["train.py"].replace(
+    skewed["probes.py"] = SOUND["probes.py"].replace(
         "(network, images, labels, seed=0)", "(network, images, labels, seed)"
     )
     skewed["native.py"] = SOUND["native.py"].replace("def Harness(config, session)", "def Harness(session, config)")
@@ -158,9 +162,9 @@ def test_the_checker_names_each_parameter_list_that_differs_from_the_contract(tm
         [
             "skewed_wrapper.train.train(session, extra): required parameter 'extra' the contract never passes "
             "(contract: TrainModule.train(session))",
-            "skewed_wrapper.train.initial_loss_and_logits(network, images, labels, seed): 'seed' needs a default "
+            "skewed_wrapper.probes.initial_loss_and_logits(network, images, labels, seed): 'seed' needs a default "
             "(the shared code may leave it out) "
-            "(contract: TrainModule.initial_loss_and_logits(network, images, labels, seed=0))",
+            "(contract: ProbesModule.initial_loss_and_logits(network, images, labels, seed=0))",
             "skewed_wrapper.native.Harness(session, config): 'config' is parameter 2, the contract's 1; "
             "'session' is parameter 1, the contract's 2 (contract: NativeModule.Harness(config, session))",
             "skewed_wrapper.trainer.SoundTrainer.to_batch(images, uniforms): no parameter 'labels' "
@@ -197,7 +201,7 @@ def test_the_run_session_is_the_session_the_contract_names(tmp_path):
 
     from algorithms.config.run_config import parse_config
     from algorithms.session.run_session import RunSession
-    from algorithms.spec.data import Dataset
+    from algorithms.dataset.data import Dataset
 
     config = parse_config(["--results_dir", str(tmp_path), "--quiet"], "torch_script.py", "")
     images = np.zeros((20, 28, 28), np.float32)

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-import algorithms.spec.csv_data as csv_module
-from algorithms.spec.data import (
+import algorithms.dataset.csv_data as csv_module
+from algorithms.dataset.data import (
     TRAIN_HEADER,
     PIXEL_HEADER,
     batch_order,
@@ -231,11 +231,12 @@ def test_a_trainer_that_converts_ahead_gets_its_batches_made_in_the_prefetch_thr
     class Behind(Ahead):
         CONVERT_AHEAD = False
 
+    network = SimpleNamespace(layers=(), input_shapes=lambda: ())  # no Dropout: every row's uniforms are ()
     session = SimpleNamespace(
         learning_rate=0.1,
-        train_step=lambda *args, **kwargs: None,
+        record_step=lambda *args, **kwargs: None,
         dataset=dataset,
-        dropout_uniforms=lambda epoch, rows: (),
+        config=SimpleNamespace(network=network, seed=0),
     )
     steps = [[np.array([3, 1])], [np.array([0, 9])]]
     for trainer, first_thread in ((Ahead(), "prefetch_0"), (Behind(), "MainThread")):
@@ -296,7 +297,11 @@ def _bad_inputs(small_data):
             _zip({"train.csv": text, "test.csv": b"pixel0\n"}),
             "digit-recognizer.zip: a zip holding 2 files (test.csv, train.csv); it must hold exactly one",
         ),
-        "damaged_gzip": ("train.csv.gz", gzip.compress(text * 20)[:3000], "train.csv.gz: damaged gzip file"),
+        "damaged_gzip": (
+            "train.csv.gz",
+            gzip.compress(text * 20)[:3000],
+            "train.csv.gz: a gzip file cut short or damaged",
+        ),
         "not_gzip_named_gz": ("train.csv.gz", text, "train.csv.gz: named .gz but is not gzip data"),
         "one_row": (
             "train.csv",
@@ -376,8 +381,36 @@ def test_a_bad_test_or_labels_file_is_one_line_too(tmp_path, small_data):
         load_kaggle_csv(str(late), labelled=True)
 
 
+@pytest.mark.parametrize("rows, split", [(2, 0.2), (1, 0.2), (4, 0.9), (1, 0.5)])
+def test_the_too_few_rows_refusal_gives_a_reason_that_adds_up(rows, split, tmp_path, small_data):
+    """The message asked for 3 rows at 0.2 for "one for validation and one training batch",
+    which is 2: the rounding of the split is the reason, and its numbers now add up."""
+    import re
+
+    from algorithms.dataset.data import minimum_rows, split_validation
+
+    path = _make(tmp_path, "train.csv", _small_train_bytes(small_data, rows=rows))
+    with pytest.raises(InputError) as refused:
+        load_dataset(str(path), None, None, split, seed=0)
+    message = str(refused.value)
+    minimum = minimum_rows(split)
+    parts = re.search(
+        rf"needs at least {minimum}: .*\(of {minimum} rows: (\d+) held out, (\d+) to train on; "
+        rf"of {rows}: (\d+) held out, (\d+) to train on\)$",
+        message,
+    )
+    assert parts, message
+    held, trained, held_now, trained_now = map(int, parts.groups())
+    assert held + trained == minimum and held >= 1 and trained >= 1
+    assert held_now + trained_now == rows and (held_now == 0 or trained_now == 0)
+    # what the split itself does with the minimum: the message's numbers
+    images, labels = np.zeros((minimum, 2, 2, 1)), np.arange(minimum)
+    _, train_labels, _, val_labels = split_validation(images, labels, split, seed=0)
+    assert (len(val_labels), len(train_labels)) == (held, trained)
+
+
 def test_a_validation_split_of_0_or_too_few_rows_names_the_minimum(tmp_path, small_data):
-    from algorithms.spec.data import minimum_rows
+    from algorithms.dataset.data import minimum_rows
 
     assert [minimum_rows(split) for split in (0.2, 0.5, 0.01, 0.9)] == [3, 2, 51, 5]  # 4.5 rounds to 4
     two = _make(tmp_path, "train.csv", _small_train_bytes(small_data, rows=2))

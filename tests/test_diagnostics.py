@@ -20,7 +20,7 @@ from algorithms.session.faults import (
     near_chance_problem,
     stuck_loss_problem,
 )
-from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
+from algorithms.network.networks import CNN2D_2LAYER, CNN2D_3LAYER
 from tests.conftest import run_python, run_script
 from tests.helpers.flags import run_flags
 
@@ -160,7 +160,7 @@ def test_near_chance_is_guessing_plus_three_standard_errors_of_the_rows_scored()
 
 UNNORMALISED_RUN = """
 import sys
-import algorithms.spec.data as data
+import algorithms.dataset.data as data
 from algorithms.run.entry import run_entry_point
 load = data.load_images
 data.load_images = lambda *args: (lambda images, *rest: (images * 255, *rest))(*load(*args))

@@ -54,6 +54,8 @@ NOT_RUN = {
     "XDIST=0 make test-fast": SUITE,
     ".venv-legacy/bin/python -m pytest -q tests/legacy": SUITE + " (`make test` runs tests/legacy/ beside tests/)",
     "make baseline": "hours on 2 cores: every framework, both networks, seeds 0-2 and the default's seeds 0-9",
+    "make power-whole ARGS=--only tensorflow,torch --num_epochs 6": "an hour on 2 cores: 14 whole runs of the "
+    "main network and 9 of the examples; tests/test_whole_runs.py runs the study on 24 steps of TensorFlow and torch",
     "make power": "tens of minutes: every error of the confusion table in both modes, on the envelope runs; "
     "tests/test_power.py runs the study on its own short envelope runs",
     "make envelope ARGS=--run_id envelope50": "minutes: every main-env framework twice with its thread and "
@@ -78,6 +80,11 @@ NOT_RUN = {
     ".venv/bin/python -m algorithms.analysis.compare A.csv@RUN_ID_1 A.csv@RUN_ID_2 --accuracies 0.9,0.95": (
         "A.csv and RUN_ID_n are placeholders; the compare of two runs named by @RUN_ID runs as "
         "docs/comparing.md's results/cases example"
+    ),
+    ".venv/bin/python -m algorithms.analysis.compare results/cnn2d_3layer_fullconnected_3layer_torch.csv@RUN-single "
+    "results/cnn2d_3layer_fullconnected_3layer_torch.csv@RUN-data": (
+        "RUN is the run id run_all.py --strategies printed above it; tests/test_parallel_verdict.py compares "
+        "torch's single and data runs with the compare"
     ),
     ".venv/bin/python -m algorithms.analysis.tensorboard "
     "results/cnn2d_3layer_fullconnected_3layer_torch.csv@RUN_ID "
@@ -120,6 +127,16 @@ NOT_RUN = {
     "(five strategies at five delays); tests/test_network_latency.py runs it at one delay",
     "sbatch --nodes 2 scripts/slurm_torchrun.sh --num_epochs 3": "a Slurm cluster; tests/test_launch_recipes.py "
     "runs the script's rendezvous and command derivation outside one",
+    ".venv/bin/python run_all.py --versions keras==3.14.0 keras==3.15.1 --only keras_torch --parity": "installs "
+    "Keras 3.14.0 from the registry (minutes on a busy machine); tests/test_release_envs.py runs --versions with "
+    "a release env of its own (identical: same; planted: beyond drift, localised)",
+    ".venv/bin/python run_all.py --versions keras==3.14.0 keras==3.15.1 --only keras_torch --parity --localise "
+    "--network examples/bn_32x32x3.toml --train data/colour_digits_train.npz --test data/colour_digits_test.npz": ""
+    "installs Keras 3.14.0 and 3.15.1 from the registry; tests/test_release_envs.py localises a planted change on "
+    "the batch-norm example across two releases' environments",
+    ".venv/bin/python -m algorithms.studies.support_window --versions keras==3.0.0 keras==3.15.1 --only keras_torch": ""
+    "installs Keras 3.0.0 from the registry; tests/test_release_envs.py runs the study on the oldest and newest "
+    "supported Keras on each backend",
 }
 # Commands grouped with another: what they run, the shown command named runs here (or the test
 # named runs it), with the same script on the same path; they differ in a flag --help checks
@@ -194,14 +211,9 @@ GROUPED = {
     V + "run_all.py --network examples/digits_8x8.toml --train data/digits_8x8_train.npz "
     "--test data/digits_8x8_test.npz": "own-network.md's run_all of bn_32x32x3.toml, with another network file; "
     "tests/test_own_network_runs.py trains digits_8x8.toml in every framework",
-    V + "-m algorithms.studies.drift --envelope --envelope_dir my_baseline --network examples/bn_32x32x3.toml "
-    "--train data/colour_digits_train.npz --test none": "minutes (every main-env framework with its thread and "
-    "summation-order variants); tests/test_own_network_runs.py measures this envelope from torch and Caffe",
-    V + "run_all.py --baseline my_baseline --parity --network examples/bn_32x32x3.toml "
-    "--train data/colour_digits_train.npz --test none": "needs the envelope above; tests/test_own_network_runs.py "
-    "judges the batch-norm example's parity pairs against its envelope",
-    V + "run_all.py --seeds 0,1,2,3,4 --network examples/bn_32x32x3.toml --train data/colour_digits_train.npz": "five "
-    "seeds of every framework; tests/test_suite.py runs --seeds",
+    V + "-m algorithms.bench.memory_estimate --only torch,caffe": "minutes: two frameworks at six settings, "
+    "each under the footprint sampler; tests/test_resources.py measures the estimate against a torch run's peak "
+    "with its functions",
     # parallel.md
     **{
         V + f"torch_script.py --strategy {flags}": f"parallel.md's torch data command (the same loop); "
@@ -377,6 +389,9 @@ CLAIMS = {
     ],
     ".venv/bin/python -m algorithms.analysis.tensorboard": [("file", "results/tensorboard/*/torch/events.out.*")],
     ".venv/bin/python -m algorithms.registry.capabilities": [("prints", r"^\| framework \|")],
+    ".venv/bin/python -m algorithms.machine.openblas --threads 2": [
+        ("prints", r"^BLAS of Theano and Caffe: OpenBLAS 0\.\d+\.\d+, \w+ kernels .* SGEMM \d+ GFLOP/s")
+    ],
     ".venv/bin/python -m algorithms.analysis.compare results/cnn2d_3layer_fullconnected_3layer_torch.csv "
     "results/cnn2d_3layer_fullconnected_3layer_keras_jax.csv": [("prints", PAIR_VERDICT)],
     ".venv/bin/python -m algorithms.analysis.compare "
@@ -384,7 +399,8 @@ CLAIMS = {
     "results/cases/cnn2d_3layer_fullconnected_3layer_torch.csv@halflr": [("prints", PAIR_VERDICT)],
     ".venv/bin/python scripts/example_data.py": [
         ("file", f"data/{name}_{part}.npz") for name in ("colour_digits", "digits_8x8") for part in ("train", "test")
-    ],
+    ]
+    + [("file", f"data/digits_8x8_train_images/{digit}/*.png") for digit in range(10)],
     ".venv/bin/python torch_script.py --checkpoint_every 20 --run_id my-run": [
         ("file", "results/checkpoints/my-run/*")
     ],
@@ -394,6 +410,10 @@ CLAIMS = {
     ".venv/bin/python benchmark.py": [("file", "results/benchmark/benchmark_*.csv")],
     ".venv/bin/python -m algorithms.studies.execution_sweep": [("file", "results/benchmark/*-execution-sweep.csv")],
     ".venv/bin/python -m algorithms.studies.batch_study": [("prints", r"(?m)^rows: ")],
+    # a run at chance is outside every band (docs/comparing.md#few-seeds): far from any threshold on every machine
+    ".venv/bin/python -m algorithms.analysis.band_power": [
+        ("prints", r"(?m)^  at chance  +(1\.000 / 0\.000 / 0\.000 +){2}1\.000 / 0\.000 / 0\.000$")
+    ],
     # the counts docs/comparing.md quotes, as the command prints them
     ".venv/bin/python -m algorithms.analysis.false_alarms": [
         ("prints", rf"(?m)^  .*\s{beyond} of {judged}\s") for beyond, judged in quoted_false_alarms()
@@ -414,7 +434,7 @@ NEEDS = {
 }
 # every command that reads data/*.npz needs example_data.py first
 for command in SHOWN:
-    if "_train.npz" in command:
+    if "_train.npz" in command or "_train_images" in command:
         NEEDS.setdefault(command, []).append(".venv/bin/python scripts/example_data.py")
 
 

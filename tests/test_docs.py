@@ -37,7 +37,7 @@ NOT_BY_HELP = {
     "it must print the table (test_suite checks README holds it)"
 }
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^[ \t]*```([^\n]*)\n(.*?)^[ \t]*```", re.M | re.S)  # a fence may be indented in a list item
 
 
 def shown_commands(doc: str) -> list:
@@ -181,6 +181,42 @@ def test_a_shown_make_target_exists(target):
     assert proc.returncode == 0, f"{', '.join(CHECKS[('make', target)])}: make -n {target}: {proc.stderr[-1000:]}"
 
 
+def runs_caffe(command: str) -> bool:
+    """Whether a shown run_all.py (or make compare) runs Caffe: no --only, or one naming it."""
+    words = shlex.split(command, comments=True)
+    if not any(word.endswith("run_all.py") for word in words) and words[:2] != ["make", "compare"]:
+        return False
+    only = next((words[i + 1] for i, word in enumerate(words[:-1]) if word == "--only"), None)
+    only = next((word.split("=", 1)[1] for word in words if word.startswith("--only=")), only)
+    return only is None or "caffe" in only.split(",")
+
+
+def section_lines(doc: str, line: int) -> str:
+    """The section of `doc` (from the heading above `line` to the next one) holding `line`;
+    a code block's `# comment` lines are no headings."""
+    with open(os.path.join(REPO_ROOT, doc), encoding="utf-8") as handle:
+        text = handle.read()
+    blanked = FENCE.sub(lambda block: "\n" * block.group(0).count("\n"), text).splitlines()
+    headings = [number for number, content in enumerate(blanked, start=1) if re.match(r"#{1,6} ", content)]
+    start = max([number for number in headings if number <= line], default=1)
+    end = min([number for number in headings if number > line], default=len(blanked) + 1)
+    return "\n".join(text.splitlines()[start - 1 : end - 1])
+
+
+def test_a_page_that_shows_run_all_running_caffe_says_it_needs_make_caffe():
+    """own-network.md's run_all.py commands ran Caffe, whose build (`make caffe`, 8-11
+    minutes) the page did not name: every section showing such a command names it."""
+    silent = [
+        f"{doc}:{line}"
+        for doc in COMMAND_DOCS
+        for line, command in shown_commands(doc)
+        if runs_caffe(command) and "make caffe" not in section_lines(doc, line)
+    ]
+    assert not silent, "run_all.py runs Caffe here, and the section does not say it needs `make caffe`: " + ", ".join(
+        silent
+    )
+
+
 def test_the_readme_is_a_five_minute_page():
     with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as handle:
         lines = handle.read().splitlines()
@@ -219,3 +255,74 @@ def test_every_relative_link_points_to_an_existing_file_and_heading(doc):
         elif anchor and linked.endswith(".md") and anchor not in anchors(linked):
             broken.append(f"{target}: no heading with that anchor")
     assert not broken, f"{doc}: " + "; ".join(broken)
+
+
+# --------------------------------------------------------------------------- the glossary
+
+GLOSSARY = "docs/glossary.md"
+# each glossary heading's anchor -> the words that use it in a page (case aside); a longer
+# term's words are left out of a shorter one's (drift in "drift envelope", seed regime in
+# "same-seed regime")
+TERMS = {
+    "spec": r"\bspec\b",
+    "wrapper": r"\bwrappers?\b",
+    "preset": r"\bpresets?\b",
+    "main-command": r"\bmain command\b",
+    "global-batch": r"\bglobal batch(es)?\b",
+    "settings-record": r"\bsettings records?\b",
+    "init-row": r"\binit rows?\b",
+    "shared-dropout-uniforms": r"\b(shared|dropout) uniforms\b",
+    "parity-mode": r"\bparity\b",
+    "drift": r"\bdrift\b(?! envelopes?\b)",
+    "drift-envelope": r"\benvelopes?\b",
+    "horizon": r"\bhorizons?\b",
+    "epoch-check": r"\bepoch checks?\b",
+    "same-seed-regime": r"\bsame-seed\b",
+    "seed-regime": r"(?<!same-)\bseed regimes?\b",
+    "seed-band": r"\bseed bands?\b",
+    "yardstick": r"\byardsticks?\b",
+    "verdict": r"\bverdicts?\b",
+    "shipped-baselines": r"\bbaselines?\b",
+}
+LINK = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)")
+
+
+def masked(text: str) -> str:
+    """`text` with what is no prose blanked, positions kept: code blocks, inline code,
+    headings and link targets (a word there is no use of it)."""
+    blank = lambda match: re.sub(r"[^\n]", " ", match.group(0))  # noqa: E731
+    text = FENCE.sub(blank, text)
+    text = re.sub(r"`[^`]+`", blank, text)  # inline code may run over a line's end
+    text = re.sub(r"^#{1,6} .*$", blank, text, flags=re.M)
+    return LINK.sub(lambda m: m.group(0)[: m.start(2) - m.start(0)] + " " * len(m.group(2)) + ")", text)
+
+
+def first_uses(doc: str) -> dict:
+    """anchor -> (line, the words, the link target they sit in or None) of each term's first use."""
+    with open(os.path.join(REPO_ROOT, doc), encoding="utf-8") as handle:
+        text = handle.read()
+    prose = masked(text)
+    outside_code = FENCE.sub(lambda block: " " * len(block.group(0)), text)
+    links = [(m.start(1), m.end(1), m.group(2)) for m in LINK.finditer(outside_code)]
+    uses = {}
+    for anchor, pattern in TERMS.items():
+        match = re.search(pattern, prose, re.I)
+        if match:
+            target = next((t for start, end, t in links if start <= match.start() and match.end() <= end), None)
+            uses[anchor] = (text.count("\n", 0, match.start()) + 1, match.group(0), target)
+    return uses
+
+
+def test_the_glossary_defines_every_term_the_pages_must_link():
+    assert set(TERMS) == anchors(os.path.join(REPO_ROOT, GLOSSARY)) - {"glossary"}
+
+
+@pytest.mark.parametrize("doc", [doc for doc in COMMAND_DOCS if doc != GLOSSARY])
+def test_each_page_links_the_first_use_of_each_term_to_the_glossary(doc):
+    glossary = os.path.relpath(os.path.join(REPO_ROOT, GLOSSARY), os.path.dirname(os.path.join(REPO_ROOT, doc)))
+    unlinked = [
+        f"{doc}:{line} {words!r} (link it to {glossary}#{anchor})"
+        for anchor, (line, words, target) in first_uses(doc).items()
+        if target != f"{glossary}#{anchor}"
+    ]
+    assert not unlinked, "first uses of the glossary's terms without their link: " + "; ".join(unlinked)

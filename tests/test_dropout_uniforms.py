@@ -1,12 +1,12 @@
-"""Dropout's shared uniforms (algorithms/spec/dropout.py): a pure function of (seed, epoch,
+"""Dropout's shared uniforms (algorithms/network/dropout.py): a pure function of (seed, epoch,
 layer, sample, element), so they follow the rows through any split, uniform on [0, 1),
 the same in numpy 1 and 2 (tests/legacy/ checks the legacy env against the values here),
 and the mask rule every wrapper applies."""
 
 import numpy as np
 
-from algorithms.spec.dropout import MASK_RULE, apply, dropout_layers, layer_uniforms, scale, uniforms
-from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
+from algorithms.network.dropout import MASK_RULE, apply, dropout_layers, layer_uniforms, scale, uniforms
+from algorithms.network.networks import CNN2D_2LAYER, CNN2D_3LAYER
 
 # the first uniforms of seed 0, epoch 0, the 3-layer net's first Dropout (layer 10), rows 0 and 1:
 # tests/legacy/test_dropout_uniforms_legacy.py holds numpy 1.23 to the same numbers

@@ -1,15 +1,16 @@
 """The shared flags are declared once, in algorithms/config/flags.py's table (FLAGS), and
 both the parser and RunConfig are derived from it: every flag of the table is on the
 parser once, in its group, hidden from --help only where the script does not run its
-strategy; every flag marked `copied` fills the RunConfig field of its name with its value
-as parsed (parse_config resolves the others)."""
+strategy (or an optional flag it goes with: tests/test_help.py); every flag marked
+`copied` fills the RunConfig field of its name with its value as parsed (parse_config
+resolves the others)."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import fields
 
-from algorithms.config.flags import FLAGS
+from algorithms.config.flags import FLAGS, HelpScope
 from algorithms.config.parser import build_parser
 from algorithms.config.run_config import RunConfig, parse_config
 
@@ -28,6 +29,7 @@ ARGVS = [
         *("--ps_endpoint", "10.0.0.1:29500", "--remote_workers", "1", "--resume", "20261204T000000Z-abcd"),
     ],
     ["--batch_size", "auto", "--memory_budget_mb", "100", "--device", "cpu"],
+    ["--step_check", "off", "--yardstick", "measure"],
 ]
 
 
@@ -43,7 +45,8 @@ def test_every_flag_of_the_table_is_on_the_parser_once_in_its_group():
 
 
 def test_a_strategys_own_flags_are_hidden_only_where_the_script_does_not_run_it():
-    single = {action.dest: action.help for action in build_parser("prog", "", strategies=("single",))._actions}
+    only_single = HelpScope(strategies=("single",))
+    single = {action.dest: action.help for action in build_parser("prog", "", only_single)._actions}
     every = {action.dest: action.help for action in build_parser("prog", "")._actions}
     for shared in FLAGS:
         assert (single[shared.dest] == argparse.SUPPRESS) == bool(shared.strategy), shared.names

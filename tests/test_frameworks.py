@@ -116,11 +116,9 @@ def test_an_epoch_is_reported_once_when_a_progress_line_falls_on_its_last_step(t
 def test_shared_init_gives_the_same_initial_loss_and_logits_everywhere(small_data):
     train_csv = str(small_data / "train.csv")
     torch_run = get("torch")
-    reference = run_probe(torch_run.python, f"{torch_run.package}.train", torch_run.env, train_csv)
+    reference = run_probe(torch_run.python, torch_run.package, torch_run.env, train_csv)
     frameworks = [framework for framework in MAIN if framework is not torch_run]
-    others = [
-        run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv) for framework in frameworks
-    ]
+    others = [run_probe(framework.python, framework.package, framework.env, train_csv) for framework in frameworks]
     assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in frameworks]
     assert_same_initial_outputs(reference, others)
 

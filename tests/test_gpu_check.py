@@ -19,7 +19,7 @@ import pytest
 
 from algorithms.bench.gpu_harness import PRECISION
 from algorithms.records import read_settings, results_csv_name, run_ids
-from algorithms.spec.networks import DEFAULT_NETWORK
+from algorithms.network.networks import DEFAULT_NETWORK
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # three framework processes and twelve entry-script runs, minutes on 2 cores

@@ -13,10 +13,12 @@ import pytest
 from algorithms.machine.devices import machine_gpus
 from algorithms.registry.capabilities import environment
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
-from algorithms.config.run_config import OPTIONAL_FLAGS
+from algorithms.config.flags import FLAGS
+from algorithms.config.parser import build_parser
+from algorithms.config.run_config import OPTIONAL_FLAGS, help_scope
 from algorithms.paths import REPO_ROOT
-from algorithms.spec.parallel import STRATEGIES
-from algorithms.spec.variants import BARE_KINDS, TRAINING_KINDS
+from algorithms.network.parallel import STRATEGIES
+from algorithms.network.variants import BARE_KINDS, TRAINING_KINDS
 from tests.conftest import framework_param, run_module, script_env
 
 FRAMEWORK_MODULES = ("tensorflow", "keras", "torch", "jax", "theano", "lasagne", "caffe")
@@ -135,6 +137,55 @@ def test_help_says_each_default_once_and_only_the_strategies_and_faults_the_scri
         assert kind in fault_help and (syntax in fault_help) == runs, (kind, fault_help)
     if "ps" not in support.strategies:  # a strategy's own flags go with it
         assert "--ps_tasks" not in blocks and "--ps_sync" not in blocks
+
+
+def offered_choices(block: str) -> tuple:
+    """The choices an option's --help line offers (`--device {auto,cpu}`), or ()."""
+    match = re.match(r"\s*--\w+ \{([\w,]+)\}", block)
+    return tuple(match.group(1).split(",")) if match else ()
+
+
+def offered_problems(help_text: str, support) -> list:
+    """Where a script's --help offers an optional flag or value (OPTIONAL_FLAGS) its
+    wrapper does not run, or leaves out one it does; the flags that go with one (FLAGS'
+    `follows`) with it. The --fault kinds: the test above."""
+    blocks = dict(option_blocks(help_text))
+    runs = {flag: flag in support.flags for flag in OPTIONAL_FLAGS if not flag.startswith("--fault ")}
+    runs["--execution compiled"] = "--compile" in support.flags  # --compile is --execution compiled
+    problems = []
+    for optional, runs_it in runs.items():
+        name, _, value = optional.partition(" ")
+        strategy = next(shared.strategy for shared in FLAGS if name in shared.names)
+        runs_it = runs_it and (not strategy or strategy in support.strategies)
+        if not value:
+            shown = name in blocks
+        else:
+            shown = value in offered_choices(blocks.get(name, ""))
+            if not runs_it and f"{value}:" in blocks.get(name, ""):
+                problems.append(f"{name}'s help explains {value}, which this script refuses")
+        if shown != runs_it:
+            problems.append(f"{optional}: {'offered' if shown else 'not offered'}, {'runs' if runs_it else 'refused'}")
+    for shared in FLAGS:
+        if shared.follows and (shared.names[0] in blocks) != (shared.follows in support.flags):
+            problems.append(f"{shared.names[0]} goes with {shared.follows}, listed apart from it")
+    return problems
+
+
+def test_every_frameworks_help_lists_only_the_optional_flags_and_values_it_runs():
+    """All eight, from the parser each entry script builds for its wrapper's Support
+    (no framework, legacy env or pycaffe needed): Lasagne offered --compile and
+    --execution eager|compiled, which it always refuses."""
+    for framework in FRAMEWORKS:
+        support = support_of(framework)
+        text = build_parser(framework.script, "", help_scope(support)).format_help()
+        assert not offered_problems(text, support), (framework.name, offered_problems(text, support))
+
+
+@pytest.mark.parametrize("framework", SCRIPTS)
+def test_each_scripts_own_help_lists_only_the_optional_flags_and_values_it_runs(framework):
+    helped = run_in_place(framework, ["--help"])
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr[-2000:]
+    assert not offered_problems(helped.stdout, support_of(framework)), helped.stdout[-3000:]
 
 
 def test_a_study_says_each_default_once_too():

@@ -30,7 +30,9 @@ SHARED_PACKAGES = {"algorithms", "backends"}
 # interconnect/ at the top) and import neither each other.
 LAYERS = (
     "",
-    "spec",
+    "dataset",
+    "network",
+    "reference",
     "machine",
     "config",
     "contract",
@@ -119,16 +121,18 @@ def test_algorithms_layers_import_only_downward():
 
 
 def test_the_layer_check_sees_a_wrong_way_import():
-    module = ROOT / "algorithms" / "spec" / "networks.py"
+    module = ROOT / "algorithms" / "network" / "networks.py"
     assert absolute(module, 2, "session.run_session") == "algorithms.session.run_session"
-    assert absolute(module, 1, "data") == "algorithms.spec.data"
+    assert absolute(module, 1, "layers") == "algorithms.network.layers"
+    assert absolute(module, 2, "dataset.data") == "algorithms.dataset.data"
     assert [layer_of(m) for m in ("algorithms.session.run_session", "algorithms.errors", "algorithms", "numpy")] == [
         "session",
         "",
         "",
         None,
     ]
-    assert RANK["run"] > RANK["spec"] and RANK["studies"] == RANK["bench"] == RANK["interconnect"]
+    assert RANK["run"] > RANK["reference"] > RANK["network"] > RANK["dataset"]
+    assert RANK["studies"] == RANK["bench"] == RANK["interconnect"]
 
 
 def test_algorithms_imports_no_framework():

@@ -1,4 +1,4 @@
-"""Keras applies the shared dropout uniforms (algorithms/spec/dropout.py) on every Keras 3
+"""Keras applies the shared dropout uniforms (algorithms/network/dropout.py) on every Keras 3
 backend: its Dropout layers equal the numpy mask rule bit for bit (and under the bf16
 policy), hold none of Keras's own randomness, and a short real run with dropout on takes
 TensorFlow's wrapper's steps: the init row and the first steps' training losses equal

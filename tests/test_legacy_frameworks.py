@@ -18,11 +18,9 @@ pytestmark = pytest.mark.slow  # the legacy env's frameworks, re-executed: `make
 
 def test_shared_init_gives_theano_the_same_initial_loss_and_logits_as_torch(small_data):
     train_csv = str(small_data / "train.csv")
-    reference = run_probe(os.path.join(REPO_ROOT, ".venv", "bin", "python"), "torch_wrapper.train", {}, train_csv)
+    reference = run_probe(os.path.join(REPO_ROOT, ".venv", "bin", "python"), "torch_wrapper", {}, train_csv)
     legacy = [framework for framework in FRAMEWORKS if framework.venv == "legacy"]
-    others = [
-        run_probe(framework.python, f"{framework.package}.train", framework.env, train_csv) for framework in legacy
-    ]
+    others = [run_probe(framework.python, framework.package, framework.env, train_csv) for framework in legacy]
     assert [(o["framework"], o["backend"]) for o in others] == [(f.framework, f.backend) for f in legacy]
     assert_same_initial_outputs(reference, others)
 

@@ -31,10 +31,10 @@ from algorithms.localisation.localisation import (
     first_faulty,
 )
 from algorithms.localisation.localisation_report import format_localisation
-from algorithms.spec.networks import CNN2D_3LAYER
-from algorithms.spec.reference import forward_backward
-from algorithms.spec.variants import parse_fault
-from algorithms.spec.weights import initial_weights
+from algorithms.network.networks import CNN2D_3LAYER
+from algorithms.reference.reference import forward_backward
+from algorithms.network.variants import parse_fault
+from algorithms.network.weights import initial_weights
 from algorithms.localisation import localise
 
 NETWORK = CNN2D_3LAYER.without_dropout()

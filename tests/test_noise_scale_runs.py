@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.config.run_config import parse_config
-from algorithms.spec.data import batch_order, load_dataset
-from algorithms.spec.weights import initial_weights
+from algorithms.dataset.data import batch_order, load_dataset
+from algorithms.network.weights import initial_weights
 from algorithms.session.noise_scale import GradientNorms, unbiased_estimates
 from tests.conftest import run_script
 from torch_wrapper.model import build_model

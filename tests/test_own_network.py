@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from algorithms.errors import InputError
-from algorithms.run.entry import run_entry_point
-from algorithms.spec.data import describe_data, load_dataset, load_images
-from algorithms.spec.networks import (
+from algorithms.dataset.data import describe_data, load_dataset, load_images
+from algorithms.network.networks import (
     CNN2D_2LAYER,
     CNN2D_3LAYER,
     BatchNormalization,
@@ -31,12 +30,13 @@ from algorithms.spec.networks import (
     get_network,
     network_for_data,
 )
-from algorithms.spec.weights import initial_weights
+from algorithms.network.weights import initial_weights
 from tests.conftest import REPO_ROOT
+from tests.helpers.refused import run_refused
 
 EXAMPLES = os.path.join(REPO_ROOT, "examples")
 
-# the two networks as algorithms/spec/networks.py wrote them in code before they became files
+# the two networks as algorithms/network/networks.py wrote them in code before they became files
 BEFORE = {
     "cnn2d_3layer_fullconnected_3layer": Network(
         name="cnn2d_3layer_fullconnected_3layer",
@@ -84,7 +84,7 @@ BEFORE = {
 
 @pytest.mark.parametrize("network", [CNN2D_3LAYER, CNN2D_2LAYER], ids=lambda network: network.name)
 def test_the_built_in_network_files_build_todays_models(network, small_data):
-    import torch_wrapper.train as torch_train
+    import torch_wrapper.probes as torch_probes
 
     before = BEFORE[network.name]
     assert network == before and get_network(network.name) == before
@@ -94,8 +94,8 @@ def test_the_built_in_network_files_build_todays_models(network, small_data):
             np.testing.assert_array_equal(now.kernel, then.kernel)
             np.testing.assert_array_equal(now.bias, then.bias)
     images, labels, _ = load_images(str(small_data / "train.csv"), True)
-    loss, logits = torch_train.initial_loss_and_logits(network, images[:64], labels[:64])
-    loss_then, logits_then = torch_train.initial_loss_and_logits(before, images[:64], labels[:64])
+    loss, logits = torch_probes.initial_loss_and_logits(network, images[:64], labels[:64])
+    loss_then, logits_then = torch_probes.initial_loss_and_logits(before, images[:64], labels[:64])
     assert loss == loss_then and np.array_equal(logits, logits_then)  # bit for bit
 
 
@@ -109,7 +109,7 @@ def test_an_example_network_file_reads_into_the_spec_completed_by_the_data(tmp_p
     strided, norm = network.layers[2], network.layers[3]
     assert strided.stride == 2 and strided.paddings((32, 32, 16)) == ((0, 1), (0, 1))
     assert isinstance(norm, BatchNormalization) and norm.momentum == 0.9 and norm.activation == "relu"
-    assert network.output_shapes()[4] == (8, 8, 32) and network.output_shapes()[7] == (32,)
+    assert network.output_shapes()[4] == (8, 8, 32) and network.output_shapes()[9] == (64,)
     weights = initial_weights(network, 0)  # the batch norms draw nothing: the convolutions' are as without them
     without = replace(
         network, layers=tuple(layer for layer in network.layers if not isinstance(layer, BatchNormalization))
@@ -175,6 +175,14 @@ BAD_NETWORK_FILES = {
         ('type = "Flatten"', 'type = "Flatten"\n\n[[layers]]\ntype = "BatchNormalization"'),
         "net.toml:20: layers[2] BatchNormalization of a flattened map",
     ),
+    "conv_after_flatten_with_a_batch_norm": (  # the batch norm's check read every layer's shape first: a traceback
+        (
+            'padding = "same"\n\n[[layers]]\ntype = "Flatten"',
+            'padding = "same"\n\n[[layers]]\ntype = "BatchNormalization"\n\n[[layers]]\ntype = "Flatten"'
+            '\n\n[[layers]]\ntype = "Conv2D"\nfilters = 4\nkernel_size = 1',
+        ),
+        "net.toml:23: layers[3] Conv2D takes an (H, W, C) map, its input is a vector of 256",
+    ),
     "dropout_rate": (
         ('type = "Flatten"', 'type = "Flatten"\n\n[[layers]]\ntype = "Dropout"\nrate = 1.5'),
         "net.toml:21: layers[2].rate = 1.5",
@@ -191,17 +199,6 @@ def write_digits_8x8(path, count: int = 120, classes: int = 10):
     rng = np.random.default_rng(1)
     np.savez(path, x=rng.integers(0, 256, (count, 8, 8), dtype=np.uint8), y=np.arange(count) % classes)
     return path
-
-
-def run_refused(tmp_path, capsys, argv: list) -> str:
-    """The torch entry script on `argv`: status 2, one line on stderr, nothing written."""
-    results = tmp_path / "results"
-    code = run_entry_point("torch_wrapper.train", "torch_script.py", "test", argv + ["--results_dir", str(results)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert not results.exists() and not (tmp_path / "results.log").exists(), "a refused run wrote results"
-    return err
 
 
 @pytest.mark.parametrize("case", sorted(BAD_NETWORK_FILES))
@@ -406,8 +403,8 @@ def test_an_onnx_model_reads_into_the_spec_with_its_weights(tmp_path):
     import torch
     from torch import nn
 
-    from algorithms.spec.onnx_network import cache_path
-    from algorithms.spec.reference import forward
+    from algorithms.network.onnx_network import cache_path
+    from algorithms.reference.reference import forward
 
     torch.manual_seed(3)
     model = nn.Sequential(
@@ -452,7 +449,7 @@ def test_an_onnx_model_reads_into_the_spec_with_its_weights(tmp_path):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
     # the cache the legacy env reads (it has no onnx) gives the same network and weights
     assert os.path.exists(cache_path(path))
-    from algorithms.spec import onnx_network
+    from algorithms.network import onnx_network
 
     again = onnx_network._read_cache(path)
     assert again == network
@@ -506,3 +503,57 @@ def test_an_onnx_node_outside_the_vocabulary_is_refused_naming_the_node(case, tm
     # and through an entry script: one line, status 2, nothing written
     err = run_refused(tmp_path, capsys, ["--network", path, "--train", str(write_digits_8x8(tmp_path / "d.npz"))])
     assert expected in err
+
+
+# --------------------------------------------------------------------------- the data a run trains on
+
+
+def test_the_test_set_follows_the_training_data(tmp_path):
+    """--test left out: data/test.csv beside the default training data, no test set beside any
+    other. It was the bundled MNIST test set whatever --train said, scored against the user's
+    network: a 32x32x3 network refused its 784 pixel columns, naming a file the user never gave."""
+    from algorithms.config.run_config import parse_config
+    from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN
+    from algorithms.registry.legacy_env import prepare_inputs
+    from algorithms.run.entry import prepare
+
+    colour = str(tmp_path / "my_32x32x3.npz")
+    np.savez(colour, x=np.zeros((20, 32, 32, 3), np.uint8), y=np.arange(20) % 3)
+    flags = ["--network", os.path.join(EXAMPLES, "bn_32x32x3.toml"), "--train", colour, "--parity"]
+    config, dataset = prepare(flags, "run_all.py", "")
+    assert config.test is None and dataset.test_x is None
+    prepare_inputs(flags)  # what a legacy script reads in the main env first: no data/test.csv either
+    assert parse_config([], "t", "").test == DEFAULT_TEST
+    assert parse_config(["--train", DEFAULT_TRAIN], "t", "").test == DEFAULT_TEST
+    assert parse_config(["--train", colour, "--network", flags[1], "--test", "none"], "t", "").test is None
+    assert parse_config(["--train", colour, "--network", flags[1], "--test", colour], "t", "").test == colour
+
+
+def test_the_settings_record_fingerprints_a_folder_of_images_by_its_files(tmp_path):
+    """A folder's fingerprint is its images' names (their classes) and contents: a copy elsewhere
+    is the same data, an image edited or moved to another class is other data, the cache
+    beside them is not part of it. Hashing the folder as a file raised IsADirectoryError."""
+    import shutil
+
+    from PIL import Image
+
+    from algorithms.config.run_config import parse_config
+    from algorithms.session.settings_record import file_fingerprint, settings_of
+
+    folder = tmp_path / "images"
+    for name in ("cat", "dog"):
+        (folder / name).mkdir(parents=True)
+        for k in range(5):
+            Image.fromarray(np.full((8, 8), 40 * k, np.uint8), "L").save(folder / name / f"{k}.png")
+    before = file_fingerprint(str(folder))
+    shutil.copytree(folder, tmp_path / "copy")
+    assert file_fingerprint(str(tmp_path / "copy")) == before
+    load_images(str(folder), True)  # writes the hidden cache beside the images
+    assert file_fingerprint(str(folder)) == before
+    config = parse_config(["--network", os.path.join(EXAMPLES, "digits_8x8.toml"), "--train", str(folder)], "t", "")
+    assert settings_of(config)["data"] == before
+    os.rename(folder / "dog" / "4.png", folder / "cat" / "9.png")
+    moved = file_fingerprint(str(folder))
+    assert moved != before
+    Image.fromarray(np.full((8, 8), 255, np.uint8), "L").save(folder / "cat" / "9.png")
+    assert file_fingerprint(str(folder)) not in (before, moved)

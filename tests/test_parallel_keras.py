@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from algorithms.records import read_rows
-from algorithms.spec.networks import get_network
+from algorithms.network.networks import get_network
 from tests.conftest import run_script
 from tests.helpers.flags import run_flags
 from tests.helpers.training import BATCH, EPOCHS, NETWORK, assert_trains, run_probe, train_strategy
@@ -34,7 +34,7 @@ def probe(train_csv: str, results_dir: str) -> dict:
 
     from algorithms.run.entry import prepare
     from algorithms.session.run_session import RunSession
-    from algorithms.spec.dropout import uniforms
+    from algorithms.network.dropout import uniforms
     from keras_wrapper.train import describe_runtime
     from keras_wrapper.trainer import StepRecorder, fit_inputs, make_model
 

@@ -41,10 +41,10 @@ def shardings(model) -> dict:
 def probe(train_csv: str, results_dir: str) -> dict:
     import keras
 
-    from algorithms.spec.parallel import make_plan
+    from algorithms.network.parallel import make_plan
     from algorithms.run.entry import prepare
-    from algorithms.spec.dropout import uniforms
-    from algorithms.spec.networks import get_network
+    from algorithms.network.dropout import uniforms
+    from algorithms.network.networks import get_network
     from keras_wrapper.trainer import fit_inputs, make_model
 
     network = get_network(NETWORK)
@@ -100,7 +100,7 @@ def probed(small_data, tmp_path_factory):
 
 @pytest.mark.parametrize("strategy, mesh", [("tensor", {"batch": 1, "model": 2}), ("hybrid", {"batch": 2, "model": 2})])
 def test_every_kernel_and_bias_is_sharded_on_its_output_channels(probed, strategy, mesh):
-    from algorithms.spec.networks import Conv2D, Dense, get_network
+    from algorithms.network.networks import Conv2D, Dense, get_network
 
     layers = get_network(NETWORK).layers
     got = probed[0][strategy]["shardings"]

@@ -23,11 +23,11 @@ FLOAT32_ABSOLUTE = 1e-6  # losses (about 2.3) and updated weights (|w| < 0.3), s
 
 
 def probe(train_csv: str, results_dir: str) -> dict:
-    from algorithms.spec.data import load_kaggle_csv
-    from algorithms.spec.parallel import layer_stages, tensor_shards
-    from algorithms.spec.networks import get_network
+    from algorithms.dataset.data import load_kaggle_csv
+    from algorithms.network.parallel import layer_stages, tensor_shards
+    from algorithms.network.networks import get_network
     from tensorflow_wrapper.devices import local_devices
-    from algorithms.spec.dropout import uniforms
+    from algorithms.network.dropout import uniforms
     from tensorflow_wrapper.trainer import TensorFlowTrainer
 
     devices = local_devices(3)  # before any op

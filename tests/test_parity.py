@@ -10,8 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from algorithms.spec.data import batch_order, load_dataset
-from algorithms.spec.networks import get_network
+from algorithms.dataset.data import batch_order, load_dataset
+from algorithms.network.networks import get_network
 from tests.conftest import run_module
 from tests.helpers.flags import flags, run_flags
 
@@ -89,7 +89,7 @@ def test_frameworks_agree_at_step_one_and_the_report_is_recomputed(drift_run):
 def test_parity_turns_dropout_off_and_records_what_it_set(drift_run, small_data):
     """Step 1's training loss equals the dropout-free loss of the shared initial weights
     on the first shared batch; with dropout on it would not."""
-    from torch_wrapper.train import initial_loss_and_logits
+    from torch_wrapper.probes import initial_loss_and_logits
 
     results, _ = drift_run
     dataset = load_dataset(str(small_data / "train.csv"), None, None, 0.2, 0)

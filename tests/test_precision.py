@@ -85,8 +85,8 @@ def test_torch_fp16_skips_a_step_whose_gradients_overflow(small_data):
     import torch
 
     from algorithms.config.run_config import parse_config
-    from algorithms.spec.data import load_dataset
-    from algorithms.spec.dropout import uniforms
+    from algorithms.dataset.data import load_dataset
+    from algorithms.network.dropout import uniforms
     from torch_wrapper.trainer import build_trainer
 
     config = parse_config(

@@ -170,3 +170,27 @@ def test_an_older_file_that_cannot_be_rewritten_is_a_one_line_resource_error_and
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, previous)
     assert path.read_text() == text and [p.name for p in tmp_path.iterdir()] == ["net_torch.csv"]
+
+
+def test_results_logs_data_line_counts_the_rows_before_the_split_and_those_held_out(small_data, tmp_path):
+    """It read "(1150 rows, 287 held out for validation)", 1,150 being what was left after
+    the split: the file's rows, then the two parts, which add up to them."""
+    import numpy as np
+
+    from algorithms.config.run_config import parse_config
+    from algorithms.contract.types import Runtime
+    from algorithms.records import read_log_field
+    from algorithms.session.run_session import RunSession
+    from algorithms.dataset.data import load_dataset
+
+    train = str(small_data / "train.csv")
+    config = parse_config(["--train", train, "--results_dir", str(tmp_path / "r"), "--run_id", "r1"], "t.py", "")
+    dataset = load_dataset(train, None, None, config.validation_split, seed=0)
+    session = RunSession(config, dataset, Runtime("torch", "torch", {}, "cpu"))
+    session.begin_epoch(0)
+    session.train_step(0, 1.0, 0.5, 1.0, 0.0, 10)
+    session.end_epoch(0, 1.0, 0.5, 1.0)
+    session.finish(None, None, None)
+    line = read_log_field(str(tmp_path / "results.log"), "r1", "torch/torch", "data")
+    assert line == f"train {train} (600 rows: 480 to train on, 120 held out for validation)", line
+    assert len(dataset.train_x) + len(dataset.val_x) == 600 and np.isclose(len(dataset.val_x) / 600, 0.2)

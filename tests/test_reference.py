@@ -1,4 +1,4 @@
-"""The float64 numpy reference of the spec (algorithms/spec/reference.py), the yardstick of
+"""The float64 numpy reference of the spec (algorithms/reference/reference.py), the yardstick of
 the localisation: its gradients against central finite differences of its own loss, its
 forward pass against sums written out by hand, and the layout conversions that bring a
 channels-first framework's arrays into the spec's layout."""
@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms.spec.networks import (
+from algorithms.network.networks import (
     AveragePooling2D,
     BatchNormalization,
     GlobalAveragePooling2D,
@@ -25,8 +25,8 @@ from algorithms.spec.networks import (
     Optimizer,
     ZeroPad2D,
 )
-from algorithms.spec.reference import cross_entropy, forward, forward_backward, sgd_or_adam_step, update_running
-from algorithms.spec.weights import (
+from algorithms.reference.reference import cross_entropy, forward, forward_backward, sgd_or_adam_step, update_running
+from algorithms.network.weights import (
     LayerWeights,
     from_channels_first,
     initial_weights,

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from algorithms.spec.data import load_dataset
-from algorithms.spec.parallel import layer_stages
+from algorithms.dataset.data import load_dataset
+from algorithms.network.parallel import layer_stages
 from algorithms.paths import REPO_ROOT
 from algorithms.records import CSV_COLUMNS, read_rows
-from algorithms.spec.networks import NETWORKS, Conv2D, Dense, ZeroPad2D
+from algorithms.network.networks import NETWORKS, Conv2D, Dense, ZeroPad2D
 from tests.conftest import run_script
 
 CSV_NAME = "cnn2d_3layer_fullconnected_3layer_torch.csv"
@@ -44,6 +44,41 @@ def _one_line(proc, status: int, expected: str) -> None:
 
 def _blocks(log) -> int:
     return sum(line.startswith("=== ") for line in log.read_text().splitlines()) if log.exists() else 0
+
+
+# --------------------------------------------------------------------------- a folder for a file
+
+
+def test_a_folder_for_each_input_is_refused_as_docs_running_md_says(small_data, tmp_path):
+    """running.md said any directory is refused with "is a directory"; only --test_labels
+    is (--train and --test take a folder of images). Each input flag given an empty folder:
+    the page names the flags whose refusal says "is a directory", and quotes the others'."""
+    from algorithms.errors import InputError
+    from algorithms.run.entry import prepare
+
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    train, test = str(small_data / "train.csv"), str(small_data / "test.csv")
+    refusals = {}
+    for flag, argv in (
+        ("--train", ["--train", str(folder)]),
+        ("--test", ["--train", train, "--test", str(folder)]),
+        ("--test_labels", ["--train", train, "--test", test, "--test_labels", str(folder)]),
+    ):
+        with pytest.raises(InputError) as refused:
+            prepare(argv + ["--results_dir", str(tmp_path / "results")], "torch_script.py", "")
+        message = str(refused.value)
+        assert message.startswith(f"{folder}: "), message
+        refusals[flag] = message.removeprefix(f"{folder}: ").split(";")[0]
+    with open(os.path.join(REPO_ROOT, "docs", "running.md"), encoding="utf-8") as handle:
+        text = " ".join(handle.read().split())
+    start = text.find("- a directory")
+    assert start >= 0, "docs/running.md: no line on a directory given as input"
+    claim = text[start:].split(" - ")[0]
+    for flag, reason in refusals.items():
+        assert f'"{reason}' in claim, (flag, reason, claim)
+        assert (f'`{flag}` ("is a directory' in claim) == (reason == "is a directory"), (flag, claim)
+    assert not (tmp_path / "results").exists()
 
 
 # --------------------------------------------------------------------------- flag combinations

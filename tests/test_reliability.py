@@ -18,16 +18,18 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.spec.data import load_kaggle_csv
+from algorithms.dataset.data import load_kaggle_csv
 from algorithms.session.faults import EpochEvidence, first_loss_problem, stuck_loss_problem
 from algorithms.registry.frameworks import get
 from algorithms.records import CSV_COLUMNS, read_rows, results_csv_name
 from tests.conftest import REPO_ROOT, run_script, write_random_kaggle_train
 from tests.helpers.flags import run_flags
+from tests.helpers.training import resume_line
 
 pytestmark = pytest.mark.slow  # signals, kills, resume and out-of-memory runs: `make test-fast` leaves them out
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
+TINY_STEPS_PER_EPOCH = 4  # tiny_train's 32 training rows at --batch_size 8
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
@@ -44,7 +46,10 @@ def start(script, args, env_extra=None, **popen):
 
 
 def wait_for_rows(path, count, proc, run_id="", timeout=300):
-    """Until `count` train rows (of `run_id`, if given) are in the CSV."""
+    """Until `count` train rows (of `run_id`, if given) are in the CSV. Polled every 10 ms:
+    a test signals the run once they are there, and what the run trains meanwhile must not
+    reach its end (at the 0.2 s it polled before, a machine at a few ms a step trains tens
+    of steps, more than some of these runs have left)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if os.path.exists(path):
@@ -52,7 +57,7 @@ def wait_for_rows(path, count, proc, run_id="", timeout=300):
                 if sum(1 for line in handle if ",train," in line and line.startswith(run_id)) >= count:
                     return
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
+        time.sleep(0.01)
     raise AssertionError(f"no {count} rows in {path} after {timeout}s")
 
 
@@ -256,7 +261,7 @@ def test_bad_parallel_flags_are_one_line_and_status_2(script, argv, expected, sm
 
 def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp_path):
     """A 2 GiB address-space limit and a batch of 3,200 images: torch's allocator fails;
-    the advised batch of 800 then runs under the same limit."""
+    the advised batch of 800 then runs under the same limit, its step check within what is left."""
 
     def limit_memory():
         resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
@@ -284,7 +289,12 @@ def test_running_out_of_memory_ends_with_advice_and_keeps_the_log(full_data, tmp
     assert "use a smaller --batch_size (e.g. 800)" in proc.stderr and "Traceback" not in proc.stderr
     assert (results / f"{NETWORK}_torch.csv").exists()
     assert "status:      out of memory at step 1" in (tmp_path / "results.log").read_text()
-    assert run("800").returncode == 0
+    advised = run("800")
+    assert advised.returncode == 0, advised.stderr[-2000:]
+    # the step check's float64 look at a step of 800 rows does not fit beside torch under the
+    # limit: it is left to the update rule, said so, and the run goes on
+    log = " ".join((tmp_path / "results.log").read_text().split())
+    assert "the update rule alone (the float64 pass of step 1's 800 rows needs about" in log, log[-2000:]
 
 
 # --------------------------------------------------------------------------- loss sanity
@@ -422,8 +432,7 @@ def test_a_run_killed_and_resumed_keeps_its_clock_and_its_time_to_accuracy(tiny_
     resumed = run_script("torch_script.py", flags + ["--resume", "cut"])
     resumed_life_s = time.perf_counter() - started
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    next_step = rf"at step {checkpoint + 1} |after epoch \d+'s last step \(its validation, then step {checkpoint + 1}\)"
-    assert re.search(rf"resuming run cut ({next_step})", resumed.stdout), resumed.stdout[:500]
+    assert resume_line("cut", checkpoint, TINY_STEPS_PER_EPOCH) in resumed.stdout, resumed.stdout[:500]
     rows = read_rows(csv_path, "cut")
     assert_wall_time_never_goes_back(rows)
     train = {row["step"]: row for row in rows if row["phase"] == "train"}
@@ -453,6 +462,7 @@ def test_a_run_resumed_at_an_epochs_end_reports_that_epoch_whole(tiny_train, tmp
     resumed = run_script("torch_script.py", common + ["--resume", "r1"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming run r1 after epoch 2's last step (its validation, then step 9) from" in resumed.stdout
+    assert resume_line("r1", 8, TINY_STEPS_PER_EPOCH) in resumed.stdout  # the helper the stop-dependent tests use
     (before,) = re.findall(EPOCH_LINE, first.stdout)
     (after,) = re.findall(EPOCH_LINE, resumed.stdout)
     assert after == before == ("4", "4", *before[2:]), resumed.stdout
@@ -467,7 +477,7 @@ def test_a_checkpoint_state_of_an_earlier_version_resumes_with_its_clock_at_0(tm
     from algorithms.config.run_config import parse_config
     from algorithms.contract.types import Runtime
     from algorithms.session.run_session import RunSession
-    from algorithms.spec.data import Dataset
+    from algorithms.dataset.data import Dataset
 
     flags = ["--test", "none", "--results_dir", str(tmp_path), "--reduce_lr_on_plateau", "1", "--resume", "old"]
     config = parse_config(flags, "torch_script.py", "")

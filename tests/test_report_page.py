@@ -1,7 +1,8 @@
 """The HTML report a person reads, from result CSVs written by the recorder with known
-answers (no training): opened in real headless Chromium at 1,280 px, it fits the window,
-its verdicts are coloured as they read and link to their evidence; and no comparison's
-report replaces another's."""
+answers (no training): opened in real headless Chromium at 1,280 px, it opens with its
+answer, fits the window, its verdicts are coloured as they read (a pair that ends far apart
+never green or grey) and link to their evidence, folded pair by pair with each pair's
+picture, and no run id breaks inside; and no comparison's report replaces another's."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ SEED_SHIFTS = (0.0, 0.02, -0.01, 0.01, -0.02)
 LONG_ID = "near_" + "x" * 150
 ESCAPED_ID = "twin<i>&amp;</i>"
 PARITY_STEP = 3  # where the parity pair's difference enters
+APART_ACCURACY = 0.23  # a parity run within drift of parity-a at every step, that ends far from its 0.90
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,7 @@ def comparison(tmp_path_factory):
         (write_run(results, "torch/torch", "drifted", CURVE + 0.3, 0.80, seed=6), "drifted"),
         (write_run(results, "torch/torch", "parity-a", CURVE, 0.90, parity=True), "parity-a"),
         (write_run(results, "keras/tensorflow", "parity-b", parity_b, 0.90, parity=True), "parity-b"),
+        (write_run(results, "keras/torch", "apart", CURVE * (1 + 1e-8), APART_ACCURACY, parity=True), "apart"),
     ]
     return baseline, results, [f"{path}@{run_id}" for path, run_id in inputs]
 
@@ -66,8 +69,10 @@ def test_the_report_opens_in_chromium_fits_1280_px_and_colours_each_verdict_as_i
     heatmap = tmp_path / "localise.png"
     _heatmap_png(heatmap, width_px=2400)  # wider than the window: the page must scale it down
     assert main(inputs + ["--baseline", str(baseline), "--heatmap", str(heatmap)]) == 0
-    page = written(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    page = written(out)
     layout = measure(page, WINDOW, 900, str(tmp_path / "profile"))
+    pairs = len(inputs) * (len(inputs) - 1) // 2
 
     shot = tmp_path / "report.png"
     screenshot(page, str(shot), WINDOW, min(layout["scrollHeight"], 16000), str(tmp_path / "profile"))
@@ -79,15 +84,23 @@ def test_the_report_opens_in_chromium_fits_1280_px_and_colours_each_verdict_as_i
     assert images["per-layer localisation heatmap"]["naturalWidth"] == 2400
     assert all(image["naturalWidth"] > 0 and image["right"] <= WINDOW for image in images.values())
 
-    # every verdict cell's colour is its class's: green agrees, red is beyond, grey no verdict
+    # the answer first: one line under the title, what the console's summary opens with too
+    answer = layout["answer"]
+    console = out.split("\n\n")[0]  # the compare command's text opens with it, wrapped to the terminal
+    assert answer["previous"] == "H1" and answer["text"] == " ".join(line.strip() for line in console.splitlines())
+    assert layout["text"].index(answer["text"]) < layout["text"].index("Verdicts, pair by pair")
+
+    # every verdict cell's colour is its class's: green agrees, red is beyond, orange ends far apart, grey no verdict
     for cell in layout["verdicts"]:
         red, green, blue = (int(v) for v in re.findall(r"\d+", cell["colour"])[:3])
-        (kind,) = {"agree", "beyond", "none"} & set(cell["classes"])
-        assert {"agree": green > red and green > blue, "beyond": red > green and red > blue}.get(
-            kind, red == green == blue
-        ), cell
+        (kind,) = {"agree", "beyond", "apart", "none"} & set(cell["classes"])
+        assert {
+            "agree": green > red and green > blue,
+            "beyond": red > green and red > blue and green == blue,
+            "apart": red > green > blue,
+        }.get(kind, red == green == blue), cell
     table = [cell for cell in layout["verdicts"] if cell["section"] == "verdicts"]
-    assert len(table) == len(inputs) * (len(inputs) - 1) // 2  # every pair
+    assert len(table) == pairs  # every pair
     expected = {  # the known answers, against the first run where not said
         "within spread": "agree",  # keras/jax, as far from it as torch's seeds are
         "beyond spread": "beyond",  # tensorflow, 0.5 off the curve
@@ -95,17 +108,24 @@ def test_the_report_opens_in_chromium_fits_1280_px_and_colours_each_verdict_as_i
         "same": "agree",  # keras/torch, every loss the same
         "run-to-run": "none",  # torch against torch at one setting
         f"beyond drift at step {PARITY_STEP}": "beyond",  # parity-a vs parity-b, off by 1% from step 3
+        # parity-a vs apart: within drift at every step, and 0.90 against 0.23 at the end: never green
+        f"within drift; ends far apart: val acc gap {0.90 - APART_ACCURACY:.2f}": "apart",
     }
     for start, kind in expected.items():
         cells = [cell for cell in table if cell["text"].startswith(start)]
         assert cells and all(kind in cell["classes"] for cell in cells), (start, [cell["text"] for cell in table])
+    # the answer counts the pairs the table shows red or orange, and names the first runs off
+    differing = [cell for cell in table if {"beyond", "apart"} & set(cell["classes"])]
+    assert answer["text"].startswith(f"{len(differing)} of {pairs} pairs differ for real: tensorflow/tensorflow far (")
+    assert "beyond" in answer["classes"]
 
     # every in-page link reaches its target, and a verdict's target holds its numbers
     assert layout["links"] and all(link["target"] is not None for link in layout["links"])
     targets = {link["href"]: link["target"] for link in layout["links"]}
     for cell in table:
         assert cell["text"] in targets[cell["href"]] and "distance" in targets[cell["href"]]
-    (parity,) = [targets[cell["href"]] for cell in table if cell["text"] == f"beyond drift at step {PARITY_STEP}"]
+    # parity-a vs parity-b (and parity-b vs apart, after it)
+    parity = next(targets[cell["href"]] for cell in table if cell["text"] == f"beyond drift at step {PARITY_STEP}")
     assert f"step k (first step beyond){PARITY_STEP}" in parity and "drift envelope envelope_" in parity
     beyond = next(cell for cell in table if cell["text"].startswith("beyond spread"))
     assert (
@@ -122,9 +142,34 @@ def test_the_report_opens_in_chromium_fits_1280_px_and_colours_each_verdict_as_i
     assert layout["italics"] == 0 and ESCAPED_ID in layout["text"] and LONG_ID in layout["text"]
     assert layout["text"].index("Verdicts, pair by pair") < layout["text"].index("Runs")  # what a reader wants first
 
+    # no run id or backend broken inside, in any table or line (every fold opened); only an id no cell can hold may
+    ids = layout["ids"]
+    assert {"verdicts", "runs", "baseline", "evidence"} <= {i["section"] for i in ids}
+    assert {ESCAPED_ID, "parity-b", "tensorflow/tensorflow", "keras"} <= {i["text"] for i in ids}
+    assert all(i["lines"] == 1 for i in ids if "long" not in i["classes"]), [i for i in ids if i["lines"] != 1]
+    assert {i["text"] for i in ids if "long" in i["classes"]} == {LONG_ID}
+
+    # the evidence folds, pair by pair: closed, its first line the pair and its verdict, opened its picture
+    folds = [fold for fold in layout["details"] if fold["section"] == "evidence"]
+    assert [fold["inner"] for fold in folds] == [f"pair-{index}" for index in range(1, pairs + 1)]
+    assert not any(fold["open"] for fold in folds) and all(fold["summaryHeight"] > 0 for fold in folds)
+    for fold, cell in zip(folds, table):
+        assert fold["summary"].startswith(f"{cell['href'][len('#pair-') :]}. ") and fold["summary"].endswith(
+            cell["text"]
+        )
+    pictures = [image for image in layout["images"] if image["alt"].startswith("pair ")]
+    assert [image["fold"] for image in pictures] == [fold["inner"] for fold in folds]
+    assert all(image["naturalWidth"] > 800 and image["right"] <= WINDOW for image in pictures)
+    # a verdict's link opens its pair's fold, and only that one
+    (apart,) = [cell for cell in table if "apart" in cell["classes"]]
+    linked = measure(page, WINDOW, 900, str(tmp_path / "profile"), fragment=apart["href"][1:])
+    opened = [fold["inner"] for fold in linked["details"] if fold["open"]]
+    assert opened == [apart["href"][1:]]
+
 
 def test_no_comparison_replaces_another_report(comparison, capsys):
     baseline, results, inputs = comparison
+    inputs = inputs[:4]  # what a report is named for, not every pair's picture: four runs are enough
     assert main(inputs + ["--baseline", str(baseline)]) == 0
     full = written(capsys.readouterr().out)
     with open(full, "rb") as handle:

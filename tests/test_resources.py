@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -153,3 +154,114 @@ def test_more_devices_than_cores_are_let_through_with_one_note(small_data, monke
     assert f"on {cores} cores: {devices / cores:.1f}x oversubscribed" in said[0]
     monkeypatch.setenv("WORLD_SIZE", str(devices))  # a torchrun rank: its launcher checked
     assert check_resources(parse_config([*flags, "--batch_size", str(10 * devices)], "t", ""), footprint, 1.0) == []
+
+
+# --------------------------------------------------------------------------- the network's own memory
+
+DIGITS_NET = os.path.join(REPO_ROOT, "examples", "digits_8x8.toml")
+
+
+def digits_with(tmp_path, layer: str, before: str = "Dropout") -> str:
+    """examples/digits_8x8.toml with `layer` (a [[layers]] table) before its layer of type `before`."""
+    with open(DIGITS_NET) as handle:
+        text = handle.read()
+    marker = f'[[layers]]\ntype = "{before}"'
+    assert marker in text
+    (tmp_path / "big.toml").write_text(text.replace(marker, layer + "\n\n" + marker))
+    return str(tmp_path / "big.toml")
+
+
+def digits_npz(tmp_path) -> str:
+    import numpy as np
+
+    np.savez(tmp_path / "digits.npz", x=np.zeros((40, 8, 8), np.uint8), y=np.arange(40) % 10)
+    return str(tmp_path / "digits.npz")
+
+
+def figures(err: str) -> tuple:
+    """(the need, the free memory) a refusal names, in MB."""
+    need = float(err.split("needs about ")[1].split(" MB")[0].replace(",", ""))
+    free = float(err.split("this machine has ")[1].split(" MB free")[0].replace(",", ""))
+    return need, free
+
+
+def test_a_network_too_big_for_this_machine_is_refused_naming_its_largest_layer(tmp_path, capsys):
+    """The issue's case: a Dense of 2,000,000,000 units started, wrote three files and ended at
+    step 1 blaming --batch_size. Now refused before anything: the layer, both figures, the fix."""
+    from tests.helpers.refused import run_refused
+
+    network = digits_with(tmp_path, '[[layers]]\ntype = "Dense"\nunits = 2000000000')
+    err = run_refused(tmp_path, capsys, ["--network", network, "--train", digits_npz(tmp_path), "--test", "none"])
+    assert "to train in torch at batch 32 (its largest layer, layer 6 Dense 2000000000: " in err, err
+    assert "MB of weights, their gradients and adam's state" in err and "make layer 6 smaller" in err, err
+    need, free = figures(err)
+    assert need > free and free == pytest.approx(available_memory_mb(), rel=0.5)
+
+
+def test_a_batch_whose_activations_do_not_fit_is_refused_with_the_largest_batch_that_does(tmp_path, capsys):
+    """Activations, not weights: a wide convolution at the network file's own batch of ten
+    million (a preset's batch may exceed the rows). The batch the line offers passes the check."""
+    from algorithms.errors import InputError
+    from algorithms.machine.network_memory import network_memory
+    from algorithms.machine.resources import check_network_fits, dataset_mb
+    from algorithms.run.entry import prepare
+    from tests.helpers.refused import run_refused
+    from torch_wrapper import FOOTPRINT
+
+    wide = '[[layers]]\ntype = "Conv2D"\nfilters = 4096\nkernel_size = 1\npadding = "same"'
+    network = digits_with(tmp_path, wide, before="Flatten")
+    with open(network) as handle:
+        text = handle.read().replace("batch_size = 32", "batch_size = 10000000")
+    with open(network, "w") as handle:
+        handle.write(text)
+    train = digits_npz(tmp_path)
+    err = run_refused(tmp_path, capsys, ["--network", network, "--train", train, "--test", "none"])
+    assert "at batch 10000000 (its largest layer, layer 5 Conv2D 4096 1x1 same: " in err, err
+    assert "MB of activations" in err and "; use --batch_size " in err, err
+    batch = int(err.split("use --batch_size ")[1].split()[0])
+    _, free = figures(err)  # MemAvailable moves: the figures the line was made with, to the MB it shows
+    config, dataset = prepare(["--network", network, "--train", train], "t", "")  # the file's batch: its rows pass
+    memory, data_mb = network_memory(config.network, config.optimizer), dataset_mb(dataset)
+    check_network_fits(replace(config, batch_size=batch), FOOTPRINT, memory, data_mb, free + 1)  # let through
+    with pytest.raises(InputError, match=f"at batch {2 * batch} "):
+        check_network_fits(replace(config, batch_size=2 * batch), FOOTPRINT, memory, data_mb, free)
+
+
+def test_run_all_refuses_a_network_too_big_before_any_framework_starts(tmp_path):
+    network = digits_with(tmp_path, '[[layers]]\ntype = "Dense"\nunits = 2000000000')
+    flags = ["--network", network, "--train", digits_npz(tmp_path), "--results_dir", str(tmp_path / "results")]
+    run = Watched([sys.executable, "run_all.py", *flags], entry_env({}))
+    assert run.proc.returncode == 2 and not run.stopped, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stderr.startswith("error: ") and run.stderr.count("\n") == 1, run.stderr
+    assert "(its largest layer, layer 6 Dense 2000000000: " in run.stderr and run.most_children == 0
+    assert not (tmp_path / "results").exists() and run.stdout == ""
+
+
+def test_every_framework_declares_its_measured_footprint():
+    from algorithms.registry.capabilities import support
+    from algorithms.registry.frameworks import FRAMEWORKS
+
+    for framework in FRAMEWORKS:
+        footprint = support(framework).footprint
+        assert footprint is not None and footprint.process_mb > 50 and footprint.sample_mb > 0, framework.name
+        assert footprint.name and footprint.started(parse_config([], "t", "")).processes == 0, framework.name
+
+
+@pytest.mark.slow  # a torch run under the footprint sampler
+def test_the_estimate_is_within_2x_of_a_real_runs_peak(tmp_path):
+    """examples/digits_8x8.toml in torch at its own batch and at 1000: the check's estimate against
+    the peak resident memory the run reaches (docs/own-network.md has every framework's)."""
+    from algorithms.bench.memory_estimate import case_flags, estimate_mb
+    from algorithms.bench.footprint import measure
+    from scripts.example_data import digits_8x8
+
+    train, _ = digits_8x8(str(tmp_path / "data"))
+    for batch in (32, 1000):
+        flags = case_flags("digits_8x8.toml", train, batch, steps=3)
+        estimate, _ = estimate_mb("torch", flags)
+        flags += ["--results_dir", str(tmp_path / "results"), "--results_log", str(tmp_path / "log")]
+        processes, _, status = measure(
+            [sys.executable, os.path.join(REPO_ROOT, "torch_script.py"), *flags], entry_env({}), quiet=True
+        )
+        peak = max(peak_mb for peak_mb, _ in processes.values())
+        assert status == 0 and estimate / 2 <= peak <= 2 * estimate, (batch, estimate, peak)

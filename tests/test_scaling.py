@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from algorithms.spec.parallel import ring_allreduce_bytes
+from algorithms.network.parallel import ring_allreduce_bytes
 from algorithms.studies.scaling import WORTH_IT_AT_TWO, ScalingRow, add_speedups, verdicts
-from algorithms.spec.networks import get_network
+from algorithms.network.networks import get_network
 from tests.conftest import run_script
 from tests.helpers.flags import flags, run_flags
 

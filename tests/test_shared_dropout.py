@@ -1,5 +1,5 @@
 """With dropout on, Lasagne and Caffe drop the units TensorFlow drops: all three apply
-the uniforms drawn once in numpy (algorithms/spec/dropout.py), so real short runs at one
+the uniforms drawn once in numpy (algorithms/network/dropout.py), so real short runs at one
 seed give TensorFlow's per-step training losses to float32 drift, read back from their
 CSVs. When each drew its own masks, their step-1 losses differed from TensorFlow's by
 2.7e-3 (Caffe) and 2.3e-3 (Lasagne), relative (measured 2026-12-04 on this data).

@@ -1,6 +1,6 @@
 """The wrapper skeleton (algorithms/contract/skeleton.py, docs/architecture.md): every
-wrapper of the registry has the contract's files, its trainers' methods and train.py's
-functions in the contract's order, and reads the strategy and the device count as
+wrapper of the registry has the contract's files, its trainers' methods and train.py's and
+probes.py's functions in the contract's order, and reads the strategy and the device count as
 config.strategy and config.devices, in its subpackages too. Read from the source, so no
 framework loads; and the check names a wrapper that leaves the skeleton, each way it does."""
 
@@ -42,9 +42,9 @@ def test_a_wrapper_that_leaves_the_skeleton_is_named_each_way_it_does(tmp_path, 
     assert skeleton_problems("stray_wrapper") == [
         "stray_wrapper/determinism.py: missing (every wrapper has the contract's files)",
         "stray_wrapper/trainer.py:1: SoundTrainer: logits, to_batch, step, set_learning_rate, prepare_batch, "
-        "save_checkpoint, load_checkpoint; the skeleton's order is to_batch, step, set_learning_rate, "
-        "prepare_batch, logits, save_checkpoint, load_checkpoint (Trainer)",
-        "stray_wrapper/__init__.py:11: plan.devices: read config.devices (the skeleton's config path)",
+        "save_checkpoint, load_checkpoint, train_state; the skeleton's order is to_batch, step, set_learning_rate, "
+        "prepare_batch, logits, save_checkpoint, load_checkpoint, train_state (Trainer)",
+        "stray_wrapper/__init__.py:12: plan.devices: read config.devices (the skeleton's config path)",
         "stray_wrapper/train.py:8: session.config.plan.strategy: read config.strategy (the skeleton's config path)",
     ]
 
@@ -74,7 +74,23 @@ def test_train_pys_functions_out_of_the_contracts_order_are_named(tmp_path, monk
     write_package(tmp_path, "moved_wrapper", moved)
     (problem,) = skeleton_problems("moved_wrapper")
     assert problem.startswith("moved_wrapper/train.py: describe_runtime, train, describe_modes, ")
-    assert problem.endswith(
-        "; the skeleton's order is describe_runtime, records, train, describe_modes, "
-        "initial_loss_and_logits, model_parameters, layer_outputs_and_gradients (TrainModule)"
-    )
+    assert problem.endswith("; the skeleton's order is describe_runtime, records, train, describe_modes (TrainModule)")
+
+
+def test_the_probes_stand_apart_from_training_in_the_contracts_order(tmp_path, monkeypatch):
+    """probes.py holds the model's probes (the tests', the structural check's and the
+    localisation's), in ProbesModule's order; a wrapper without it leaves the skeleton."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    swapped = dict(SOUND)
+    initial = "def initial_loss_and_logits(network, images, labels, seed=0):\n    return 0.0, images\n"
+    swapped["probes.py"] = SOUND["probes.py"].replace(initial, "") + initial
+    write_package(tmp_path, "swapped_wrapper", swapped)
+    assert skeleton_problems("swapped_wrapper") == [
+        "swapped_wrapper/probes.py: model_parameters, layer_outputs_and_gradients, initial_loss_and_logits; "
+        "the skeleton's order is initial_loss_and_logits, model_parameters, layer_outputs_and_gradients "
+        "(ProbesModule)"
+    ]
+    write_package(tmp_path, "probeless_wrapper", {file: text for file, text in SOUND.items() if file != "probes.py"})
+    assert skeleton_problems("probeless_wrapper") == [
+        "probeless_wrapper/probes.py: missing (every wrapper has the contract's files)"
+    ]

@@ -5,8 +5,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms.spec.weights import initial_weights, to_channels_first
-from algorithms.spec.networks import (
+from algorithms.network.weights import initial_weights, to_channels_first
+from algorithms.network.networks import (
     CNN2D_2LAYER,
     CNN2D_3LAYER,
     NETWORKS,

@@ -10,26 +10,26 @@ anything trains."""
 from __future__ import annotations
 
 from algorithms.localisation.structure import first_structural_layer, structural_problems
-from algorithms.spec.networks import CNN2D_3LAYER, Conv2D, weight_shapes
-from algorithms.spec.variants import apply_fault, parse_fault
+from algorithms.network.networks import CNN2D_3LAYER, Conv2D, weight_shapes
+from algorithms.network.variants import apply_fault, parse_fault
 
 
 def test_the_structural_check_passes_torchs_model_and_names_a_missing_bias_and_a_transposed_kernel(monkeypatch):
     import torch
     from torch import nn
 
-    import torch_wrapper.train as torch_train
+    import torch_wrapper.probes as torch_probes
 
-    healthy = torch_train.model_parameters(CNN2D_3LAYER)
+    healthy = torch_probes.model_parameters(CNN2D_3LAYER)
     assert structural_problems("torch", CNN2D_3LAYER, healthy) == []
     assert first_structural_layer("torch", CNN2D_3LAYER, healthy) is None
-    without_bias = torch_train.model_parameters(apply_fault(parse_fault("bias:3", CNN2D_3LAYER), CNN2D_3LAYER, [])[0])
+    without_bias = torch_probes.model_parameters(apply_fault(parse_fault("bias:3", CNN2D_3LAYER), CNN2D_3LAYER, [])[0])
     assert structural_problems("torch", CNN2D_3LAYER, without_bias) == [
         "torch: layer 3 (Conv2D 48 3x3): no bias (the spec's: (48,), canonical layout)",
         "torch: 11 parameter tensors holding 246,634 values; the spec has 12 holding 246,682",
     ]
     assert first_structural_layer("torch", CNN2D_3LAYER, without_bias) == 3
-    builder = torch_train.layer_modules
+    builder = torch_probes.layer_modules
 
     def transposed(network, weights, *rest, **options):
         layers = builder(network, weights, *rest, **options)
@@ -37,8 +37,8 @@ def test_the_structural_check_passes_torchs_model_and_names_a_missing_bias_and_a
         linear.weight = nn.Parameter(torch.empty(linear.in_features, linear.out_features))  # nn.Linear(out, in)
         return layers
 
-    monkeypatch.setattr(torch_train, "layer_modules", transposed)
-    assert structural_problems("torch", CNN2D_3LAYER, torch_train.model_parameters(CNN2D_3LAYER)) == [
+    monkeypatch.setattr(torch_probes, "layer_modules", transposed)
+    assert structural_problems("torch", CNN2D_3LAYER, torch_probes.model_parameters(CNN2D_3LAYER)) == [
         "torch: layer 9 (Dense 128): kernel (1568, 128) expected (128, 1568) (OI): transposed"
     ]
 

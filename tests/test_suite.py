@@ -1,6 +1,7 @@
 """The main job's driver: runs the chosen frameworks and prints the table from their CSVs."""
 
 import os
+import re
 
 import pytest
 
@@ -43,6 +44,12 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     assert lines[matrix + 4].startswith("  median ") and "lowest" in lines[matrix + 4]
     against = lines.index("verdicts against torch/torch (the rule, the yardsticks and the evidence: the report):")
     assert lines[against + 1].split()[0] == "tensorflow/tensorflow"
+    # the answer first (wrapped to the terminal): whether the one pair differs for real, then the verdicts it counts
+    start = max(i for i in range(against) if not lines[i].strip()) + 1
+    answer = " ".join(line.strip() for line in lines[start:against])
+    assert re.fullmatch(r"the pair is within drift|1 of 1 pair differs for real: .+|no pair of 1 differs .+", answer)
+    pictures = lines[lines.index("each pair's picture:") + 1].strip()
+    assert os.listdir(pictures) == ["pair-1.png"]
     page = lines[next(i for i, line in enumerate(lines) if line.startswith("the evidence: the report")) + 1].strip()
     assert os.path.dirname(page) == str(tmp_path / "results" / "compare")
     assert os.path.basename(page).startswith("suite-test-")  # its run id, then the key of the runs compared
@@ -54,6 +61,20 @@ def test_run_all_prints_a_table_row_per_framework(small_data, tmp_path):
     summary = lines[header:]
     assert not [line for line in summary if len(line) >= 160 and len(line.split()) > 1], summary
     assert not any("unknown settings" in line for line in lines)
+    # it ends with where its wall time went: each framework's process split from its rows
+    split = lines.index(next(line for line in lines if line.startswith("framework       start-up s")))
+    assert lines[split - 1].startswith("wall time: ") or lines[split - 2].startswith("wall time: ")
+    for offset, name in enumerate(("torch", "tensorflow"), start=2):
+        cells = lines[split + offset].split()
+        start_up, check, training, test, total = (float(cell) for cell in cells[1:])
+        assert cells[0] == name and abs(start_up + check + training + test - total) < 0.25
+        table_row = lines[header + offset].split()
+        assert abs(total - float(table_row[8])) <= 0.5  # the table's wall s: the same process
+        rows = read_rows(str(tmp_path / "results" / f"cnn2d_3layer_fullconnected_3layer_{name}.csv"), "suite-test")
+        assert training == round(max(r["wall_time_s"] for r in rows if r["phase"] != "test"), 1)
+        assert check > 0 and test > 0 and start_up > 0
+    assert lines[split + 4].startswith("all frameworks")
+    assert not any(line.startswith("BLAS") for line in lines)  # neither framework computes in OpenBLAS
     # and the run's curves reach TensorBoard, one run directory per framework
     assert sorted(p.name for p in (tmp_path / "results" / "tensorboard" / "suite-test").iterdir()) == [
         "tensorflow",
@@ -75,26 +96,30 @@ def test_the_readme_table_of_what_each_framework_runs_is_current():
 
 
 @pytest.mark.slow  # one of the edit loop's slowest (15 s or more): make test-fast leaves it out
-def test_run_all_with_seeds_judges_each_pair_against_the_seeds_band(small_data, tmp_path):
-    """--seeds 0,1: every framework twice; the seeds' spread is the band, and the test
-    predictions' agreement is printed from the submissions."""
+def test_run_all_with_seeds_judges_same_seed_pairs_by_drift_and_other_seeds_by_their_band(small_data, tmp_path):
+    """--seeds 0,1: every framework twice. No shipped envelope covers the small data, so the
+    first run measures its own yardstick and each same-seed pair gets a drift verdict; a pair
+    of two seeds is judged against the seeds' spread (in the report); the test predictions'
+    agreement is printed from the submissions."""
     import re
 
     out = run_all_on_torch_and_tensorflow(small_data, tmp_path, "seeds", seeds="0,1").stdout
     for seed in (0, 1):
         rows = read_rows(str(tmp_path / "results" / "cnn2d_3layer_fullconnected_3layer_torch.csv"), f"seeds-seed{seed}")
         assert rows and rows[0]["run_id"] == f"seeds-seed{seed}"
-    # one seed of each: no drift envelope at these settings (the small data), so the seeds' bands judge
     verdicts = out[out.index("verdicts against torch/torch") :].split("\n\n")[0].splitlines()
     (line,) = [line for line in verdicts if line.strip().startswith("tensorflow/tensorflow ") and "seed1" not in line]
-    assert re.search(r"(within|beyond) spread \(p=[0-9.e+-]+\) · val acc gap [0-9.]+", line), line
+    assert re.search(r"(within|beyond) drift.* · val acc gap [0-9.]+", line), line
     assert "run-to-run" in out  # torch's seed 1 against its seed 0
+    (report,) = (tmp_path / "results" / "compare").glob("seeds-seed0-*.html")
+    spread = re.findall(r"(?:within|beyond) spread \(p=[0-9.e+-]+\)", report.read_text())
+    assert spread, "no pair of two seeds judged against the seeds' band in the report"
     agreement = re.search(r"  median ([0-9.]+)%; lowest", out)
     assert agreement and 0 <= float(agreement.group(1)) <= 100, out
 
 
 def test_the_main_command_converges_by_default_and_keeps_the_preset_one_flag_away():
-    from algorithms.spec.networks import CNN2D_2LAYER, CNN2D_3LAYER
+    from algorithms.network.networks import CNN2D_2LAYER, CNN2D_3LAYER
     from algorithms.studies.suite import main_command_flags
 
     flags, note = main_command_flags(CNN2D_3LAYER, ["--num_epochs", "3"], "main")

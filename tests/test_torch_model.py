@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algorithms.spec.weights import initial_weights
-from algorithms.spec.networks import NETWORKS
+from algorithms.network.weights import initial_weights
+from algorithms.network.networks import NETWORKS
 from torch_wrapper.model import build_model, layer_modules
 
 

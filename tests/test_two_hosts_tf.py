@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from algorithms.ports import free_ports
-from algorithms.records import read_rows, sidecar_path
+from algorithms.records import STEP_CHECK_FOLDER, YARDSTICK_FOLDER, read_rows, sidecar_path
 from scripts.netns_cluster import Cluster, pids_in
 from tests.conftest import REPO_ROOT, run_script
 from tests.helpers.netns import WILDCARD_HEX, interfaces_here, left_behind, require_namespaces, run_on_hosts
@@ -80,8 +80,10 @@ def test_multi_worker_data_parallel_on_two_hosts_equals_two_workers_on_one(small
         ended, seen = run_on_hosts(cluster, commands, env={**TASK_ENV, "TMPDIR": str(tmp_path)})
     assert left_behind(cluster, before) == {}
     assert [status for status, _ in ended] == [0, 0], [output[-3000:] for _, output in ended]
-    # worker 0, the chief, alone writes: its rows, and its run's settings record once
-    assert sorted(os.listdir(nodes[0])) == sorted([CSV_NAME, os.path.basename(sidecar_path(CSV_NAME))])
+    # worker 0, the chief, alone writes: its rows, its run's settings record once, its step
+    # check's rows and the yardstick it measured (no shipped envelope covers the small data)
+    written = [CSV_NAME, os.path.basename(sidecar_path(CSV_NAME)), STEP_CHECK_FOLDER, YARDSTICK_FOLDER]
+    assert sorted(os.listdir(nodes[0])) == sorted(written)
     assert len((nodes[0] / sidecar_path(CSV_NAME)).read_text().splitlines()) == 1 and not nodes[1].exists()
     two_hosts = train_losses(nodes[0] / CSV_NAME)
     assert_grpc_on_the_wildcard(seen)

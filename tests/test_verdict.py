@@ -6,6 +6,7 @@ recomputed here with scipy), the parity regime names the first step a difference
 leaves the drift envelope, and an older file's unknown settings are said."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,8 +25,8 @@ from algorithms.analysis.drift_envelope import (
 )
 from algorithms.analysis.runs import load_run
 from algorithms.analysis.settings import Settings
-from algorithms.analysis.spread import ALPHA, TAIL_DF
-from algorithms.analysis.student_t import t_sf
+from algorithms.analysis import spread
+from algorithms.analysis.spread import ALPHA, STATISTICS, TAIL_DF
 from algorithms.analysis.verdict import Yardsticks, judge
 from algorithms.session.settings_record import append_settings, file_fingerprint, settings_of
 from algorithms.records import read_settings
@@ -123,6 +124,8 @@ def test_the_seed_regime_calls_a_draw_within_and_a_shifted_curve_or_accuracy_bey
     expected = 2 * stats.t.sf(abs(gap) / (pooled * math.sqrt(2)), df=min(8, TAIL_DF))
     assert TAIL_DF == 3
     assert f"p={expected:.3g}" in next(line for line in wrong.evidence if line.startswith("final val accuracy gap"))
+    # every statistic of the test (spread.STATISTICS) is computed and said, each on its own line
+    assert [name for name in STATISTICS if not any(line.startswith(name) for line in wrong.evidence)] == []
     # each verdict's band is five shipped seeds, and the baseline check agrees with the pair verdicts
     assert "5 seeds of torch/torch from the shipped baselines" in " ".join(format_against_first(report, True).split())
     checks = {check.run.run_id: check.verdict for check in report["baseline"]}
@@ -143,6 +146,89 @@ def test_the_baseline_check_is_the_same_test_for_one_run(seed_bands):
     test = reproduction_test(seeds[0], seeds[1:])
     t = (seeds[0].final_val_accuracy - np.mean(values)) / (np.std(values, ddof=1) * math.sqrt(1 + 1 / 4))
     assert test.p_accuracy == pytest.approx(2 * stats.t.sf(abs(t), df=3))
+
+
+def test_three_seeds_say_not_checked_where_four_would_call_the_gap(tmp_path):
+    """The issue's rule without power: with 3 seeds the prediction interval has 2 degrees of
+    freedom, and a final accuracy 12 of the seeds' standard deviations off has p = 0.018
+    (combined), not below ALPHA. It is not called within: the check says the seeds cannot
+    tell it (under 16.3 sd at p<0.01) and that 4 would; with a 4th seed it is outside (p =
+    0.0019). Known answers far from the threshold: 1.8x above ALPHA, 2.6x and 5x below it."""
+    rng = np.random.default_rng(13)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    accuracies = (0.950, 0.956, 0.944)  # mean 0.95, sd 0.006
+    for seed, accuracy in enumerate(accuracies):
+        write_run(folder, "torch/torch", f"baseline-seed{seed}", seed_draw(rng), accuracy, seed=seed)
+    new = tmp_path / "new"
+    new.mkdir()
+    far = write_run(new, "torch/torch", "far", seed_draw(rng), 0.950 - 12 * 0.006, seed=7)  # 12 sd below
+    near = write_run(new, "torch/torch", "near", seed_draw(rng), 0.953, seed=7)
+    three = check_run(load_run(f"{far}@far"), str(tmp_path / "baseline"))
+    t = 12 / math.sqrt(1 + 1 / 3)
+    assert 2 * (2 * stats.t.sf(t, df=2)) == pytest.approx(0.0183, abs=1e-4)  # 1.8x ALPHA: not outside
+    assert 2 * (2 * stats.t.sf(t, df=TAIL_DF)) == pytest.approx(0.0038, abs=1e-4)  # 2.6x below: 4 seeds would say so
+    assert three.verdict == "not checked", three.detail
+    said = "3 seeds cannot tell a final val accuracy gap under 16.3 of their standard deviations from seed noise"
+    assert said in three.short() and "(this one: 12); 4 seeds would" in three.short(), three.short()
+    assert f"add seeds to {folder}" in three.short()
+    assert check_run(load_run(f"{near}@near"), str(tmp_path / "baseline")).verdict == "within"
+    write_run(folder, "torch/torch", "baseline-seed3", seed_draw(rng), 0.950, seed=3)  # sd 0.0049: 13.1 sd
+    four = check_run(load_run(f"{far}@far"), str(tmp_path / "baseline"))
+    assert four.verdict == "outside" and four.p < ALPHA / 2, four.detail
+
+
+def test_a_pair_on_one_band_of_three_seeds_is_not_judged_where_more_seeds_would_call_it(tmp_path):
+    """The same rule for a pair: one band of 3 seeds gives the test 2 degrees of freedom; an
+    accuracy gap 10 of the pair's standard deviations wide (sd x sqrt 2) has p = 0.020
+    there (2x ALPHA) and 0.0042 with 3 (2.4x below): `not judged`, never `within spread`."""
+    rng = np.random.default_rng(19)
+    seeds = [
+        write_run(tmp_path, "torch/torch", f"s{seed}", seed_draw(rng), accuracy, seed=seed)
+        for seed, accuracy in enumerate((0.950, 0.956, 0.944))
+    ]
+    far = write_run(tmp_path, "keras/jax", "far", seed_draw(rng), 0.950 - 10 * 0.006 * math.sqrt(2), seed=0)
+    runs = [load_run(f"{path}@s{seed}") for seed, path in enumerate(seeds)] + [load_run(f"{far}@far")]
+    assert 2 * 2 * stats.t.sf(10, df=2) == pytest.approx(0.0198, abs=1e-4)
+    assert 2 * 2 * stats.t.sf(10, df=TAIL_DF) == pytest.approx(0.0042, abs=1e-4)
+    verdict = judge(runs[0], runs[3], Yardsticks(runs))
+    assert verdict.word.startswith("not judged (3 seeds cannot tell a final val accuracy gap under 19.9"), verdict.word
+    assert "(this one: 14.1); bands with 3 degrees of freedom (4 seeds of a framework, or 3 of each) would" in (
+        verdict.word
+    )
+    assert not verdict.beyond
+
+
+def test_a_run_at_chance_is_outside_seeds_that_learned_whatever_their_count(tmp_path):
+    """The at-chance rule, on 800 validation rows (the default split): guessing 1/10 scores
+    0.1, within 3 standard errors up to 0.132; seeds learned beyond 6 (0.164). A run at
+    0.10 against three seeds at 0.95 is outside and the pair with it beyond, whatever p;
+    a run at 0.20 is not at chance (0.07 above the zone's edge), nor is the rule used
+    against seeds that themselves ended at 0.15 (under the learned edge) or when the
+    rows scored are not known."""
+    from algorithms.analysis.spread import chance_line
+
+    rng = np.random.default_rng(17)
+    folder = tmp_path / "baseline" / "default"
+    folder.mkdir(parents=True)
+    shipped_seeds(folder, ("torch/torch", "keras/jax"), rng, seeds=3)
+    new = tmp_path / "new"
+    new.mkdir()
+    dead = write_run(new, "torch/torch", "dead", seed_draw(rng), 0.10, val_rows=800, seed=7)
+    keras = write_run(new, "keras/jax", "k", seed_draw(rng), accuracy_draw(rng), val_rows=800, seed=7)
+    low = write_run(new, "torch/torch", "low", seed_draw(rng), 0.20, val_rows=800, seed=7)
+    unknown = write_run(new, "torch/torch", "unknown", seed_draw(rng), 0.10, seed=7)
+    report = build_report([f"{dead}@dead", f"{keras}@k"], [], str(tmp_path / "baseline"))
+    check = report["baseline"][0]
+    assert check.verdict == "outside" and check.at_chance and "outside the baseline band (at chance, p=" in check.word
+    assert "within 3 standard errors of guessing (0.1 on 800 rows)" in check.short(), check.short()
+    (verdict,) = report["verdicts"]
+    assert verdict.word.startswith("beyond spread (at chance, p="), verdict.word
+    seeds = [load_run(f"{folder}/{NETWORK}_torch.csv@baseline-seed{seed}") for seed in range(3)]
+    assert chance_line(load_run(f"{low}@low"), seeds) is None  # 0.20 > 0.132
+    assert chance_line(load_run(f"{unknown}@unknown"), seeds) is None  # no rows scored on its val row
+    barely = [replace(seed, val=[(*seed.val[-1][:2], 0.15)]) for seed in seeds]
+    assert chance_line(load_run(f"{dead}@dead"), barely) is None  # 0.15 < 0.164: these seeds did not learn
 
 
 def test_a_same_framework_pair_of_seeds_is_run_to_run_and_too_few_seeds_give_no_band(tmp_path):
@@ -212,6 +298,34 @@ def test_the_parity_regime_names_the_first_step_beyond_drift(envelope_dir, tmp_p
     below = write_run(runs, "keras/jax", "below", parity_curve(3, 0.9 * ENVELOPE_FACTOR * 4e-7), 0.9, **PARITY)
     verdict = judge(load_run(f"{tf}@p"), load_run(f"{below}@below"), report["yardsticks"])
     assert verdict.word == "within drift to step 17"
+
+
+def test_run_alls_note_speaks_only_where_a_pair_has_no_yardstick(envelope_dir, tmp_path):
+    """run_all.py --parity (comparing.md's example) gives same-seed verdicts from the shipped
+    parity envelope, then had a note that there was "no drift envelope or seed band ... so no
+    verdict". A pair judged to its horizon, whose last word is only that no seed band covers
+    it, needs no note (its line says so); a pair with no yardstick at all gets one, naming how
+    to measure one."""
+    from algorithms.config.run_config import parse_config
+    from algorithms.studies.suite import yardstick_advice
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    tf = write_run(runs, "tensorflow/tensorflow", "p", parity_curve(), 0.9, **PARITY)
+    torch = write_run(runs, "torch/torch", "p", parity_curve(drift=3.0), 0.9, threads=1, **PARITY)
+    flags = ["--parity", "--max_steps", "30"]
+    config = parse_config(flags, "run_all.py", "")
+    report = build_report([f"{tf}@p", f"{torch}@p"], [], str(envelope_dir))
+    assert report["verdicts"][0].text == "within drift to step 17; then not judged (no seed band at these settings)"
+    assert yardstick_advice(report, config, flags, str(envelope_dir)) == []
+    # another seed, no envelope spans it and no band: no verdict, and the note says how to make one
+    other = write_run(runs, "torch/torch", "s1", parity_curve(drift=3.0), 0.9, **{**PARITY, "seed": 1})
+    report = build_report([f"{tf}@p", f"{other}@s1"], [], str(envelope_dir))
+    assert report["verdicts"][0].word == "no band"
+    note = " ".join(" ".join(yardstick_advice(report, config, flags, str(envelope_dir))).split())
+    assert note.startswith("note: 1 pair(s) with no yardstick"), note
+    assert "python run_all.py --yardstick measure --parity --max_steps 30" in note
+    assert "python run_all.py --seeds 0,1,2,3,4 --parity --max_steps 30" in note
 
 
 def test_parity_pairs_outside_the_envelope_get_no_verdict_from_it(envelope_dir, tmp_path):
@@ -307,8 +421,8 @@ def test_the_settings_record_holds_every_setting_once_per_run(tmp_path):
 def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad_ones_are_refused(tmp_path):
     from algorithms.errors import InputError
     from algorithms.config.run_config import parse_config
-    from algorithms.spec.networks import get_network
-    from algorithms.spec.weights import initial_weights
+    from algorithms.network.networks import get_network
+    from algorithms.network.weights import initial_weights
 
     train = tmp_path / "train.csv"
     train.write_text("label,pixel0\n1,0\n")
@@ -368,10 +482,16 @@ def test_momentum_nesterov_and_a_fault_reach_the_spec_the_wrappers_build_and_bad
     )
 
 
-def test_student_t_tail_matches_scipy():
-    for t in (-3.0, -0.5, 0.0, 0.7, 2.776, 6.0):
-        for df in (1, 2, 4, 8, 30):
-            assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), rel=1e-10, abs=1e-15)
+def test_a_statistics_tail_is_students_t_at_its_capped_degrees_of_freedom():
+    """The t table's known values: t = 2.776 with 4 degrees of freedom is the two-sided 5%
+    point, capped here at TAIL_DF = 3 degrees of freedom unless given; a one-sided 3.182 with 3
+    is 2.5%; and two Bonferroni-combined two-sided statistics at ALPHA = 1% call from t =
+    7.453 with 3 degrees of freedom (the one-sided 0.25% point), in the seeds' standard deviations."""
+    two_sided = spread.Statistic("gap", 2.776, 4, True, 1.0)
+    assert two_sided.p(df=4) == pytest.approx(0.05, abs=1e-4)
+    assert two_sided.p() == pytest.approx(2 * stats.t.sf(2.776, 3))  # the cap: heavier tails, larger p
+    assert spread.Statistic("curve", 3.182, 3, False, 1.0).p() == pytest.approx(0.025, abs=1e-4)
+    assert spread.Statistic("gap", 1.0, 9, True, 0.5).smallest_called(2, 9) == pytest.approx(0.5 * 7.453, abs=1e-3)
 
 
 def test_the_full_report_prints_the_regime_words_and_the_rule(envelope_dir, tmp_path):
@@ -485,6 +605,32 @@ def test_false_alarms_are_counted_leaving_the_judged_seeds_out(tmp_path, capsys)
     assert false_alarms.main(["--baseline", str(shifted), "--network", NETWORK]) == 0
     out = capsys.readouterr().out
     assert "cross-framework pairs at one seed called 'beyond'                              5 of 5" in out
+
+
+def test_band_power_calls_a_run_at_chance_outside_and_a_far_accuracy_outside_with_nine_seeds(tmp_path, capsys):
+    """The power study on ten seeds of two frameworks drawn from one distribution (800
+    validation rows): a run put at chance is outside at 3, 5 and 9 seeds; one 16 seed sd
+    low is outside against 9 (16 sd against the 7.8 nine seeds can call: twice the
+    threshold); a seed as it is is within 9 of its others in at least 9 of 10 checks.
+    A folder without ten seeds of a framework is one line, status 2."""
+    from algorithms.analysis import band_power
+
+    rng = np.random.default_rng(23)
+    for name in ("torch/torch", "keras/jax"):
+        for seed in range(10):
+            draw = seed_draw(rng)
+            write_run(tmp_path, name, f"baseline-seed{seed}", draw, accuracy_draw(rng), val_rows=800, seed=seed)
+    argv = ["--baseline", str(tmp_path), "--network", NETWORK, "--subsets", "2", "--model", "200"]
+    assert band_power.main(argv) == 0
+    real = capsys.readouterr().out.split("\n\n")[0]
+    rows = {line[:30].strip(): line[30:].split() for line in real.splitlines()[3:]}
+    cells = {name: [tuple(float(x) for x in cell[i : i + 5 : 2]) for i in (0, 5, 10)] for name, cell in rows.items()}
+    assert cells["at chance"] == [(1.0, 0.0, 0.0)] * 3, real
+    assert cells["val accuracy -16 seed sd"][2] == (1.0, 0.0, 0.0), real
+    assert cells["as it is (null)"][2][2] >= 0.9, real
+    assert band_power.main(["--baseline", str(tmp_path / "none"), "--network", NETWORK]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no framework with 10 or more seeds" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow  # the rates measured on the shipped seeds: about 20 s

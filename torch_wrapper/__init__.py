@@ -17,8 +17,17 @@ _NOT_WITH_WORKER_STRATEGIES = {
     "--fault loss": "each worker's update takes its mean loss",
 }
 
-# known errors its one-device trainer puts in (spec/variants.py)
-_SINGLE_ONLY_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_labels")
+# known errors its one-device trainer puts in (network/variants.py)
+_SINGLE_ONLY_FAULTS = (
+    "eval_dropout",
+    "momentum_reset",
+    "lr_late",
+    "accuracy_labels",
+    "late_lr",
+    "late_momentum",
+    "skip",
+    "maxnorm",
+)
 
 import os
 
@@ -60,7 +69,7 @@ def started(config) -> Started:
 
 
 # measured (docs/parallel.md#memory-before-anything-starts); torch's devices are processes, none in-process
-FOOTPRINT = Footprint(process_mb=355, sample_mb=0.70, device_mb=0, started=started)
+FOOTPRINT = Footprint(process_mb=355, sample_mb=0.70, device_mb=0, started=started, name="torch")
 
 
 def supported() -> Support:
@@ -142,6 +151,6 @@ def prepare_process(config, dataset) -> None:
 
 def launch(config, argv: list) -> None:
     """Starts torchrun for a multi-process strategy (see launch.py); returns in a worker."""
-    from torch_wrapper.launch import launch as start
+    from torch_wrapper.launcher import launch as start
 
     start(config, argv)

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.bench.gpu_check import append_row, read_plan, run_within_budget, whole_batches
-from algorithms.spec.data import load_dataset
-from algorithms.spec.dropout import uniforms
-from algorithms.spec.weights import initial_weights
-from algorithms.spec.networks import get_network
+from algorithms.dataset.data import load_dataset
+from algorithms.network.dropout import uniforms
+from algorithms.network.weights import initial_weights
+from algorithms.network.networks import get_network
 from backends.torch_backend import device_name, set_tf32
 from torch_wrapper.model import build_model, images_to_torch, make_optimizer, uniforms_to_torch
 

@@ -1,4 +1,4 @@
-"""The spec translated to torch.nn modules. Weights come from algorithms/spec/weights.py,
+"""The spec translated to torch.nn modules. Weights come from algorithms/network/weights.py,
 converted to the channels-first layout (OIHW kernels, (out, in) dense, CHW flatten).
 
 `layer_modules` gives each spec layer its own modules, so a strategy can place a
@@ -11,7 +11,7 @@ becomes the convolution's own padding and a ReLU before a max-pool runs after it
 (NHWC), the layout oneDNN's fastest CPU convolutions take. That changes only the
 convolutions' summation order, alike in every strategy's layers.
 
-Dropout draws its mask from the uniforms that come with the rows (algorithms/spec/dropout.py),
+Dropout draws its mask from the uniforms that come with the rows (algorithms/network/dropout.py),
 so every module stack here is a `SpecStack`: an nn.Sequential whose forward takes the
 batch's uniforms beside its input and hands them to each `SharedDropout`, whichever
 stage, shard, block or replica holds it."""
@@ -27,10 +27,10 @@ from torch.utils.checkpoint import checkpoint
 
 import numpy as np
 
-from algorithms.spec.data import as_channels_first
-from algorithms.spec.dropout import channels_first, dropout_layers, scale as dropout_scale
-from algorithms.spec.weights import to_channels_first
-from algorithms.spec.networks import (
+from algorithms.dataset.data import as_channels_first
+from algorithms.network.dropout import channels_first, dropout_layers, scale as dropout_scale
+from algorithms.network.weights import to_channels_first
+from algorithms.network.networks import (
     AveragePooling2D,
     BatchNormalization,
     Conv2D,
@@ -43,11 +43,13 @@ from algorithms.spec.networks import (
     ZeroPad2D,
 )
 
+# the modules that hold a spec layer's weights
+PARAMETER_MODULES = (nn.Conv2d, nn.Linear, nn.modules.batchnorm._BatchNorm)
 ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "softmax": lambda: nn.Softmax(dim=1)}
 
 
 class SharedDropout(nn.Module):
-    """Inverted dropout by the shared mask rule (spec/dropout.py): in training, x times
+    """Inverted dropout by the shared mask rule (network/dropout.py): in training, x times
     float32(1 / (1 - rate)) where the row's uniform exceeds the rate and 0 elsewhere; the
     uniform is the `position`-th of the batch's (its Dropout layer's place among the
     network's). In evaluation (model.eval()), x."""
@@ -80,7 +82,7 @@ class SpecStack(nn.Sequential):
 
 def uniforms_to_torch(network: Network, uniforms: tuple, device=None) -> tuple:
     """The spec's (N, H, W, C) / (N, units) uniforms as tensors in the models' layout:
-    channels first, (N, C, H, W), a flattened map's units in (C, H, W) order (spec/dropout.py)."""
+    channels first, (N, C, H, W), a flattened map's units in (C, H, W) order (network/dropout.py)."""
     return tuple(torch.from_numpy(u).to(device) for u in channels_first(network, uniforms))
 
 
@@ -157,7 +159,7 @@ def batch_norm(layer: BatchNormalization, in_shape: tuple) -> nn.Module:
     mapped to torch's: torch's momentum is the weight of the batch's statistic, 1 - the
     spec's (Keras's), and torch already normalises with the biased variance and keeps the
     unbiased one running, as the spec says. A known error put in on purpose (--fault
-    bn_mean, bn_eval: spec/variants.py) builds the subclass that makes it."""
+    bn_mean, bn_eval: network/variants.py) builds the subclass that makes it."""
     base = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
     kind = base if layer.mean_in_gradient and layer.evaluation == "running" else _FAULTY[base]
     return kind(in_shape[-1], eps=layer.epsilon, momentum=1.0 - layer.momentum)
@@ -165,7 +167,7 @@ def batch_norm(layer: BatchNormalization, in_shape: tuple) -> nn.Module:
 
 def _faulty_batch_norm(base):
     class FaultyBatchNorm(base):
-        """A BatchNormalization with a known error (spec/variants.py): the batch mean cut
+        """A BatchNormalization with a known error (network/variants.py): the batch mean cut
         from the gradient (mean_in_gradient False), or the batch's statistics in evaluation
         too (evaluation "batch"), set after it is built (`fault`)."""
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.spec.dropout import uniforms
-from algorithms.spec.weights import initial_weights
+from algorithms.network.dropout import uniforms
+from algorithms.network.weights import initial_weights
 from algorithms.run.timing import NativeLoop, compiled_pair_ms, hand_step_harness
 from algorithms.session.run_session import RunSession
 from algorithms.machine.tuning import tuned_options

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from algorithms.spec.parallel import split_sizes
+from algorithms.network.parallel import split_sizes
 from algorithms.session.clock import CommClock
 from torch_wrapper.distributed import Layout
 

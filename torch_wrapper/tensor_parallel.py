@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from algorithms.spec.networks import Network
+from algorithms.network.networks import Network
 from algorithms.session.clock import CommClock
 from torch_wrapper.distributed import Layout, gather_shards, replicated_input
 from torch_wrapper.model import Checkpointed, SpecStack, layer_modules

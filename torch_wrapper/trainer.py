@@ -24,9 +24,10 @@ from torch.nn.parallel import DistributedDataParallel
 from algorithms.contract.types import StepResult
 from algorithms.run.loop import step_on_zeros_then_restore
 from algorithms.session.noise_scale import replica_gradient_norms
-from algorithms.spec.dropout import uniforms
-from algorithms.spec.weights import initial_weights
-from algorithms.spec.parallel import layer_stages, split_ranges
+from algorithms.network.dropout import uniforms
+from algorithms.reference.train_state import StateNotHeld, TrainState, from_channels_first_state
+from algorithms.network.weights import LayerWeights, initial_weights
+from algorithms.network.parallel import layer_stages, split_ranges
 from algorithms.machine.threads import process_threads
 from algorithms.machine.tuning import tuned_options
 from algorithms.session.clock import CommClock
@@ -42,6 +43,7 @@ from torch_wrapper.distributed import (
     with_gradient_norms,
 )
 from torch_wrapper.model import (
+    PARAMETER_MODULES,
     Checkpointed,
     build_blocks,
     build_stage,
@@ -54,7 +56,17 @@ from torch_wrapper.tensor_parallel import build_tensor_parallel
 
 
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-TRAINER_FAULTS = ("eval_dropout", "momentum_reset", "lr_late", "accuracy_labels")  # spec/variants.py
+# network/variants.py: the known errors torch's trainer puts in (the last four act past the drift envelope's horizon)
+TRAINER_FAULTS = (
+    "eval_dropout",
+    "momentum_reset",
+    "lr_late",
+    "accuracy_labels",
+    "late_lr",
+    "late_momentum",
+    "skip",
+    "maxnorm",
+)
 
 
 class _StrategyTrainer:
@@ -82,11 +94,16 @@ class _StrategyTrainer:
         # the spec's loss: "sum" only for --fault loss:sum, a known error on purpose
         self.loss_reduction = "mean"
         # a known error on purpose (--fault eval_dropout, momentum_reset, lr_late, accuracy_labels:
-        # spec/variants.py), or None; the epoch-bound ones need the epoch's steps (set by train.py)
+        # network/variants.py), or None; the epoch-bound ones need the epoch's steps (set by train.py)
         self.fault = None
         self.steps_per_epoch = 0
         self.steps_done = 0
         self._late_rates: list = []  # --fault lr_late: (step it takes effect at, lr)
+        # why this process cannot give the whole model's state (a stage or a shard), or "" (train_state)
+        self.holds_part = ""
+        self._rate = None  # the learning rate set last (late_lr scales it)
+        self.fault_at, self.fault_value = 0, 0.0  # a late fault's EPOCH or START, and its value
+        self.maxnorm_kernel = None  # --fault maxnorm: the kernel it holds
 
     def autocast(self):
         """Mixed precision: the float32 weights cast to the compute dtype op by op (torch.autocast)."""
@@ -109,11 +126,32 @@ class _StrategyTrainer:
         )
 
     def _known_error_before_step(self) -> None:
-        """--fault momentum_reset and lr_late act here, before the step they change."""
+        """--fault momentum_reset, lr_late, late_lr and late_momentum act here, before the
+        step they change (`fault_at`, `fault_value`: the fault's EPOCH and its value)."""
         if self.fault == "momentum_reset" and self.steps_done and self.steps_done % self.steps_per_epoch == 0:
             self.optimizer.state.clear()  # an optimizer made anew at the epoch's first step
         while self._late_rates and self._late_rates[0][0] <= self.steps_done:
             self._set_rate(self._late_rates.pop(0)[1])
+        epoch = self.steps_done // self.steps_per_epoch if self.steps_per_epoch else 0  # 0-based, this step's
+        if self.fault in ("late_lr", "late_momentum") and epoch + 1 >= self.fault_at:
+            for group in self.optimizer.param_groups:
+                if self.fault == "late_lr":
+                    group["lr"] = self._rate * self.fault_value
+                else:
+                    group["momentum"] = self.fault_value
+
+    def _update_skipped(self) -> bool:
+        """--fault skip:START:EVERY: this step's update is one the known error drops."""
+        step = self.steps_done  # this step's number (1-based), counted before the update
+        return step >= self.fault_at and (step - self.fault_at) % int(self.fault_value) == 0
+
+    @torch.no_grad()
+    def _hold_max_norm(self) -> None:
+        """--fault maxnorm:LAYER:VALUE: after the update, each unit's incoming kernel of the
+        layer scaled down to an L2 norm of VALUE where it is larger."""
+        kernel = self.maxnorm_kernel
+        norms = kernel.flatten(1).norm(dim=1).clamp(min=self.fault_value)
+        kernel.mul_((self.fault_value / norms).view(-1, *([1] * (kernel.dim() - 1))))
 
     def step(self, batches: list) -> StepResult:
         """One optimizer step over K batches (K > 1: --accumulate K): the gradient of
@@ -129,7 +167,10 @@ class _StrategyTrainer:
             sums += self._forward_backward(images, labels, dropout_uniforms, divisor, index == len(batches) - 1)
         self._exchange_gradients()
         if self.scaler is None:
-            self.optimizer.step()
+            if not (self.fault == "skip" and self._update_skipped()):
+                self.optimizer.step()
+            if self.fault == "maxnorm":
+                self._hold_max_norm()
             scale, skipped = None, False
         else:  # unscales, skips the step if any gradient overflowed, then adjusts the scale
             scale = self.scaler.get_scale()
@@ -157,6 +198,7 @@ class _StrategyTrainer:
         self._set_rate(learning_rate)
 
     def _set_rate(self, learning_rate: float) -> None:
+        self._rate = learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
 
@@ -196,6 +238,31 @@ class _StrategyTrainer:
     def load_checkpoint(self, folder: str) -> None:
         path = os.path.join(folder, f"torch-rank{global_rank()}.pt")
         self._restore(torch.load(path, map_location=self.device, weights_only=True))
+
+    def train_state(self) -> TrainState:
+        """The model's weights and the optimizer's slots in the spec's layout and convention
+        (reference/train_state.py): torch's momentum buffer is its velocity already, Adam's
+        exp_avg and exp_avg_sq its moments. Raises StateNotHeld where this process holds
+        one part of the model (a stage, a shard)."""
+        if self.holds_part:
+            raise StateNotHeld(self.holds_part)
+        module = self._state_module()
+        module = getattr(module, "_orig_mod", module)  # torch.compile's wrapper holds the same parameters
+        modules = [m for m in module.modules() if isinstance(m, PARAMETER_MODULES)]
+        weights, slots, updates = [], {}, 0
+        for (index, _, _), m in zip(self.network.parametric_layers(), modules):
+            running = {}
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                running = {"running_mean": _numpy(m.running_mean), "running_var": _numpy(m.running_var)}
+            weights.append(LayerWeights(index, _numpy(m.weight), _numpy(m.bias), **running))
+            for role, parameter in (("kernel", m.weight), ("bias", m.bias)):
+                state = self.optimizer.state.get(parameter, {}) if parameter is not None else {}
+                if "momentum_buffer" in state and state["momentum_buffer"] is not None:
+                    slots[(index, role)] = {"velocity": _numpy(state["momentum_buffer"])}
+                elif "exp_avg" in state:
+                    slots[(index, role)] = {"first": _numpy(state["exp_avg"]), "second": _numpy(state["exp_avg_sq"])}
+                    updates = int(state["step"])
+        return from_channels_first_state(self.network, weights, slots, adam_updates=updates, adam_epsilon="corrected")
 
     def _exchange_gradients(self) -> None:
         if self.gradient_group is not None:
@@ -294,6 +361,10 @@ class PipelineTrainer(_StrategyTrainer):
         return logits.cpu().numpy()
 
 
+def _numpy(tensor):
+    return None if tensor is None else tensor.detach().float().cpu().numpy().copy()
+
+
 def whole_model_blocks(network, checkpointing: bool) -> tuple:
     """Checkpointing recomputes the conv block and the dense block separately."""
     return layer_stages(network, 2) if checkpointing else ((0, len(network.layers)),)
@@ -305,6 +376,14 @@ def build_trainer(config):
     trainer.network = config.network
     trainer.loss_reduction = config.network.loss_reduction
     trainer.fault = config.fault.kind if config.fault and config.fault.kind in TRAINER_FAULTS else None
+    if trainer.fault is not None:
+        trainer.fault_at, trainer.fault_value = config.fault.layer, config.fault.value
+        trainer._rate = config.optimizer.learning_rate
+    if trainer.fault == "maxnorm":
+        module = trainer._state_module()
+        modules = [m for m in module.modules() if isinstance(m, PARAMETER_MODULES)]
+        owners = [index for index, _, _ in config.network.parametric_layers()]
+        trainer.maxnorm_kernel = modules[owners.index(config.fault.layer)].weight
     if config.precision != "fp32":
         trainer.compute_dtype = COMPUTE_DTYPES[config.precision]
         if config.precision == "fp16":
@@ -352,17 +431,23 @@ def _build_trainer(config):
     if inner == "localsgd":
         model = build_blocks(network, weights, blocks, config.checkpointing).to(device)
         optimizer = make_optimizer(config.optimizer, model.parameters())
-        return LocalSGDTrainer(model, optimizer, device, clock, config.sync_every, **replica)
+        trainer = LocalSGDTrainer(model, optimizer, device, clock, config.sync_every, **replica)
+        trainer.holds_part = "--strategy localsgd: each process steps its own copy between averages"
+        return trainer
     if inner == "tensor":
         model = build_tensor_parallel(network, weights, plan.shards, layout, clock, config.checkpointing).to(device)
-        return ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, clock, **replica)
+        trainer = ModuleTrainer(model, make_optimizer(config.optimizer, model.parameters()), device, clock, **replica)
+        trainer.holds_part = "--strategy tensor: each process holds a shard of every layer"
+        return trainer
     start, stop = plan.stages[layout.position]
     stage = build_stage(network, weights, start, stop).to(device)
     stage = Checkpointed(stage) if config.checkpointing else stage
     boundaries = [channels_first(network.input_shapes()[first]) for first, _ in plan.stages]
     schedule = StageSchedule(stage, layout, boundaries, plan.micro_batches, device, clock)
     optimizer = make_optimizer(config.optimizer, stage.parameters())
-    return PipelineTrainer(schedule, network.num_classes, optimizer, device, clock, **replica)
+    trainer = PipelineTrainer(schedule, network.num_classes, optimizer, device, clock, **replica)
+    trainer.holds_part = f"--strategy {config.strategy}: each process holds one stage of the layers"
+    return trainer
 
 
 def _nccl_sum_hook(group, bucket):

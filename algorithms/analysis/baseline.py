@@ -14,7 +14,9 @@ The check is spread.py's test of one new draw against n seeds, at its settings o
 (settings.py: the seed and the arithmetic's threads and kernels may differ): its
 distance from the seeds' mean loss curve against each seed's from the mean of the
 others (leave one out), and its final validation accuracy against theirs, each by a
-t-based prediction interval; outside when the combined p < spread.ALPHA.
+t-based prediction interval; outside when the combined p < spread.ALPHA, or when the
+run ended at chance and the seeds did not; not checked, rather than within, when the
+seeds are too few to call the run's gap at that threshold (spread.py's two rules).
 """
 
 from __future__ import annotations
@@ -46,12 +48,13 @@ class BaselineCheck:
     detail: str
     p: Optional[float] = None
     reason: str = ""  # the detail's gist, in a clause: what the console's one line says
+    at_chance: bool = False  # outside by the at-chance rule (spread.chance_line), whatever p
 
     @property
     def word(self) -> str:
         if self.verdict == "not checked":
             return "not checked"
-        return f"{self.verdict} the baseline band (p={self.p:.2g})"
+        return f"{self.verdict} the baseline band ({'at chance, ' if self.at_chance else ''}p={self.p:.2g})"
 
     def line(self) -> str:
         return f"  {self.run.label:<45} {self.word}: {self.detail}"
@@ -135,8 +138,13 @@ def check_run(run: Run, baseline_dir: str = BASELINE_DIR) -> BaselineCheck:
     unknown = unknown_line(run.label, run.settings, "its baselines", baselines[0].settings, NOT_COMPARED_ACROSS_SEEDS)
     if unknown:
         detail += f"; {unknown}"
-    worst = max(test.evidence, key=_p_of) if test.beyond else ""
-    return BaselineCheck(run, baselines[0].path, "outside" if test.beyond else "within", detail, test.p, worst)
+    if test.undecided:
+        folder = os.path.dirname(baselines[0].path)
+        reason = f"{test.cannot}: add seeds to {folder} (docs/comparing.md#few-seeds)"
+        return BaselineCheck(run, baselines[0].path, "not checked", f"{reason}; {detail}", test.p, reason)
+    worst = (test.at_chance or max(test.evidence, key=_p_of)) if test.beyond else ""
+    verdict = "outside" if test.beyond else "within"
+    return BaselineCheck(run, baselines[0].path, verdict, detail, test.p, worst, test.at_chance is not None)
 
 
 def _p_of(evidence: str) -> float:

@@ -30,7 +30,9 @@ from typing import Optional
 import numpy as np
 
 from algorithms.figures import grid_and_legend, pyplot, save_figure
+from algorithms.analysis.answer import against_first, device_of, findings, headline, short_label
 from algorithms.analysis.baseline import check_run, format_checks
+from algorithms.analysis.pair_figure import pair_folder, write_pair_figures
 from algorithms.analysis.report_files import check_free, comparison_key, default_prefix, localisation_png
 from algorithms.analysis.report_page import write_page
 from algorithms.analysis.runs import Run, curve_distance, load_run, smooth
@@ -110,8 +112,8 @@ def summation_order(network_name: str, seed: int = 0) -> tuple:
     """(how many values, [(order, float32 sum, difference from the exact float64 sum)]) for
     the network's own initial kernels: float32 values like those a gradient all-reduce
     adds up, in different orders."""
-    from algorithms.spec.weights import initial_weights
-    from algorithms.spec.networks import get_network
+    from algorithms.network.weights import initial_weights
+    from algorithms.network.networks import get_network
 
     values = np.concatenate([w.kernel.ravel() for w in initial_weights(get_network(network_name), seed)])
     exact = float(np.sum(values, dtype=np.float64))
@@ -149,7 +151,7 @@ def format_report(report: dict, verbose: bool = False) -> str:
     """The compare command's text: the runs, then every pair's verdict and its evidence, the
     baseline checks; with `verbose` the rule of the verdicts and each check's whole evidence
     too. Every line fits CONSOLE_WIDTH (longer text wraps at word boundaries)."""
-    lines = ["runs:"]
+    lines = wrapped(headline(report)) + ["", "runs:"]
     thresholds = report["thresholds"]
     header = ["run", "steps", "final val acc", "best val acc", "test acc"]
     table = []
@@ -178,8 +180,9 @@ def format_report(report: dict, verbose: bool = False) -> str:
             for run in report["runs"]
         ]
         lines += text_table(header, table, indent="  ")
-    for pair, verdict in zip(report["pairs"], report["verdicts"]):
-        lines += [""] + wrapped(f"{pair.a.label}  vs  {pair.b.label}: {verdict.text}")
+    for finding in findings(report):
+        pair, verdict = finding.pair, finding.verdict
+        lines += [""] + wrapped(f"{pair.a.label}  vs  {pair.b.label}: {finding.text}")
         if pair.abs_diff.size == 0:
             lines.append("  no common steps")
             continue
@@ -200,7 +203,7 @@ def format_report(report: dict, verbose: bool = False) -> str:
         lines.append("\n" + format_checks(report["baseline"], verbose))
         for note in agreement_notes(report):
             lines += wrapped(note) if note else [""]
-    from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS
+    from algorithms.network.networks import DEFAULT_NETWORK, NETWORKS
 
     # a network of the user's is known here by its name only: a built-in one's kernels stand in
     network = report["runs"][0].backend_key[2]
@@ -214,66 +217,26 @@ def format_report(report: dict, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def device_of(run: Run) -> str:
-    """The kind of device a run trained on (its settings record; an older run: the CPU)."""
-    return run.settings.get("device") or "cpu"
-
-
-def short_label(run: Run, first: Run, devices: bool = False) -> str:
-    """framework/backend, with the run id where it is not the first run's, and with
-    `devices` the kind of device it ran on."""
-    name = f"{run.backend_key[0]}/{run.backend_key[1]}"
-    name = name if run.run_id == first.run_id else f"{name} {run.run_id}"
-    return f"{name} ({device_of(run)})" if devices else name
-
-
-def same_device_reference(report: dict, first: Run, run: Run) -> Run:
-    """The run `run` is judged against in the lines against the first: the first itself, or
-    where `run` trained on another kind of device (a CPU-only framework beside a reference on
-    the GPU) the first's framework's run of the same seed on that kind (run_all.py makes it),
-    since a GPU run is never judged against a CPU run; the first when there is none."""
-    if device_of(run) == device_of(first):
-        return first
-    twins = [
-        other
-        for other in report["runs"]
-        if other.backend_key == first.backend_key and device_of(other) == device_of(run) and other.seed == first.seed
-    ]
-    return twins[0] if twins and twins[0] is not run else first
-
-
-def pair_of(report: dict, a: Run, b: Run) -> tuple:
-    """(PairDiff, Verdict) of two runs of the report, in either order."""
-    return next(
-        (pair, verdict)
-        for pair, verdict in zip(report["pairs"], report["verdicts"])
-        if {id(pair.a), id(pair.b)} == {id(a), id(b)}
-    )
-
-
 def format_against_first(report: dict, verbose: bool = False) -> str:
-    """One line per run against the first: its verdict (the same-seed regime's to the
-    horizon, the epoch check's, then the seed regime's), its validation accuracy gap and,
+    """The answer (answer.headline), then one line per run against the first: its verdict
+    (the same-seed regime's to the horizon, the epoch check's, the step check's, then the
+    seed regime's; and where the pair ends far apart, why), its validation accuracy gap and,
     when they differ, its settings; with `verbose`, the distances, the yardsticks and the
     rule of the verdicts too (all of it is in the HTML report). Where the runs trained on
     different kinds of device each label says which, and a run on another kind than the
     first is judged against the first's framework on its own kind where the report has
-    that run (same_device_reference). Every line fits CONSOLE_WIDTH: longer text wraps at
-    word boundaries."""
+    that run (answer.same_device_reference). Every line fits CONSOLE_WIDTH: longer text
+    wraps at word boundaries."""
     first = report["runs"][0]
+    found = findings(report)
     devices = len({device_of(run) for run in report["runs"]}) > 1
     heading = f"verdicts against {short_label(first, first, devices)}"
-    lines = [f"{heading} (the rule, the yardsticks and the evidence: the report):"]
-    shown = []
-    for pair, verdict in zip(report["pairs"], report["verdicts"]):
-        if not (pair.a is first and pair.abs_diff.size and (pair.b.run_id == first.run_id or pair.same_backend)):
-            continue  # other seeds' runs of other frameworks: in the full report
-        reference = same_device_reference(report, first, pair.b)
-        shown.append(
-            (pair.b, reference, *(pair_of(report, reference, pair.b) if reference is not first else (pair, verdict)))
-        )
+    lines = wrapped(headline(report))
+    lines.append(f"{heading} (the rule, the yardsticks and the evidence: the report):")
+    shown = [(run, reference, found[index]) for run, reference, index in against_first(report)]
     width = max((len(short_label(run, first, devices)) for run, *_ in shown), default=0)
-    for run, reference, pair, verdict in shown:
+    for run, reference, finding in shown:
+        pair, verdict = finding.pair, finding.verdict
         numbers = f"val acc gap {number(pair.final_accuracy_gap, '.4f')}"
         if verbose:
             numbers += (
@@ -281,7 +244,7 @@ def format_against_first(report: dict, verbose: bool = False) -> str:
                 f"{pair.abs_diff.max():.2e}, r {number(pair.correlation, '.3f')}"
             )
         label = short_label(run, first, devices)
-        lines += wrapped(f"{label:<{width}}  {verdict.text} · {numbers}", "  ", " " * (width + 2))
+        lines += wrapped(f"{label:<{width}}  {finding.text} · {numbers}", "  ", " " * (width + 2))
         if reference is not first:
             where = f"against {short_label(reference, first, devices)}: the first on the same kind of device"
             lines += wrapped(where, "  " + " " * (width + 2), "  ")
@@ -327,13 +290,15 @@ def agreement_notes(report: dict) -> list:
 
 
 def write_outputs(report: dict, prefix: str, heatmap_png: Optional[str] = None) -> tuple:
-    """The PNG of the curves and the HTML page (report_page.py) at `prefix`.{png,html},
-    never over another comparison's (report_files.py: InputError); `heatmap_png`, the
-    per-layer localisation, is shown on the page when given. Returns their paths."""
+    """The PNG of the curves, each pair's picture (pair_figure.py, in `prefix`-pairs/) and the
+    HTML page (report_page.py) at `prefix`.{png,html}, never over another comparison's
+    (report_files.py: InputError); `heatmap_png`, the per-layer localisation, is shown on the
+    page when given. Returns the paths of the curves and the page."""
     key = comparison_key(report["runs"])
     check_free(prefix, key)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     plot_png(report, prefix + ".png")
+    pair_pngs = write_pair_figures(report, prefix)
     write_page(
         report,
         format_report(report, verbose=True),
@@ -342,6 +307,7 @@ def write_outputs(report: dict, prefix: str, heatmap_png: Optional[str] = None) 
         prefix + ".html",
         prefix + ".png",
         heatmap_png,
+        pair_pngs,
     )
     return prefix + ".png", prefix + ".html"
 
@@ -424,7 +390,8 @@ def main(argv=None) -> int:
         return EXIT_INPUT_ERROR
     print(format_report(report, args.verbose))
     print(
-        f"\nthe curves:\n  {png}\nthe report (every pair's verdict and evidence, the rule of the verdicts):\n  {page}"
+        f"\nthe curves:\n  {png}\neach pair's picture:\n  {pair_folder(prefix)}/\n"
+        f"the report (every pair's verdict and evidence, the rule of the verdicts):\n  {page}"
     )
     return 0
 

@@ -1,7 +1,7 @@
 """The same-seed regime's yardstick: the float32 drift envelope, per step.
 
 Two runs with the same seed start from the same weights, see the same batches and drop
-the same units (dropout's uniforms are shared: spec/dropout.py; a --parity run drops
+the same units (dropout's uniforms are shared: network/dropout.py; a --parity run drops
 none); their losses differ only by how the float32 arithmetic was ordered, amplified
 step by step by training. The envelope is, per step, the largest relative loss
 difference |loss_a - loss_b| / |loss_a| of honest pairs (`make envelope`,
@@ -32,14 +32,21 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
 from algorithms.analysis.runs import Run
-from algorithms.analysis.settings import NOT_COMPARED_IN_PARITY, Settings
-from algorithms.records import DEVICE_BEFORE_COLUMN
+from algorithms.analysis.settings import NOT_COMPARED_IN_PARITY, SPLITS, Settings, synchronous
+from algorithms.records import (  # noqa: F401 (envelope_path and mode_of: read here by the verdicts)
+    DEVICE_BEFORE_COLUMN,
+    ENVELOPE_ACCURACY,
+    ENVELOPE_SETTINGS_PREFIX,
+    envelope_path,
+    mode_of,
+)
+from algorithms.session.recorder import write_envelope_file
 
 # measured: the worst honest pair reaches 1.95x the envelope of the others (TensorFlow at 1
 # against 2 threads, step 43; docs/comparing.md); 10 leaves a factor 5 for drift sources not
@@ -50,27 +57,12 @@ HORIZON_LIMIT = 0.1  # the envelope judges while ENVELOPE_FACTOR x it stays at o
 MODES = ("default", "parity")  # dropout on (shared uniforms), and --parity (no dropout, deterministic kernels)
 PARTS = ("", "_check")  # a run's own rows, and its epoch check's (run/epoch_check.py)
 SMALLEST_LOSS = 1e-12  # a zero loss cannot be a denominator
-SETTINGS_PREFIX = "# settings: "
-ACCURACY_COLUMN = "accuracy_envelope"
+SETTINGS_PREFIX = ENVELOPE_SETTINGS_PREFIX
+ACCURACY_COLUMN = ENVELOPE_ACCURACY
 
 
 def relative_difference(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
     return np.abs(other - reference) / np.maximum(np.abs(reference), SMALLEST_LOSS)
-
-
-def envelope_path(baseline_dir: str, network: str, mode: str) -> str:
-    return os.path.join(baseline_dir, "drift", f"envelope_{network}_{mode}.csv")
-
-
-def mode_of(settings) -> str:
-    """The envelope a run's settings call for: `parity` or `default`, then `_gpu` for a run
-    on a GPU (its own envelope, measured there: never the CPU's), and `_check` last for an
-    epoch check's rows (run/epoch_check.py)."""
-    return (
-        ("parity" if settings.get("parity") else "default")
-        + ("_gpu" if settings.get("device") == "gpu" else "")
-        + ("_check" if settings.get("part") else "")
-    )
 
 
 @dataclass(frozen=True)
@@ -82,9 +74,13 @@ class Envelope:
     notes: tuple = ()  # the header's prose lines
     path: str = ""
     accuracy: Optional[np.ndarray] = None  # per step: the running maximum |accuracy difference| (None: older file)
+    label: str = ""  # what it is, where it is not a shipped file (a pair's own twins)
 
     def covers(self, settings: Settings) -> bool:
-        return not self.settings.differences(settings, NOT_COMPARED_IN_PARITY)
+        """All but the seed, the drift sources, where a run stops and (a synchronous run) how
+        its step is split are the envelope's."""
+        ignored = NOT_COMPARED_IN_PARITY + (SPLITS if synchronous(settings) else ())
+        return not self.settings.differences(settings, ignored)
 
     def limit_at(self, steps: np.ndarray) -> np.ndarray:
         """The envelope at these steps (each one it covers), never below DRIFT_FLOOR."""
@@ -103,11 +99,12 @@ class Envelope:
         judged = np.nonzero(ENVELOPE_FACTOR * np.maximum(self.limit, DRIFT_FLOOR) <= HORIZON_LIMIT)[0]
         return int(self.steps[judged[-1]]) if judged.size else int(self.steps[0])
 
+    def describe_name(self) -> str:
+        return self.label or f"the drift envelope {os.path.basename(self.path) or 'of these runs'}"
+
     def describe(self) -> str:
-        return (
-            f"the drift envelope {os.path.basename(self.path) or 'of these runs'} (measured to step "
-            f"{int(self.steps[-1])}, judging to step {self.horizon()})"
-        )
+        name = self.label or f"the drift envelope {os.path.basename(self.path) or 'of these runs'}"
+        return f"{name} (measured to step {int(self.steps[-1])}, judging to step {self.horizon()})"
 
 
 def build_envelope(pairs: dict, settings: Settings, notes: tuple = (), accuracy_pairs: list = ()) -> Envelope:
@@ -130,6 +127,57 @@ def build_envelope(pairs: dict, settings: Settings, notes: tuple = (), accuracy_
     return Envelope(settings, np.array(every), limit, sources, notes, accuracy=accuracy)
 
 
+def own_envelope(envelopes: list) -> Optional[Envelope]:
+    """The yardstick the pair's runs measured at their settings (run/yardstick.py: a twin
+    against its run, written as an envelope), the larger where each run's settings have one."""
+    envelopes = [envelope for envelope in envelopes if envelope is not None]
+    if not envelopes:
+        return None
+    own = envelopes[0]
+    for other in envelopes[1:]:
+        if other.path != own.path:
+            own = combined(own, other)
+    measured = next((note for note in own.notes if note.startswith("measured")), "measured by a run at these settings")
+    return replace(own, label=f"the yardstick {measured.removeprefix('measured ')}")
+
+
+def combined(first: Envelope, second: Envelope) -> Envelope:
+    """The larger of two envelopes at every step either measured (a shipped one and a pair's
+    twins: a run the shipped one covers, paired with one it does not)."""
+    pairs = {"first": [(first.steps, first.limit)], "second": [(second.steps, second.limit)]}
+    accuracy = [
+        (envelope.steps, envelope.accuracy if envelope.accuracy is not None else np.zeros(len(envelope.steps)))
+        for envelope in (first, second)
+    ]
+    both = build_envelope(pairs, first.settings, accuracy_pairs=accuracy)
+    return replace(both, label=f"{first.describe_name()} with {second.describe_name()}", path=first.path)
+
+
+def with_rounding_floor(envelope: Envelope, runs: list) -> Envelope:
+    """The envelope never below the float32 rounding of the loss itself, as the step check
+    measured it at each run's checked steps (the spec's float32 pass against its float64 one,
+    `forward_rounding`), held from each checked step on: two float32 frameworks differ by that
+    much at the same weights, whatever drift adds (a batch-normalised network's 3e-6 at step 1,
+    where DRIFT_FLOOR is 1.2e-7). Unchanged without step checks."""
+    checked = sorted(
+        (row["step"], row["forward_rounding"])
+        for run in runs
+        for row in (run.step_checks or ())
+        if row.get("forward_rounding") is not None
+    )
+    if not checked:
+        return envelope
+    floor = np.zeros(len(envelope.steps))
+    for step, rounding in checked:
+        floor = np.where(envelope.steps >= step, np.maximum(floor, rounding), floor)
+    first = checked[0][1]  # before the first checked step (the init row), its rounding
+    floor = np.where(envelope.steps < checked[0][0], np.maximum(floor, first), floor)
+    if np.all(floor <= envelope.limit):
+        return envelope
+    label = f"{envelope.describe_name()}, never below the loss's own float32 rounding (the step check's)"
+    return replace(envelope, limit=np.maximum(envelope.limit, floor), label=label)
+
+
 def leave_one_out_ratios(pairs: list) -> list:
     """(label, worst ratio, its step) for each honest pair (label, steps, differences):
     how far above the envelope of all the other pairs it reaches."""
@@ -146,20 +194,8 @@ def leave_one_out_ratios(pairs: list) -> list:
 
 
 def write_envelope(envelope: Envelope, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    kinds = list(envelope.sources)
-    with open(path, "w", newline="") as handle:
-        handle.writelines(f"# {line}\n" for line in envelope.notes)
-        handle.write(SETTINGS_PREFIX + json.dumps(envelope.settings.values, sort_keys=True) + "\n")
-        writer = csv.writer(handle)
-        accuracy = [] if envelope.accuracy is None else [ACCURACY_COLUMN]
-        writer.writerow(["step", "envelope", *accuracy, *kinds])
-        for i, step in enumerate(envelope.steps):
-            writer.writerow(
-                [int(step), repr(float(envelope.limit[i]))]
-                + ([] if envelope.accuracy is None else [repr(float(envelope.accuracy[i]))])
-                + [repr(float(envelope.sources[k][i])) for k in kinds]
-            )
+    e = envelope
+    write_envelope_file(path, e.notes, e.settings.values, e.steps, e.limit, e.accuracy, e.sources)
 
 
 def read_envelope(path: str) -> Optional[Envelope]:

@@ -22,12 +22,13 @@ import itertools
 import os
 import sys
 
+from algorithms.errors import EXIT_INPUT_ERROR
 from algorithms.analysis.baseline import baseline_runs
 from algorithms.analysis.spread import ALPHA, SeedBand, pair_test, reproduction_test
 from algorithms.analysis.verdict import Yardsticks, judge
 from algorithms.paths import BASELINE_DIR
 from algorithms.registry.frameworks import FRAMEWORKS
-from algorithms.spec.networks import get_network
+from algorithms.network.networks import get_network
 
 DEFAULT_FOLDER = os.path.join(BASELINE_DIR, "default")
 DEFAULT_NETWORK = "cnn2d_3layer_fullconnected_3layer"
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
     groups = seeds_by_framework(args.baseline, args.network)
     if len(groups) < 2:
         print(f"error: {args.baseline}: fewer than two frameworks with 3 or more seeds", file=sys.stderr)
-        return 2
+        return EXIT_INPUT_ERROR
     print("\n\n".join(format_rates(measure(block, own), block, own) for block, own in blocks_of(groups)))
     return 0
 

@@ -18,7 +18,8 @@ from algorithms.analysis.settings import (
     recorded as settings_recorded,
 )
 from algorithms.errors import InputError
-from algorithms.records import check_csv, read_rows, run_ids, read_settings
+from algorithms.records import check_csv, read_rows, read_settings, read_step_checks, run_ids, yardstick_envelope
+from algorithms.session.settings_record import yardstick_key
 
 SMOOTHING_STEPS = 5
 
@@ -37,10 +38,14 @@ class Run:
     # (loss, accuracy, rows) of the validation split at the initial weights: the init row (step 0)
     init: Optional[tuple] = None
     val: list = field(default_factory=list)  # (step, loss, accuracy), one per epoch
+    val_rows: Optional[int] = None  # the rows the last validation scored (None: unknown, or built by hand)
     test_accuracy: Optional[float] = None
     val_progress: list = field(default_factory=list)  # (wall_time_s, training samples so far), one per val row
     settings: Optional[Settings] = None  # None: built by hand, from config_key and the epochs validated
     check: Optional["Run"] = None  # its epoch check (run/epoch_check.py), when it ran one
+    # the envelope a run at its settings measured (run/yardstick.py): a path, where there is one
+    yardstick: Optional[str] = None
+    step_checks: Optional[list] = None  # its step check's rows (run/step_check.py), where it ran one
     shown: Optional[Settings] = None  # what its rows show (settings.from_rows); None: its settings are that
 
     def __post_init__(self):
@@ -76,7 +81,18 @@ def load_run(spec: str) -> Run:
     check = check_csv(path)
     if os.path.isfile(check) and run_id in run_ids(check):
         run.check = _run_of(check, run_id)
+    run.step_checks = read_step_checks(path, run_id)
+    recorded = read_settings(path).get(run_id)
+    if recorded is not None:  # the yardstick measured at its settings (by it or an earlier run), where there is one
+        key, folder = yardstick_key(recorded), os.path.dirname(path)
+        run.yardstick = _existing(yardstick_envelope(folder, key))
+        if run.check is not None:
+            run.check.yardstick = _existing(yardstick_envelope(folder, key, check=True))
     return run
+
+
+def _existing(path: str) -> Optional[str]:
+    return path if os.path.isfile(path) else None
 
 
 def _run_of(path: str, run_id: str) -> Run:
@@ -96,6 +112,7 @@ def _run_of(path: str, run_id: str) -> Run:
         samples=np.array([_samples(r) for r in train]),
         init=next((_init(r) for r in rows if r["phase"] == "init"), None),
         val=[(r["step"], r["loss"], r["accuracy"]) for r in rows if r["phase"] == "val"],
+        val_rows=next((_samples(r) or None for r in reversed(rows) if r["phase"] == "val"), None),
         test_accuracy=test[-1] if test else None,
         val_progress=val_progress(rows),
         settings=_settings(path, run_id, rows),

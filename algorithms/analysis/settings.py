@@ -5,10 +5,11 @@ epochs it validated); a setting neither says is unknown, and said so.
 
 Which differences stop a verdict:
 - the seed is the one setting a pair may differ in;
-- THREADS_AND_KERNELS (threads, execution mode, --tuned, the device's model) change only the
-  order and the kernels of the float32 arithmetic: a pair that differs there is a drift source, which
-  the drift envelope measures (1 vs 2 threads, another summation order), not a setting
-  difference;
+- THREADS_AND_KERNELS (threads, execution mode, --tuned, the device's model, the releases of
+  the framework and its libraries) change only the order and the kernels of the float32
+  arithmetic: a pair that differs there is a drift source, which the drift envelope measures
+  (1 vs 2 threads, another summation order), not a setting difference (a pair whose releases
+  differ says which in its verdict line: releases.py);
 - HORIZON (epochs, --max_steps, early stopping, --target_accuracy) is where a run stops:
   it matters for the final accuracy (seed regime), not for the per-step losses compared
   step by step in parity mode;
@@ -23,15 +24,49 @@ from typing import Optional
 
 from algorithms.machine.devices import kind_of
 from algorithms.records import DEVICE_BEFORE_COLUMN
+from algorithms.session.settings_record import SEED, SPLITS, STOPS, THREADS_AND_KERNELS, synchronous  # noqa: F401
 
-SEED = ("seed",)
-# device_detail: the device's model, driver and libraries (another CPU or GPU model: other kernels)
-THREADS_AND_KERNELS = ("threads", "execution", "tuned", "device_detail")
-HORIZON = ("epochs", "max_steps", "early_stopping", "target_accuracy")
+# THREADS_AND_KERNELS' device_detail: the device's model, driver and libraries (another CPU or
+# GPU model: other kernels); STOPS: where a run stops
+HORIZON = STOPS
+
 # what a pair may differ in and still be judged: across seeds (the seed band), and in
 # parity mode (the drift envelope, which compares step by step wherever the runs stop)
 NOT_COMPARED_ACROSS_SEEDS = SEED + THREADS_AND_KERNELS
 NOT_COMPARED_IN_PARITY = SEED + THREADS_AND_KERNELS + HORIZON
+
+
+def same_seed_ignored(a: "Settings", b: "Settings") -> tuple:
+    """What a same-seed pair may differ in: the seed regime's drift sources and stops, and,
+    when both runs step synchronously, how the step is split (SPLITS: single against data
+    over 2 devices, model, tensor or pipeline parallel, --accumulate): the same sums over
+    the same global batch in another order, which is drift, as another thread count is."""
+    if synchronous(a) and synchronous(b):
+        return NOT_COMPARED_IN_PARITY + SPLITS
+    return NOT_COMPARED_IN_PARITY
+
+
+def split_line(a: "Settings", b: "Settings") -> Optional[str]:
+    """What a same-seed pair says of a split that differs: judged as drift when both step
+    synchronously; why not, when one does not."""
+    differ = [(name, a.get(name), b.get(name)) for name in SPLITS if a.get(name) != b.get(name)]
+    if not differ:
+        return None
+    text = "; ".join(f"{name} {value_text(x)} vs {value_text(y)}" for name, x, y in differ)
+    if synchronous(a) and synchronous(b):
+        return f"the step split otherwise ({text}): the same sums over the same global batch in another order, drift"
+    asynchronous = next(settings.get("strategy") for settings in (a, b) if not synchronous(settings))
+    return (
+        f"--strategy {asynchronous} is no split of one synchronous step ({ASYNCHRONOUS_WHY.get(asynchronous, '')}): "
+        "its updates are other steps, so no same-seed verdict; the seed regime judges it where a band exists"
+    )
+
+
+ASYNCHRONOUS_WHY = {
+    "async": "Hogwild: each worker's update is computed on parameters others have moved since it read them",
+    "ps": "each worker's gradient is applied alone, on parameters other workers have moved",
+    "localsgd": "each replica steps alone on its share and the copies are averaged every --sync_every steps",
+}
 
 
 @dataclass(frozen=True)

@@ -28,19 +28,33 @@ give a p below 1/6.
 
 The same test checks one run against its own framework's shipped seeds
 (`reproduction_test`, baseline.py): one new draw against n seeds.
+
+Two rules keep a band too small for its threshold from calling a run `within` that is
+far from it (docs/comparing.md, "Few seeds"):
+- at chance: a run whose final validation accuracy is at chance (faults.within_chance,
+  guessing 1/classes) against seeds and a run that all learned (each beyond twice that
+  margin) is beyond, whatever p: a net that learned nothing is no draw of nets that did.
+  With three seeds the t interval has two degrees of freedom, and such a run, fifteen of
+  the seeds' standard deviations off, had a combined p of 0.012 there;
+- too few seeds: a run not beyond whose gap a test with TAIL_DF degrees of freedom would
+  call beyond (p < ALPHA) lies where this band's smaller test cannot tell it from seed
+  noise: it is `cannot`, never `within`, and the line names the smallest gap the band
+  can call and the seeds that would call this one.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from algorithms.analysis.runs import Run, curve_distance, losses_at, smooth
-from algorithms.analysis.student_t import t_sf, two_sided_p
+from algorithms.session.faults import CHANCE_MARGIN_SE, within_chance
+from algorithms.network.networks import NETWORKS
 
 ALPHA = 0.01  # the stated false-alarm rate of one verdict (docs/comparing.md measures it)
 # the most degrees of freedom any of the tests is given: the seeds' statistics have heavier
@@ -51,6 +65,11 @@ ALPHA = 0.01  # the stated false-alarm rate of one verdict (docs/comparing.md me
 # algorithms.analysis.false_alarms)
 TAIL_DF = 3
 ACCURACY_RESOLUTION = 0.001  # one image in the 1,000 held out by default: seeds never agree closer
+ACCURACY = "final val accuracy gap"
+CURVE = "curve distance"
+# every statistic of the test, as its evidence line begins: docs/comparing.md's list names
+# each (tests/test_doc_lists.py), and pair_test's evidence has each (tests/test_verdict.py)
+STATISTICS = (ACCURACY, CURVE)
 
 
 @dataclass(frozen=True)
@@ -69,10 +88,34 @@ class SeedBand:
 
 
 @dataclass(frozen=True)
+class Statistic:
+    """One statistic of a test: its t against the seeds, the degrees of freedom the seeds
+    give it (before TAIL_DF's cap), and `scale`, the seeds' standard deviations per unit of
+    t (so t * scale is the gap in the seeds' own standard deviations)."""
+
+    name: str
+    t: float
+    df: int
+    two_sided: bool
+    scale: float
+
+    def p(self, df: Optional[int] = None) -> float:
+        tail = student_t.sf(abs(self.t) if self.two_sided else self.t, min(self.df, TAIL_DF) if df is None else df)
+        return float(min(1.0, 2.0 * tail) if self.two_sided else tail)
+
+    def smallest_called(self, statistics: int, df: int) -> float:
+        """The smallest gap, in the seeds' standard deviations, that `statistics`
+        Bonferroni-combined statistics call beyond at ALPHA with `df` degrees of freedom."""
+        return float(student_t.isf(ALPHA / statistics / (2 if self.two_sided else 1), min(df, TAIL_DF))) * self.scale
+
+
+@dataclass(frozen=True)
 class SpreadTest:
     p_accuracy: Optional[float]
     p_curve: Optional[float]
     evidence: tuple
+    at_chance: Optional[str] = None  # the run at chance, the seeds not: beyond whatever p (the line says so)
+    cannot: Optional[str] = None  # not beyond, but a band of TAIL_DF degrees of freedom would call it: why not within
 
     @property
     def p(self) -> float:
@@ -81,18 +124,74 @@ class SpreadTest:
 
     @property
     def beyond(self) -> bool:
-        return self.p < ALPHA
+        return self.at_chance is not None or self.p < ALPHA
+
+    @property
+    def undecided(self) -> bool:
+        """Neither beyond nor within: the band has too few seeds to call this gap."""
+        return not self.beyond and self.cannot is not None
+
+
+def finished(statistics: list, evidence: list, seeds: int, more: str, chance: Optional[str]) -> SpreadTest:
+    """The test of these statistics, with the two rules of the module docstring; `more`:
+    the seeds that would give the test TAIL_DF degrees of freedom, for the text."""
+    by_name = {statistic.name: statistic.p() for statistic in statistics}
+    test = SpreadTest(by_name.get(ACCURACY), by_name.get(CURVE), tuple(evidence + ([chance] if chance else [])), chance)
+    return test if test.beyond else replace(test, cannot=_cannot(statistics, seeds, more))
+
+
+def _cannot(statistics: list, seeds: int, more: str) -> Optional[str]:
+    """Why a run not beyond is not within either: the statistic (the furthest, of those a
+    test with TAIL_DF degrees of freedom calls beyond) that this band's seeds cannot call."""
+    count = len(statistics)
+    called = [statistic for statistic in statistics if count * statistic.p(TAIL_DF) < ALPHA]
+    if not called:
+        return None
+    statistic = min(called, key=lambda statistic: statistic.p(TAIL_DF))
+    return (
+        f"{seeds} seeds cannot tell a {statistic.name} under {statistic.smallest_called(count, statistic.df):.3g} "
+        f"of their standard deviations from seed noise at p<{ALPHA:g} (this one: "
+        f"{abs(statistic.t) * statistic.scale:.3g}); {more} would"
+    )
+
+
+def chance_line(run: Run, others: list) -> Optional[str]:
+    """The at-chance rule: `run` ended at chance while every one of `others` (seeds, the
+    other run) learned; None otherwise, or where the network's classes or the rows its
+    validation scored are unknown (a network file's run, a file older than the rows' count).
+    Labels are not in a results CSV, so guessing is 1/classes (the run's own results.log
+    also weighs the commonest class)."""
+    network = NETWORKS.get(run.backend_key[2])
+    rows, accuracy = run.val_rows, run.final_val_accuracy
+    if network is None or not rows or accuracy is None or not others:
+        return None
+    guess = 1.0 / network.num_classes
+    if not within_chance(accuracy, guess, rows):
+        return None
+    learned = [other.final_val_accuracy for other in others]
+    if any(
+        value is None or within_chance(value, guess, other.val_rows or rows, 2 * CHANCE_MARGIN_SE)
+        for value, other in zip(learned, others)
+    ):
+        return None
+    return (
+        f"at chance: {run.label}'s final val accuracy {accuracy:.4f} is within {CHANCE_MARGIN_SE:g} standard errors "
+        f"of guessing ({guess:.3g} on {rows} rows), and the {len(others)} it is judged against learned (the lowest: "
+        f"{min(learned):.4f}): no draw of them, whatever the p"
+    )
 
 
 def _log_distances(runs: tuple) -> list:
     return [math.log(d) for d in (curve_distance(a, b) for a, b in itertools.combinations(runs, 2)) if d]
 
 
-def _curve_p(log_value: float, null: list, df: int) -> tuple:
-    """One-sided: P(a new log value at least this large), and the text."""
+def _curve_statistic(log_value: float, null: list, df: int) -> tuple:
+    """One-sided (only a larger distance alarms): the statistic of a new log distance
+    against `null`, and the null's typical distance, for the text."""
     mean, sd = float(np.mean(null)), float(np.std(null, ddof=1))
-    t = (log_value - mean) / (max(sd, 1e-12) * math.sqrt(1 + 1 / len(null)))
-    return t_sf(t, _capped(df)), math.exp(mean)
+    scale = math.sqrt(1 + 1 / len(null))
+    t = (log_value - mean) / (max(sd, 1e-12) * scale)
+    return Statistic(CURVE, t, df, False, scale), math.exp(mean)
 
 
 def pair_test(a: Run, b: Run, bands: list) -> Optional[SpreadTest]:
@@ -106,25 +205,29 @@ def pair_test(a: Run, b: Run, bands: list) -> Optional[SpreadTest]:
     if df < 1 or not distance:
         return None
     evidence = [f"band: {band.describe()}" for band in bands if band.seeds >= 2]
-    p_curve, typical = _curve_p(math.log(distance), null, df)
+    curve, typical = _curve_statistic(math.log(distance), null, df)
+    statistics = [curve]
     evidence.append(
-        f"curve distance {distance:.4f} vs seed pairs' typical {typical:.4f} ({len(null)} pairs): p={p_curve:.3g}"
+        f"curve distance {distance:.4f} vs seed pairs' typical {typical:.4f} ({len(null)} pairs): p={curve.p():.3g}"
     )
-    p_accuracy = None
     gap = _gap(a, b)
     accuracies = [[run.final_val_accuracy for run in runs if run.final_val_accuracy is not None] for runs in groups]
     accuracy_df = sum(len(values) - 1 for values in accuracies if values)
     if gap is not None and accuracy_df >= 1:
         sd = max(_pooled_sd(accuracies), ACCURACY_RESOLUTION)
-        p_accuracy = two_sided_p(gap / (sd * math.sqrt(2)), _capped(accuracy_df))
-        evidence.append(f"final val accuracy gap {gap:+.4f} vs seed sd {sd:.4f}: p={p_accuracy:.3g}")
-    return SpreadTest(p_accuracy, p_curve, tuple(evidence))
+        statistics.append(Statistic(ACCURACY, gap / (sd * math.sqrt(2)), accuracy_df, True, math.sqrt(2)))
+        evidence.append(f"final val accuracy gap {gap:+.4f} vs seed sd {sd:.4f}: p={statistics[-1].p():.3g}")
+    seeds = [run for runs in groups for run in runs]
+    chance = chance_line(a, seeds + [b]) or chance_line(b, seeds + [a])
+    more = f"bands with {TAIL_DF} degrees of freedom ({TAIL_DF + 1} seeds of a framework, or 3 of each)"
+    return finished(statistics, evidence, len(seeds), more, chance)
 
 
-def reproduction_test(run: Run, seeds: list) -> Optional[SpreadTest]:
+def reproduction_test(run: Run, seeds: list, chance_rule: bool = True) -> Optional[SpreadTest]:
     """Is `run` one more draw of these seeds (its own framework's, at its settings)? The
     curve statistic is the distance from the seeds' mean curve, against each seed's from
-    the mean of the others (leave one out). None: fewer than 3 seeds or no common step."""
+    the mean of the others (leave one out). None: fewer than 3 seeds or no common step.
+    `chance_rule` False: the prediction interval alone (band_power.py measures both)."""
     steps = run.steps
     for seed in seeds:
         steps = np.intersect1d(steps, seed.steps)
@@ -133,25 +236,24 @@ def reproduction_test(run: Run, seeds: list) -> Optional[SpreadTest]:
     curves = np.array([smooth(losses_at(seed, steps)) for seed in seeds])
     mine = float(np.mean(np.abs(smooth(losses_at(run, steps)) - curves.mean(axis=0))))
     null = [math.log(max(d, 1e-12)) for d in leave_one_out_distances(curves)]
-    p_curve, typical = _curve_p(math.log(max(mine, 1e-12)), null, len(seeds) - 1)
+    curve, typical = _curve_statistic(math.log(max(mine, 1e-12)), null, len(seeds) - 1)
+    statistics = [curve]
     evidence = [
         f"mean |loss - seeds' mean| {mine:.4f} vs a seed's typical {typical:.4f} "
-        f"(steps {int(steps[0])}-{int(steps[-1])}): p={p_curve:.3g}"
+        f"(steps {int(steps[0])}-{int(steps[-1])}): p={curve.p():.3g}"
     ]
-    p_accuracy = None
     values = [seed.final_val_accuracy for seed in seeds if seed.final_val_accuracy is not None]
     if run.final_val_accuracy is not None and len(values) >= 2:
         mean, sd = float(np.mean(values)), max(float(np.std(values, ddof=1)), ACCURACY_RESOLUTION)
-        t = (run.final_val_accuracy - mean) / (sd * math.sqrt(1 + 1 / len(values)))
-        p_accuracy = two_sided_p(t, _capped(len(values) - 1))
+        scale = math.sqrt(1 + 1 / len(values))
+        t = (run.final_val_accuracy - mean) / (sd * scale)
+        statistics.append(Statistic(ACCURACY, t, len(values) - 1, True, scale))
         evidence.append(
-            f"final val accuracy {run.final_val_accuracy:.4f} vs seeds' {mean:.4f} +- {sd:.4f}: p={p_accuracy:.3g}"
+            f"final val accuracy {run.final_val_accuracy:.4f} vs seeds' {mean:.4f} +- {sd:.4f}: "
+            f"p={statistics[-1].p():.3g}"
         )
-    return SpreadTest(p_accuracy, p_curve, tuple(evidence))
-
-
-def _capped(df: int) -> int:
-    return min(df, TAIL_DF)
+    chance = chance_line(run, seeds) if chance_rule else None
+    return finished(statistics, evidence, len(seeds), f"{TAIL_DF + 1} seeds", chance)
 
 
 def leave_one_out_distances(curves: np.ndarray) -> list:

@@ -2,7 +2,7 @@
 
 Two regimes, each with its own yardstick:
 - same-seed: the same seed, and both runs' dropout drawn from the shared uniforms
-  (spec/dropout.py; every run records it) or both --parity: the same weights, batches
+  (network/dropout.py; every run records it) or both --parity: the same weights, batches
   and dropped units. The yardstick is the float32 drift envelope per step
   (drift_envelope.py), up to its horizon (the step past which honest runs drift apart by
   more than it can tell from an error): `within drift to step H`, or `beyond drift at step
@@ -33,16 +33,23 @@ from algorithms.analysis.baseline import matching_baselines
 from algorithms.analysis.drift_envelope import (
     ENVELOPE_FACTOR,
     HORIZON_LIMIT,
+    combined,
     drift_test,
     envelope_path,
     mode_of,
     read_envelope,
+    own_envelope,
+    with_rounding_floor,
 )
 from algorithms.analysis.runs import Run, curve_distance, setting_differences
 from algorithms.analysis.settings import (
     NOT_COMPARED_ACROSS_SEEDS,
-    NOT_COMPARED_IN_PARITY,
+    Settings,
+    SPLITS,
+    synchronous,
     differences_line,
+    same_seed_ignored,
+    split_line,
     unknown_line,
 )
 from algorithms.analysis.spread import ALPHA, SeedBand, pair_test
@@ -58,10 +65,33 @@ RULE = (
     "runs ('then within spread (p)'), or nothing does ('then not judged'). Seed regime (other seeds, or masks "
     "each framework drew): within spread (p) / beyond spread (p) = a t-based prediction interval from the seeds of "
     "each framework at these settings, on the final validation accuracy and the loss-curve distance "
-    f"(Bonferroni-combined p; beyond when p < {ALPHA:g}, the false-alarm rate). run-to-run = two runs of one "
+    f"(Bonferroni-combined p; beyond when p < {ALPHA:g}, the false-alarm rate, or 'at chance' when one run ended "
+    "at chance and the other and the seeds learned); not judged (N seeds cannot tell ...) = too few seeds to call "
+    "a gap this size, where more would. run-to-run = two runs of one "
     "framework at one setting: a pair of the band. settings differ: the runs differ in a setting no yardstick "
     "spans (named): no verdict. no band = no yardstick for these settings. Distance = mean over the common steps "
     "of |5-step mean loss difference|."
+)
+
+
+# Every word a verdict can say, as docs/comparing.md's table writes it (H, k, …: what varies):
+# tests/test_doc_lists.py holds the table to it, and it to the words built below. A new word
+# needs its line here and in the table.
+WORDS = (
+    "same",
+    "within drift",
+    "within drift to step H",
+    "beyond drift at step k",
+    "beyond drift in the epoch check at step k",
+    "within spread (p=…)",
+    "beyond spread (p=…)",
+    "beyond spread (at chance, p=…)",
+    "run-to-run",
+    "settings differ: …",
+    "no band",
+    "not judged (…)",
+    "steps within rounding to … (… checked)",
+    "beyond rounding at step k (…: …)",
 )
 
 
@@ -76,23 +106,30 @@ class Verdict:
     horizon: Optional[int] = None  # same-seed: the last step the envelope judged
     after: Optional["Verdict"] = None  # same-seed, within drift: the seed regime's word on the whole runs
     check: Optional["Verdict"] = None  # same-seed: the verdict on the two runs' epoch checks, when both ran one
+    steps: Optional["Verdict"] = None  # same-seed: the step check's word on the two runs, when one ran it
 
     @property
     def beyond(self) -> bool:
-        return any(part.word.startswith("beyond") for part in (self, self.check, self.after) if part is not None)
+        parts = (self, self.check, self.after, self.steps)
+        return any(part.word.startswith("beyond") for part in parts if part is not None)
 
     @property
     def text(self) -> str:
-        """The verdict in one line: a difference the runs' own rows show first, else one their
-        epoch checks show; else the same-seed word, the epoch check's, then what was said past
-        the horizon."""
+        """The verdict in one line: a difference the runs' own rows show first, else one the
+        step check shows, else one their epoch checks show; else the same-seed word, the epoch
+        check's and the step check's, then what was said past the horizon."""
+        steps_beyond = self.steps is not None and self.steps.beyond
         if self.word.startswith("beyond"):
-            return self.word
+            return self.word + (f"; {self.steps.word}" if steps_beyond else "")
+        if steps_beyond:
+            return self.steps.word
         if self.check is not None and self.check.beyond:
             return f"beyond drift in the epoch check at step {self.check.step}"
         text = self.word
         if self.check is not None:
             text += f", epoch check {self.check.word}"
+        if self.steps is not None:
+            text += f", {self.steps.word}"
         return text if self.after is None else f"{text}; then {self.after.word}"
 
 
@@ -130,8 +167,23 @@ class Yardsticks:
         return None
 
     def envelope(self, a: Run, b: Run):
-        """The shipped envelope of the pair's network and mode (dropout on, or --parity)
-        that covers one run's settings, or None."""
+        """The pair's drift yardstick: the shipped envelope of its network and mode (dropout
+        on, or --parity) where it covers both runs' settings (a --fault aside); else the one
+        that covers one run's, the runs' own twins (run/yardstick.py), or the larger of both
+        where both are there; None without either."""
+        shipped = self._shipped(a, b)
+        own = own_envelope([self._read(run.yardstick) for run in (a, b) if run.yardstick])
+        if shipped is not None and all(_covered(shipped, run) for run in (a, b)):
+            own = None  # measured between frameworks at both runs' settings: the twins stand in for it elsewhere
+        envelope = (shipped or own) if shipped is None or own is None else combined(shipped, own)
+        return None if envelope is None else with_rounding_floor(envelope, [a, b])
+
+    def _read(self, path: str):
+        if path not in self._envelopes:
+            self._envelopes[path] = read_envelope(path)
+        return self._envelopes[path]
+
+    def _shipped(self, a: Run, b: Run):
         if not self.baseline_dir:
             return None
         key = (a.backend_key[2], mode_of(a.settings))
@@ -141,6 +193,13 @@ class Yardsticks:
         if envelope is None or not (envelope.covers(a.settings) or envelope.covers(b.settings)):
             return None
         return envelope
+
+
+def _covered(envelope, run: Run) -> bool:
+    """Whether the envelope holds for the run's settings, a --fault aside: a known error put in
+    on purpose stands for a bug, which changes no setting (its pair is still `settings differ`
+    unless beyond)."""
+    return envelope.covers(Settings({**run.settings.values, "fault": envelope.settings.get("fault")}))
 
 
 def one_per_seed(runs: list) -> list:
@@ -163,11 +222,12 @@ def regime(a: Run, b: Run) -> str:
 
 def judge(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     kind = regime(a, b)
-    ignore = NOT_COMPARED_IN_PARITY if kind == "same-seed" else NOT_COMPARED_ACROSS_SEEDS
+    ignore = same_seed_ignored(a.settings, b.settings) if kind == "same-seed" else NOT_COMPARED_ACROSS_SEEDS
     settings_line = differences_line(setting_differences(a, b, ignore))
     evidence = [_distance_line(a, b)]
     unknown = unknown_line(a.label, a.settings, b.label, b.settings, ignore)
-    evidence += [line for line in (settings_line, unknown) if line]
+    split = split_line(a.settings, b.settings) if kind == "same-seed" else None
+    evidence += [line for line in (settings_line, unknown, split) if line]
     if any(name == "device" for name, _, _ in setting_differences(a, b)):  # not even `same`: no yardstick spans both
         return Verdict(settings_line, kind, settings_line=settings_line, evidence=tuple(evidence + [_OTHER_DEVICE]))
     common, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
@@ -198,11 +258,70 @@ def _spread(a: Run, b: Run, yardsticks: Yardsticks, evidence: list) -> Verdict:
     test = pair_test(a, b, bands)
     if test is None:
         return Verdict("no band", "seed", evidence=tuple(evidence + [_NO_SEEDS]))
-    word = f"{'beyond' if test.beyond else 'within'} spread (p={test.p:.2g})"
+    if test.undecided:  # too few seeds to call this gap at ALPHA: no `within`
+        return Verdict(f"not judged ({test.cannot})", "seed", p=test.p, evidence=tuple(evidence) + test.evidence)
+    if test.at_chance:  # one run at chance, the other and every seed learned: beyond, whatever p says
+        word = f"beyond spread (at chance, p={test.p:.2g})"
+    elif test.beyond:
+        word = f"beyond spread (p={test.p:.2g})"
+    else:
+        word = f"within spread (p={test.p:.2g})"
     return Verdict(word, "seed", p=test.p, evidence=tuple(evidence) + test.evidence)
 
 
 def _same_seed(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
+    verdict = _with_steps(_same_seed_checked(a, b, yardsticks, settings_line, evidence), a, b)
+    if verdict.steps is not None and verdict.steps.beyond and not verdict.word.startswith("beyond"):
+        return replace(verdict, step=verdict.steps.step)
+    return verdict
+
+
+def _with_steps(verdict: Verdict, a: Run, b: Run) -> Verdict:
+    steps = step_check_verdict(a, b)
+    if steps is None:
+        return verdict
+    return replace(
+        verdict, steps=steps, evidence=verdict.evidence + tuple(f"step check: {line}" for line in steps.evidence)
+    )
+
+
+def step_check_verdict(a: Run, b: Run) -> Optional[Verdict]:
+    """The step check's word on a pair (run/step_check.py): each run's sampled steps taken
+    again in float64 from its own state, each held to the spec on its own; beyond rounding at
+    the first step either run leaves it, naming the run and the part. None where neither ran one."""
+    checked = [(run, run.step_checks) for run in (a, b) if run.step_checks]
+    if not checked:
+        return None
+    first, evidence, steps = None, [], set()
+    for run, rows in checked:
+        name = run.label.split(" ")[0]
+        steps |= {row["step"] for row in rows}
+        beyond = [row for row in rows if row["part"]]
+        if beyond:
+            row = beyond[0]
+            evidence.append(f"{name}: step {row['step']}: {row['part']}, {row['worst']:.3g}x its tolerance")
+            if first is None or row["step"] < first[0]:
+                first = (row["step"], name, row["part"])
+        else:
+            worst = max(rows, key=lambda row: row["worst"] or 0.0)
+            evidence.append(
+                f"{name}: every one of its {len(rows)} checked steps within rounding "
+                f"(the worst {worst['worst']:.2g}x its tolerance, step {worst['step']})"
+            )
+    for run in (a, b):
+        if not run.step_checks:
+            evidence.append(f"{run.label.split(' ')[0]}: no step check (--step_check off, or a run from before it)")
+    if first is not None:
+        step, name, part = first
+        return Verdict(
+            f"beyond rounding at step {step} ({name}: {part})", "same-seed", step=step, evidence=tuple(evidence)
+        )
+    last = max(int(run.steps[-1]) for run, _ in checked if len(run.steps))  # the update rule reaches every step
+    word = f"steps within rounding to {max(last, max(steps))} ({len(steps)} checked)"
+    return Verdict(word, "same-seed", evidence=tuple(evidence))
+
+
+def _same_seed_checked(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optional[str], evidence: list) -> Verdict:
     verdict = _same_seed_rows(a, b, yardsticks, settings_line, evidence)
     if a.check is None or b.check is None or _NO_ENVELOPE in verdict.evidence:
         return verdict
@@ -250,7 +369,8 @@ def _same_seed_rows(a: Run, b: Run, yardsticks: Yardsticks, settings_line: Optio
 def _past_horizon(a: Run, b: Run, yardsticks: Yardsticks) -> Verdict:
     """What the seed regime says of the whole runs, where it can: both at the settings of
     one seed band (where they stop included), a band there."""
-    stops = differences_line(setting_differences(a, b, NOT_COMPARED_ACROSS_SEEDS))
+    split = SPLITS if synchronous(a.settings) and synchronous(b.settings) else ()  # drift, as in the same-seed regime
+    stops = differences_line(setting_differences(a, b, NOT_COMPARED_ACROSS_SEEDS + split))
     if stops:
         return Verdict(f"not judged ({stops})", "seed", evidence=(_NO_SPAN,))
     after = _spread(a, b, yardsticks, [])

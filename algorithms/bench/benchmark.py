@@ -16,9 +16,10 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from algorithms.errors import EXIT_FAILED
 from algorithms.bench import precision as precisions
 from algorithms.bench.data_benchmark import csv_vs_cache
-from algorithms.spec.data import ensure_default_data
+from algorithms.dataset.data import ensure_default_data
 from algorithms.registry.frameworks import NAMES, get
 from algorithms.paths import DEFAULT_DATA_DIR, RESULTS_DIR
 from algorithms.run import probe_process
@@ -414,4 +415,4 @@ def main(argv=None) -> int:
         writer.writerow(data)
     print(f"table: {path} · wall {time.perf_counter() - started:.0f} s")
     ran = [row for row in rows if not row["status"].startswith("not run")]
-    return 0 if all(row["status"] == "ok" for row in ran) else 1
+    return 0 if all(row["status"] == "ok" for row in ran) else EXIT_FAILED

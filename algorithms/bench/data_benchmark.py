@@ -1,5 +1,5 @@
 """The benchmark's data path: a Kaggle-size train.csv (generated: random digits'
-pixels, 785 columns) loaded by CSV parse and by the binary cache algorithms/spec/data.py
+pixels, 785 columns) loaded by CSV parse and by the binary cache algorithms/dataset/data.py
 keeps beside it. Imports no framework."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from algorithms.spec.data import TRAIN_HEADER, cache_path, load_kaggle_csv
+from algorithms.dataset.data import TRAIN_HEADER, cache_path, load_kaggle_csv
 
 DISTINCT_ROWS = 1000  # the file repeats these; parsing costs the same as for distinct rows
 

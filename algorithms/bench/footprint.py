@@ -14,7 +14,9 @@ import argparse
 import subprocess
 import sys
 import time
+from typing import Optional
 
+from algorithms.errors import EXIT_FAILED
 from algorithms.machine.resources import descendants
 
 SAMPLE_EVERY_S = 0.05
@@ -33,9 +35,11 @@ def _command(pid: int) -> str:
         return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-def measure(command: list) -> tuple:
-    """Runs `command`; returns ({pid: (peak MB, command line)}, the tree's largest total RSS MB, exit status)."""
-    proc = subprocess.Popen(command)
+def measure(command: list, env: Optional[dict] = None, quiet: bool = False) -> tuple:
+    """Runs `command` (in `env`; its output dropped if `quiet`); returns ({pid: (peak MB,
+    command line)}, the tree's largest total RSS MB, exit status)."""
+    output = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(command, env=env, stdout=output, stderr=output)
     peaks_kb: dict = {}  # pid -> (peak kB, command line)
     largest_total_kb = 0
     while proc.poll() is None:
@@ -67,7 +71,7 @@ def main(argv=None) -> int:
     for pid, (peak_mb, line) in sorted(peaks.items(), key=lambda item: -item[1][0]):
         print(f"{peak_mb:8.0f} MB  pid {pid:<7} {line[:150]}")
     print(f"{largest_total_mb:8.0f} MB  all of them at once (largest sum of resident memory); exit status {status}")
-    return 0 if status == 0 else 1
+    return 0 if status == 0 else EXIT_FAILED
 
 
 if __name__ == "__main__":

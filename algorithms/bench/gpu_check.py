@@ -28,10 +28,11 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR
 from algorithms.bench.gpu_harness import FRAMEWORKS as HARNESS_FRAMEWORKS, run_harness
-from algorithms.spec.data import batch_order, ensure_default_data
+from algorithms.dataset.data import batch_order, ensure_default_data
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
-from algorithms.spec.networks import DEFAULT_NETWORK, get_network
+from algorithms.network.networks import DEFAULT_NETWORK, get_network
 from algorithms.tables import last_line
 
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -210,10 +211,10 @@ def main(argv=None) -> int:
                 "bring data/ along from a machine that ran `make compare`, or pass --train",
                 file=sys.stderr,
             )
-            return 2
+            return EXIT_INPUT_ERROR
     if not os.path.exists(args.train):
         print(f"error: --train {args.train}: no such file", file=sys.stderr)
-        return 2
+        return EXIT_INPUT_ERROR
     plan, started = make_plan(args), time.monotonic()
     flops = plan["flops_per_sample"]
     # each part runs until its share of the budget, counted from the start, is spent: what one leaves, the next takes
@@ -265,7 +266,7 @@ def main(argv=None) -> int:
     with open(base + ".md", "w") as handle:
         handle.write(text)
     print(text + f"\ntable: {base}.csv and {base}.md")
-    return 0 if all(row["status"] == "ok" or row["status"].startswith("not run") for row in rows) else 1
+    return 0 if all(row["status"] == "ok" or row["status"].startswith("not run") for row in rows) else EXIT_FAILED
 
 
 def speed_cost(rows: list) -> None:

@@ -2,7 +2,7 @@
 parallel plan is made: the first rule broken is one line (an InputError, exit
 status 2) naming the flags and the fix. A flag's own value is checked by its argparse
 type (flags.py); the plan checks what the batch and the devices allow
-(spec/parallel.py make_plan)."""
+(network/parallel.py make_plan)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """The command-line flags every entry script shares, declared once, as a table
 (`FLAGS`): each flag's names and argparse keywords, the --help group that lists it, the
-one strategy that takes it (left out of the --help of a script that does not run it),
-and whether RunConfig takes its value as parsed (`copied`). Both are derived from it:
-the parser (parser.py's build_parser) and the RunConfig (run_config.py's parse_config,
-which resolves the flags not copied). Here too: what --help says of the strategies and
-the --fault kinds. A value is checked on its own by its type (values.py); flags that
+one strategy or optional flag that takes it (left out of the --help of a script that
+does not run it), and whether RunConfig takes its value as parsed (`copied`). Both are
+derived from it: the parser (parser.py's build_parser) and the RunConfig (run_config.py's
+parse_config, which resolves the flags not copied). Here too: what one script's --help
+lists (`HelpScope`: its strategies, --fault kinds and optional flags and values) and
+what it says of each. A value is checked on its own by its type (values.py); flags that
 cannot run together, in checks.py."""
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN, RESULTS_DIR
+from algorithms.paths import DEFAULT_TRAIN, RESULTS_DIR
 from algorithms.machine.devices import DEVICE_KINDS
 from algorithms.machine.threads import MALLOC_POLICIES
-from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS
-from algorithms.spec.parallel import INNER_STRATEGIES, STRATEGIES
-from algorithms.spec.variants import KIND_HELP, TRAINING_KINDS
+from algorithms.network.networks import DEFAULT_NETWORK, NETWORKS
+from algorithms.network.parallel import INNER_STRATEGIES, STRATEGIES
+from algorithms.network.variants import KIND_HELP, TRAINING_KINDS
 from algorithms.config.values import (
     accuracy,
     batch_size_or_auto,
@@ -67,24 +68,82 @@ def fault_help(kinds: tuple) -> str:
         "a known error put into this run on purpose, for the confusion table that proves the verdict "
         "catches it (algorithms.studies.power; docs/comparing.md): "
         + "; ".join(KIND_HELP[kind] for kind in kinds)
-        + "; LAYER indexes the spec's layers (a bad one lists them)"
+        + f"; {LAYER_HELP}"
         + (f"; other frameworks only: {', '.join(others)}" if others else "")
         + ". Recorded in results.log and the settings record, so no verdict mistakes it for an honest run"
     )
 
 
+def layer_list(network) -> str:
+    """A network's layers as --fault's LAYER counts them: `0 ZeroPad2D, 1 Conv2D, ...`."""
+    return ", ".join(f"{index} {type(layer).__name__}" for index, layer in enumerate(network.layers))
+
+
+# what LAYER of --fault counts: every layer of the spec, not only those with weights
+LAYER_HELP = (
+    "LAYER is the layer's index among all the network's layers, from 0, pads, pools, Flatten and Dropout "
+    f"counted too ({DEFAULT_NETWORK}: {layer_list(NETWORKS[DEFAULT_NETWORK])}); a bad one lists the network's"
+)
+
+
+@dataclass(frozen=True)
+class HelpScope:
+    """What one script's --help lists: the strategies and --fault kinds its wrapper runs,
+    and `lacks`, the optional flags (run_config.OPTIONAL_FLAGS: `--name` or `--name value`)
+    it does not run. A flag it lacks, or one whose only value it runs is the default, is
+    left out of --help; a lacked value is left out of its flag's choices. Every flag and
+    value is still parsed, so the wrapper's refusal names the fix. The default, a study's:
+    everything (it passes the flags on to every framework)."""
+
+    strategies: tuple = STRATEGIES
+    fault_kinds: tuple = TRAINING_KINDS
+    lacks: tuple = ()
+
+    def choices(self, shared: "Flag") -> tuple:
+        """The choices of `shared` this script runs."""
+        lacked = {value for name, _, value in (flag.partition(" ") for flag in self.lacks) if name in shared.names}
+        if "--compile" in self.lacks and "--execution" in shared.names:  # --compile is --execution compiled
+            lacked.add("compiled")
+        return tuple(choice for choice in shared.options.get("choices", ()) if choice not in lacked)
+
+    def hides(self, shared: "Flag") -> bool:
+        if shared.strategy and shared.strategy not in self.strategies:  # a strategy's own flags, only where it runs
+            return True
+        if any(name in self.lacks for name in (*shared.names, shared.follows) if name):
+            return True
+        every, runs = shared.options.get("choices", ()), self.choices(shared)
+        return len(runs) < len(every) and set(runs) <= {shared.options.get("default")}  # nothing left to ask
+
+
+def choices_help(lead: str, each: dict, tail: str) -> Callable:
+    """The `scoped` of a flag whose --help says what each of its choices does: the
+    choices the script runs, each explained, and which others run elsewhere."""
+
+    def scoped(scope: HelpScope, shared: "Flag") -> dict:
+        runs = scope.choices(shared)
+        others = [choice for choice in shared.options["choices"] if choice not in runs]
+        text = "; ".join(f"{choice}: {each[choice]}" for choice in runs)
+        if others:
+            text += f"; other frameworks also run {' and '.join(others)} (python -m algorithms.registry.capabilities)"
+        return {"metavar": "{" + ",".join(runs) + "}", "help": f"{lead}{text}. {tail}"}
+
+    return scoped
+
+
 @dataclass(frozen=True)
 class Flag:
     """One shared flag: its names, the --help group that lists it, argparse's keywords for
-    it (`options`, and `scoped(strategies, fault_kinds)` for those that say what the
-    script runs), the one strategy that takes it ("": any) and whether RunConfig's field
-    of its name takes its value as parsed (`copied`; the others parse_config resolves)."""
+    it (`options`, and `scoped(scope, flag)` for those whose help says what the script
+    runs: a HelpScope), the one strategy that takes it ("": any), the optional flag it
+    goes with (`follows`: left out of --help with it) and whether RunConfig's field of
+    its name takes its value as parsed (`copied`; the others parse_config resolves)."""
 
     names: tuple
     group: str
     copied: bool = False
     strategy: str = ""
     scoped: Optional[Callable] = None
+    follows: str = ""
     options: dict = field(default_factory=dict, hash=False)
 
     @property
@@ -93,8 +152,10 @@ class Flag:
         return self.options.get("dest") or self.names[0].lstrip("-").replace("-", "_")
 
 
-def flag(*names: str, group: str, copied: bool = False, strategy: str = "", scoped=None, **options) -> Flag:
-    return Flag(names, group, copied, strategy, scoped, options)
+def flag(
+    *names: str, group: str, copied: bool = False, strategy: str = "", scoped=None, follows: str = "", **options
+) -> Flag:
+    return Flag(names, group, copied, strategy, scoped, follows, options)
 
 
 # every shared flag, in the order --help lists them, each group where its first flag is
@@ -112,9 +173,10 @@ FLAGS = (
     flag(
         "--test",
         group="data",
-        default=DEFAULT_TEST,
+        default=None,
         help="the test images, as --train, with or without labels (a CSV of pixel0,... only; an .npz "
-        "without y; a folder of images without class subfolders); 'none' to skip test predictions",
+        "without y; a folder of images without class subfolders); 'none' to skip test predictions; "
+        "left out: data/test.csv with the default --train, no test set with any other --train",
     ),
     flag(
         "--test_labels",
@@ -201,7 +263,7 @@ FLAGS = (
         group="training",
         default=None,
         metavar="KIND:WHERE:VALUE",
-        scoped=lambda strategies, fault_kinds: {"help": fault_help(fault_kinds)},
+        scoped=lambda scope, shared: {"help": fault_help(scope.fault_kinds)},
     ),
     flag(
         "--seed",
@@ -241,14 +303,40 @@ FLAGS = (
         "state, evaluation) against the drift envelope (run_all.py runs it by default)",
     ),
     flag(
+        "--yardstick",
+        group="training",
+        copied=True,
+        choices=("auto", "measure", "off"),
+        default="auto",
+        help="the drift yardstick this run's same-seed verdicts need: auto (the default) measures one where no "
+        "shipped envelope covers these settings and no earlier run at them made one: a twin of the run's "
+        "first 40 steps (all of them in a shorter run) from kernels and pixels moved by one float32 step, in "
+        "this process, kept in "
+        "<results_dir>/yardstick/ for the next run at these settings; measure: always; off: never "
+        "(docs/comparing.md#a-yardstick-of-the-runs-own)",
+    ),
+    flag(
+        "--step_check",
+        group="training",
+        copied=True,
+        choices=("on", "off"),
+        default="on",
+        help="the step check (on by default): the step the framework took, taken again in float64 numpy from "
+        "the framework's own state (weights, optimizer slots, the batch, its dropout numbers) and compared at "
+        "float32 rounding: whole (the loss, each layer's gradient, the update) at the first step and 2 spread "
+        "over the run; by its loss and update rule at every epoch's first step and around every change of the "
+        "learning rate; by its update rule at every other step. Its rows in <results_dir>/step_check/, its "
+        "line in results.log, its word in the compare's verdict (docs/comparing.md#the-step-check)",
+    ),
+    flag(
         "--strategy",
         group="parallelism",
         copied=True,
         choices=STRATEGIES,
         default="single",
-        scoped=lambda strategies, fault_kinds: {
-            "metavar": "{" + ",".join(strategies) + "}",
-            "help": strategy_help(strategies),
+        scoped=lambda scope, shared: {
+            "metavar": "{" + ",".join(scope.strategies) + "}",
+            "help": strategy_help(scope.strategies),
         },
     ),
     flag(
@@ -257,10 +345,15 @@ FLAGS = (
         copied=True,
         choices=DEVICE_KINDS,
         default="auto",
-        help="where the model and its batches live: gpu (refused in one line where the framework has none), "
-        "cpu (every GPU hidden from the run, whatever is installed), or auto: the GPU where the framework "
-        "sees one, else the CPU. Theano and Caffe are CPU builds here: the CPU under auto. Recorded in every "
-        "CSV row (device), the settings record and results.log",
+        scoped=choices_help(
+            "where the model and its batches live: ",
+            {
+                "auto": "the GPU where the framework sees one, else the CPU (Theano and Caffe are CPU builds here)",
+                "cpu": "every GPU hidden from the run, whatever is installed",
+                "gpu": "the GPU (refused in one line where the machine has none)",
+            },
+            "Recorded in every CSV row (device), the settings record and results.log",
+        ),
     ),
     flag(
         "--devices",
@@ -339,6 +432,7 @@ FLAGS = (
         group="parallelism",
         copied=True,
         strategy="ps",
+        follows="--ps_endpoint",
         type=count,
         default=0,
         metavar="R",
@@ -374,10 +468,15 @@ FLAGS = (
         group="speed",
         choices=EXECUTION_MODES,
         default=None,
-        help="eager: op by op from Python (TensorFlow eager, PyTorch, Keras run_eagerly); graph: traced "
-        "once (tf.function, Keras's default on TensorFlow, Theano, Caffe); compiled: fused by a compiler "
-        "(XLA, torch.compile, Keras jit_compile; jax always). Default: the framework's own mode. "
-        "Recorded in results.log",
+        scoped=choices_help(
+            "",
+            {
+                "eager": "op by op from Python (TensorFlow eager, PyTorch, Keras run_eagerly)",
+                "graph": "traced once (tf.function, Keras's default on TensorFlow, Theano, Caffe)",
+                "compiled": "fused by a compiler (XLA, torch.compile, Keras jit_compile; jax always)",
+            },
+            "Default: the framework's own mode. Recorded in results.log",
+        ),
     ),
     flag(
         "--precision",
@@ -385,9 +484,17 @@ FLAGS = (
         copied=True,
         choices=PRECISIONS,
         default="fp32",
-        help="bf16 / fp16: float32 master weights, bfloat16 / float16 compute (torch autocast, "
-        "TensorFlow's and Keras's mixed policies); fp16 adds dynamic loss scaling (GradScaler, "
-        "LossScaleOptimizer), its scale in the CSV's loss_scale column. Recorded in results.log",
+        scoped=choices_help(
+            "",
+            {
+                "fp32": "float32 throughout",
+                "bf16": "float32 master weights, bfloat16 compute (torch autocast, TensorFlow's and Keras's "
+                "mixed policies)",
+                "fp16": "float32 master weights, float16 compute and dynamic loss scaling (GradScaler, "
+                "LossScaleOptimizer), its scale in the CSV's loss_scale column",
+            },
+            "Recorded in results.log",
+        ),
     ),
     flag(
         "--malloc",
@@ -426,7 +533,8 @@ FLAGS = (
         copied=True,
         choices=("none", "linear"),
         default="none",
-        help="linear: lr x (batch_size x accumulate) / the preset's batch",
+        help="linear: lr x (batch_size x accumulate) / the preset's batch (the network's own: listed below; "
+        "run_all.py's main batch does not move it)",
     ),
     flag(
         "--warmup_steps",
@@ -458,6 +566,7 @@ FLAGS = (
         "--plateau_factor",
         group="large-batch training",
         copied=True,
+        follows="--reduce_lr_on_plateau",
         type=fraction,
         default=0.5,
         help="see --reduce_lr_on_plateau",

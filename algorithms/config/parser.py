@@ -6,18 +6,18 @@ the benchmark use too)."""
 from __future__ import annotations
 
 import argparse
+from typing import Optional
 
-from algorithms.config.flags import FLAGS
-from algorithms.spec.networks import NETWORKS
-from algorithms.spec.parallel import STRATEGIES
-from algorithms.spec.variants import TRAINING_KINDS
+from algorithms.errors import EXIT_INPUT_ERROR
+from algorithms.config.flags import FLAGS, HelpScope
+from algorithms.network.networks import NETWORKS
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
     """A malformed flag is one line on stderr and exit status 2, like every input error."""
 
     def error(self, message):
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_INPUT_ERROR, f"error: {message} (see {self.prog} --help)\n")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -31,12 +31,11 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser(
-    prog: str, description: str, strategies: tuple = STRATEGIES, fault_kinds: tuple = TRAINING_KINDS
-) -> argparse.ArgumentParser:
-    """The shared flags; `strategies` and `fault_kinds`: what this script runs (its
-    wrapper's Support), which its --help lists (every one is still parsed, so the
-    wrapper's refusal names the fix)."""
+def build_parser(prog: str, description: str, scope: Optional[HelpScope] = None) -> argparse.ArgumentParser:
+    """The shared flags; `scope`: what this script runs (its wrapper's Support), which its
+    --help lists (every flag is still parsed, so the wrapper's refusal names the fix);
+    None: everything, as a study passes the flags on to every framework."""
+    scope = scope or HelpScope()
     parser = OneLineErrorParser(
         prog=prog,
         description=description,
@@ -52,8 +51,8 @@ def build_parser(
     for shared in FLAGS:
         if shared.group not in groups:
             groups[shared.group] = parser.add_argument_group(shared.group)
-        options = {**shared.options, **(shared.scoped(strategies, fault_kinds) if shared.scoped else {})}
-        if shared.strategy and shared.strategy not in strategies:  # a strategy's own flags, only where it runs
+        options = {**shared.options, **(shared.scoped(scope, shared) if shared.scoped else {})}
+        if scope.hides(shared):
             options["help"] = argparse.SUPPRESS
         groups[shared.group].add_argument(*shared.names, **options)
     return parser

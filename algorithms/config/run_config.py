@@ -14,15 +14,15 @@ from typing import Optional
 
 from algorithms.errors import InputError
 from algorithms.config.checks import check_flags
-from algorithms.config.flags import DEFAULT_SYNC_EVERY, FLAGS
+from algorithms.config.flags import DEFAULT_SYNC_EVERY, FLAGS, HelpScope, layer_list
 from algorithms.config.values import schedule_text
 from algorithms.config.parser import build_parser
 from algorithms.config.schedule import LearningRateSchedule, linear_scale
 from algorithms.machine.tuning import Tuning
-from algorithms.spec.data import batch_size_at
-from algorithms.spec.networks import Network, Optimizer, network_for_data
-from algorithms.spec.parallel import STRATEGIES, ParallelPlan, make_plan
-from algorithms.spec.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
+from algorithms.dataset.data import batch_size_at, test_input
+from algorithms.network.networks import Network, Optimizer, network_for_data
+from algorithms.network.parallel import STRATEGIES, ParallelPlan, make_plan
+from algorithms.network.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
 
 # The optional flags a wrapper declares in Support.flags (contract.py) and RunConfig.uses()
 # reports, in the column order of the README's capability table
@@ -56,6 +56,10 @@ OPTIONAL_FLAGS = (
     "--fault bn_mean",
     "--fault bn_eval",
     "--fault same_side",
+    "--fault late_lr",
+    "--fault late_momentum",
+    "--fault skip",
+    "--fault maxnorm",
 )
 # variants no other framework has, so the capability table gives them no column: torch's one
 # process driving N GPUs (nn.DataParallel, a variant of --strategy data), its parameter
@@ -74,6 +78,10 @@ TORCH_ONLY_FAULTS = (
     "--fault momentum_reset",
     "--fault lr_late",
     "--fault accuracy_labels",
+    "--fault late_lr",
+    "--fault late_momentum",
+    "--fault skip",
+    "--fault maxnorm",
 )
 WITHOUT_TABLE_COLUMN = (
     "--dp_impl dataparallel",
@@ -134,10 +142,14 @@ class RunConfig:
     batch_size_auto: bool = False  # --batch_size auto: batch_size is the preset's until the finder chooses
     memory_budget_mb: Optional[float] = None
     batch_search: Optional[str] = None  # the finder's trials and choice, for results.log
-    fault: Optional[Fault] = None  # --fault: a known error put in on purpose (spec/variants.py)
+    fault: Optional[Fault] = None  # --fault: a known error put in on purpose (network/variants.py)
     epoch_check: bool = False  # --epoch_check: the short-epoch run first (run/epoch_check.py)
     part: str = "run"  # "run", or "epoch check" in the config the epoch check runs with
     device: str = "auto"  # --device: auto, cpu or gpu, as asked (where the run is: its Runtime's device)
+    step_check: str = "on"  # --step_check: re-take sampled steps in float64 (run/step_check.py)
+    yardstick: str = "auto"  # --yardstick: the run's own drift yardstick where none covers it (run/yardstick.py)
+    # the spec the step check holds the run to: the network without a --fault (a fault is a known error)
+    reference_network: Optional[Network] = None
 
     @property
     def effective_batch(self) -> int:
@@ -253,31 +265,33 @@ def check_batch_statistics(network: Network, args) -> None:
         )
 
 
-def help_scope(support) -> dict:
-    """What a script's --help lists of the strategies and --fault kinds: those its
-    wrapper's Support runs (contract.Support; None: every one, as a study passes them on)."""
+def help_scope(support) -> HelpScope:
+    """What a script's --help lists of the strategies, --fault kinds and optional flags:
+    those its wrapper's Support runs (contract.Support; None: every one, as a study passes
+    them on)."""
     if support is None:
-        return {}
+        return HelpScope()
     kinds = tuple(
         kind for kind in TRAINING_KINDS if f"--fault {kind}" not in OPTIONAL_FLAGS or f"--fault {kind}" in support.flags
     )
     strategies = tuple(strategy for strategy in STRATEGIES if strategy in support.strategies)
-    return {"strategies": strategies, "fault_kinds": kinds}
+    lacks = tuple(flag for flag in OPTIONAL_FLAGS if flag not in support.flags)
+    return HelpScope(strategies, kinds, lacks)
 
 
 def parse_config(argv: Optional[list], prog: str, description: str, support=None) -> RunConfig:
     """Flags to a RunConfig; argparse itself exits with status 2 on a malformed flag, and
     flags that cannot run together (or a plan the devices cannot hold) are an InputError.
-    `support`: the wrapper's contract.Support, whose strategies and faults --help lists."""
-    args = build_parser(prog, description, **help_scope(support)).parse_args(argv)
+    `support`: the wrapper's contract.Support, whose strategies, faults and optional flags --help lists."""
+    args = build_parser(prog, description, help_scope(support)).parse_args(argv)
     network = network_for_data(args.network, args.train, args.input_shape)
+    reference_network = network.without_dropout() if args.parity else network
     fault = None
     if args.fault is not None:
         try:
             fault = parse_fault(args.fault, network, TRAINING_KINDS)
         except ValueError as error:
-            layers = ", ".join(f"{index} {type(layer).__name__}" for index, layer in enumerate(network.layers))
-            raise InputError(f"--fault {error} ({network.name}'s layers: {layers})") from None
+            raise InputError(f"--fault {error} ({network.name}'s layers: {layer_list(network)})") from None
         network = faulted_network(fault, network)
     if args.parity:
         network = network.without_dropout()
@@ -306,7 +320,7 @@ def parse_config(argv: Optional[list], prog: str, description: str, support=None
                 f"--{flag}: {network.name} trains with {optimizer.name}, which has no {flag}; drop the flag"
             )
         optimizer = replace(optimizer, **{flag: value == "on" if flag == "nesterov" else value})
-    test = None if args.test.lower() in ("", "none") else args.test
+    test = test_input(args.train, args.test)
     results_dir = os.path.abspath(args.results_dir)
     command = [os.path.basename(sys.argv[0]) if argv is None else prog] + (sys.argv[1:] if argv is None else list(argv))
     execution = "compiled" if args.compile else args.execution
@@ -330,4 +344,5 @@ def parse_config(argv: Optional[list], prog: str, description: str, support=None
         execution=execution,
         batch_size_auto=batch_size_auto,
         fault=fault,
+        reference_network=reference_network,
     )

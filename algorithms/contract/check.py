@@ -11,6 +11,7 @@ import importlib
 import inspect
 from typing import Sequence
 
+from algorithms.errors import EXIT_FAILED
 from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.contract.skeleton import skeleton_problems, source_files
 from algorithms.contract.types import FILES, FitTrainer, Runtime, Support, Trainer, WrapperSession
@@ -37,8 +38,8 @@ def check_wrapper(package: str, strategies: Sequence[str], flags: Sequence[str])
                 f"{package}.supported(): unknown strategy {s!r}" for s in support.strategies if s not in strategies
             ]
             problems += [f"{package}.supported(): unknown flag {f!r}" for f in support.flags if f not in flags]
-            if support.footprint is None and set(support.strategies) - {"single"}:
-                problems.append(f"{package}.supported(): parallel strategies and no footprint (resources.py)")
+            if support.footprint is None:
+                problems.append(f"{package}.supported(): no footprint, its measured memory (resources.py)")
     if "train" in modules and hasattr(modules["train"], "describe_runtime"):
         runtime = modules["train"].describe_runtime()
         if not isinstance(runtime, Runtime):
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
     """python -m algorithms.contract PACKAGE: the ways PACKAGE breaks the contract; exit status 1 if any."""
     import argparse
 
-    from algorithms.spec.parallel import STRATEGIES
+    from algorithms.network.parallel import STRATEGIES
 
     parser = argparse.ArgumentParser(
         prog="python -m algorithms.contract",
@@ -202,4 +203,4 @@ def main(argv=None) -> int:
         print(problem)
     if not problems:
         print(f"{', '.join(args.packages)}: meets the wrapper contract (algorithms/contract/types.py)")
-    return 1 if problems else 0
+    return EXIT_FAILED if problems else 0

@@ -1,8 +1,8 @@
 """The wrapper skeleton, read from a wrapper's source (nothing is imported, so no
 framework loads): every wrapper has the contract's files (FILES); each trainer class
 defines the contract's methods in the contract's order (Trainer's, or FitTrainer's for
-a trainer driven an epoch at a time), and train.py its functions in TrainModule's
-order; and every wrapper reads the run's strategy and device count from the same place,
+a trainer driven an epoch at a time), train.py its functions in TrainModule's order and
+probes.py its own in ProbesModule's; and every wrapper reads the run's strategy and device count from the same place,
 config.strategy and config.devices, never through the parallel plan (config.plan holds
 what the flags alone do not: stages, shards, replicas, group, micro-batches), in its
 subpackages too (what only its framework needs may sit in a folder of its own).
@@ -16,7 +16,7 @@ import importlib.util
 import inspect
 import os
 
-from algorithms.contract.types import FILES, FitTrainer, Trainer, TrainModule
+from algorithms.contract.types import FILES, FitTrainer, ProbesModule, Trainer, TrainModule
 
 # read through the config, where the flags put them, and never through the plan
 CONFIG_PATHS = ("strategy", "devices")
@@ -37,9 +37,10 @@ def skeleton_problems(package: str) -> list:
                 methods = [item.name for item in node.body if isinstance(item, ast.FunctionDef)]
                 protocol = FitTrainer if "fit_epoch" in methods else Trainer
                 problems += order_problems(f"{package}/trainer.py:{node.lineno}: {node.name}", methods, protocol)
-    if "train.py" in trees:
-        functions = [node.name for node in trees["train.py"].body if isinstance(node, ast.FunctionDef)]
-        problems += order_problems(f"{package}/train.py", functions, TrainModule)
+    for file, protocol in (("train.py", TrainModule), ("probes.py", ProbesModule)):
+        if file in trees:
+            functions = [node.name for node in trees[file].body if isinstance(node, ast.FunctionDef)]
+            problems += order_problems(f"{package}/{file}", functions, protocol)
     for file, tree in trees.items():
         problems += [
             f"{package}/{file}:{node.lineno}: {ast.unparse(node)}: read config.{node.attr} (the skeleton's config path)"

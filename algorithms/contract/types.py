@@ -11,10 +11,12 @@ functions stand for the protocol's methods, without `self`):
     model.py        ModelModule: build_model(network, ...): the spec translated.
     trainer.py      TrainerModule: build_trainer(config) -> a Trainer (Keras: a FitTrainer).
     train.py        TrainModule: describe_runtime() -> Runtime; records(config) -> bool;
-                    train(session) -> summary; initial_loss_and_logits(network, images,
-                    labels, seed) -> (the framework's own loss, logits); model_parameters(
-                    network) and layer_outputs_and_gradients(network, weights, images, labels):
-                    the structural check's and the localisation's view of the model.
+                    train(session) -> summary; describe_modes(config, trainer).
+    probes.py       ProbesModule: initial_loss_and_logits(network, images, labels, seed)
+                    -> (the framework's own loss, logits); model_parameters(network) and
+                    layer_outputs_and_gradients(network, weights, images, labels): the
+                    cross-framework tests', the structural check's and the localisation's
+                    view of the model, outside any run.
     native.py       NativeModule: the benchmark's side.
     determinism.py  DeterminismModule: enable() -> (what was set, what is still not deterministic).
 
@@ -38,10 +40,11 @@ import numpy as np
 
 from algorithms.machine.resources import Footprint
 from algorithms.machine.tuning import Tuning
+from algorithms.reference.train_state import StateNotHeld, TrainState  # noqa: F401 (part of the contract)
 
 if TYPE_CHECKING:
     from algorithms.config.run_config import RunConfig
-    from algorithms.spec.data import Dataset
+    from algorithms.dataset.data import Dataset
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ class Support:
     `footprint` its processes and devices are checked against (resources.py). What its
     framework reads from the environment as it loads, beyond the shared thread variables
     (machine/threads.py), the entry point and the probe set through it before it loads:
-    `thread_environment(threads)` for the run's thread count, and in the benchmark's
+    `thread_environment(threads)` for the run's thread count (and what else the framework's
+    libraries read as they load: OpenBLAS's core, backends/openblas.py), and in the benchmark's
     profile `profile_environment(folder)`, where its compiler writes what it compiled."""
 
     strategies: Sequence[str]
@@ -67,6 +71,11 @@ class Support:
     # environment as it loads to stay on the device asked for (jax's platform)
     gpu_build: Optional[Callable[[], Optional[str]]] = None
     device_environment: Optional[Callable[[str], None]] = None
+    # a layer of the vocabulary (its class name in network/layers.py) the wrapper does not
+    # translate -> the one line that says why: the entry point refuses a network holding it
+    # before the framework loads (status 2). Empty in every wrapper today; every other layer
+    # kind its model.py translates (tests/test_layer_vocabulary.py)
+    layers_refused: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -166,7 +175,7 @@ class Trainer(Protocol):
     def to_batch(self, images, labels, uniforms):
         """numpy (N, H, W, C) float32 images, int labels and the rows' dropout uniforms (a tuple,
         one (N, *input shape) float32 array per Dropout layer, spec layout; () without dropout:
-        spec/dropout.py, whose mask rule every wrapper applies) -> the framework's batch
+        network/dropout.py, whose mask rule every wrapper applies) -> the framework's batch
         (timed as data time)."""
 
     def step(self, batches: list) -> StepResult:
@@ -189,6 +198,11 @@ class Trainer(Protocol):
 
     def load_checkpoint(self, folder: str) -> None: ...
 
+    def train_state(self) -> TrainState:
+        """The model's weights and the optimizer's slots now, in the spec's layout and its one
+        optimizer convention (reference/train_state.py), for the step check (run/step_check.py);
+        raises StateNotHeld (with why) where this process holds a part of the model only."""
+
 
 @runtime_checkable
 class FitTrainer(Protocol):
@@ -207,6 +221,11 @@ class FitTrainer(Protocol):
     def save_checkpoint(self, folder: str) -> None: ...
 
     def load_checkpoint(self, folder: str) -> None: ...
+
+    def train_state(self) -> TrainState:
+        """The model's weights and the optimizer's slots now, in the spec's layout and its one
+        optimizer convention (reference/train_state.py), for the step check (run/step_check.py);
+        raises StateNotHeld (with why) where this process holds a part of the model only."""
 
 
 @dataclass(frozen=True)
@@ -302,7 +321,7 @@ class WrapperSession(Protocol):
         global batch it is part of, where that differs (an asynchronous worker's share)."""
 
     def dropout_uniforms(self, epoch: int, rows) -> tuple:
-        """The dropout uniforms of these training rows in this epoch (spec/dropout.py): what a
+        """The dropout uniforms of these training rows in this epoch (network/dropout.py): what a
         trainer that gathers its own rows (Keras's fit) feeds its Dropout layers."""
 
     def checkpoint_due(self) -> bool: ...
@@ -311,6 +330,12 @@ class WrapperSession(Protocol):
         """`trainer.save_checkpoint(folder)`, then where the run stands."""
 
     def should_stop(self) -> bool: ...
+
+    # the run's StepCheck (run/step_check.py) where the wrapper's own per-step hook drives it
+    # (a FitTrainer's callback: `before(trainer, epoch, index)` at a step's start,
+    # `after(trainer, capture, *session.last_step)` once its row is written); None otherwise
+    step_check: Optional[object]
+    last_step: Optional[tuple]  # (loss, accuracy) of the last optimizer step recorded
 
 
 class PackageModule(Protocol):
@@ -349,6 +374,11 @@ class TrainModule(Protocol):
         """(execution, precision) as `trainer` runs them, in the framework's own words, for
         results.log: what --execution and --precision became. train(session) sets
         session.execution_note and precision_note from it once the trainer is built."""
+
+
+class ProbesModule(Protocol):
+    """probes.py: the model the wrapper builds of a network, seen from outside a run (the
+    cross-framework tests, the structural check, the localisation); no session, no trainer."""
 
     def initial_loss_and_logits(self, network, images, labels, seed: int = 0) -> tuple:
         """The framework's own loss and logits of the shared initial weights, dropout off."""
@@ -393,6 +423,7 @@ FILES = {
     "model": ModelModule,
     "trainer": TrainerModule,
     "train": TrainModule,
+    "probes": ProbesModule,
     "native": NativeModule,
     "determinism": DeterminismModule,
 }

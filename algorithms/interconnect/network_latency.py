@@ -57,7 +57,7 @@ from algorithms.interconnect.hosts import (
 )
 from algorithms.paths import DEFAULT_TRAIN, REPO_ROOT
 from algorithms.records import WARMUP_STEPS, read_rows
-from algorithms.spec.data import ensure_default_data
+from algorithms.dataset.data import ensure_default_data
 from scripts.netns_cluster import Cluster
 from scripts.ping import round_trips_ms
 

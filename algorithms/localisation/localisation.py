@@ -1,6 +1,6 @@
 """Where a difference enters: each framework's per-layer outputs and parameter gradients
 (its wrapper's `layer_outputs_and_gradients`) against the float64 reference of the spec
-(algorithms/spec/reference.py), the first layer beyond float32 tolerance, and the table
+(algorithms/reference/reference.py), the first layer beyond float32 tolerance, and the table
 a person reads. algorithms/localisation/localise.py runs the frameworks and fills it.
 
 The error of a tensor is its largest difference from the reference over the reference's
@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from algorithms.spec.networks import Dropout, Network, layer_label
+from algorithms.network.networks import Dropout, Network, layer_label
 
 # float32 rounds each operation to 2^-24 ≈ 6e-8 of the value. A layer's output is a sum of
 # up to 1,568 products (the first dense layer) over inputs already rounded by the layers
@@ -74,7 +74,7 @@ class Finding:
 
 def relative_error(got: np.ndarray, expected: np.ndarray, allowance=0.0, scale=None) -> float:
     """max(|got - expected| - allowance) over max|expected| (or `scale`), the difference a
-    kink's other side may make (the reference's allowance, algorithms/spec/reference.py) left out."""
+    kink's other side may make (the reference's allowance, algorithms/reference/reference.py) left out."""
     if scale is None:
         scale = float(np.max(np.abs(expected))) if expected.size else 0.0
     excess = np.maximum(np.abs(np.float64(got) - expected) - allowance, 0.0)

@@ -26,7 +26,7 @@ from algorithms.localisation.localisation import (
     cell_text,
     what_was_found,
 )
-from algorithms.spec.networks import layer_label
+from algorithms.network.networks import layer_label
 from algorithms.tables import text_table
 
 TITLES = {

@@ -10,7 +10,7 @@ transposed kernel is named before anything runs (`--structure_only` stops there)
 Then one batch of the training data (the shared batch order's first, with --seed) goes
 through every framework at the shared initial weights with dropout off, each in its own
 process and venv, and each layer's output and each parameter's gradient is compared with
-the float64 numpy reference of the spec (algorithms/spec/reference.py). With --steps K,
+the float64 numpy reference of the spec (algorithms/reference/reference.py). With --steps K,
 steps 2..K do the same at the reference trajectory's weights (the spec's optimizer, in
 float64, on the next batches), loaded afresh into every framework each step, so an
 error cannot compound: each step is a fresh look at one layer stack.
@@ -25,7 +25,7 @@ line names the last layer it reported, its exit status and its error's last line
 whole stderr in <id>.<framework>.log); a traceback never reaches the table.
 Written under --results_dir: <id>.png (the heatmap) and <id>.csv (every cell), never over
 an earlier run's. --fault FRAMEWORK:KIND:LAYER[:VALUE] puts a known error into one
-framework (algorithms/spec/variants.py: weights, padding, bias, frozen, shape, die), to
+framework (algorithms/network/variants.py: weights, padding, bias, frozen, shape, die), to
 see it found.
 Exit status: 0 when every framework is within tolerance everywhere, 1 for any finding (a
 framework that failed included), 2 for a bad flag.
@@ -47,18 +47,18 @@ import numpy as np
 from algorithms.localisation.localisation import Localisation, Stop, compare_pass
 from algorithms.localisation.localisation_report import format_localisation, plot_heatmap, write_cells_csv
 from algorithms.localisation.structure import first_structural_layer, structural_problems
-from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR, InputError
 from algorithms.paths import DEFAULT_DATA_DIR, DEFAULT_TRAIN, REPO_ROOT, RESULTS_DIR
 from algorithms.registry.capabilities import support
 from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.config.run_config import OPTIONAL_FLAGS
 from algorithms.config.parser import OneLineErrorParser
 from algorithms.session.run_session import new_run_id
-from algorithms.spec.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
-from algorithms.spec.networks import DEFAULT_NETWORK, NETWORKS, Dropout, network_for_data
-from algorithms.spec.reference import forward_backward, sgd_or_adam_step, update_running
-from algorithms.spec.variants import parse_fault
-from algorithms.spec.weights import LayerWeights, initial_weights
+from algorithms.dataset.data import batch_order, ensure_default_data, load_dataset, steps_per_epoch
+from algorithms.network.networks import DEFAULT_NETWORK, NETWORKS, Dropout, network_for_data
+from algorithms.reference.reference import forward_backward, sgd_or_adam_step, update_running
+from algorithms.network.variants import parse_fault
+from algorithms.network.weights import LayerWeights, initial_weights
 from algorithms.tables import last_line
 
 DEFAULT_BATCH = 8  # a few images: every layer's values are seen, and the slowest framework stays quick
@@ -128,17 +128,21 @@ class ChildRun:
     outputs: str
 
 
-def run_child(name: str, job: dict, scratch: str) -> ChildRun:
+def run_child(name: str, job: dict, scratch: str, python: Optional[str] = None, tag: str = "") -> ChildRun:
+    """Framework `name`'s child on `job`, in its own venv or `python`'s (another release's
+    environment: registry/release_env.py), its files in `scratch` under `name` and `tag`."""
     framework = get(name)
+    shown = python or os.path.basename(framework.python)
+    python = python or framework.python
     job = {**job, "package": framework.package}
-    paths = {key: os.path.join(scratch, f"{name}_{key}") for key in ("job.json", "report.json", "outputs")}
+    paths = {key: os.path.join(scratch, f"{name}{tag}_{key}") for key in ("job.json", "report.json", "outputs")}
     job.update(report=paths["report.json"], outputs=paths["outputs"])
     with open(paths["job.json"], "w") as handle:
         json.dump(job, handle)
-    print(f"{name}: {os.path.basename(framework.python)} -m algorithms.localisation.localise_child", flush=True)
+    print(f"{name}{tag}: {shown} -m algorithms.localisation.localise_child", flush=True)
     try:
         proc = subprocess.run(
-            [framework.python, "-m", "algorithms.localisation.localise_child", paths["job.json"]],
+            [python, "-m", "algorithms.localisation.localise_child", paths["job.json"]],
             cwd=REPO_ROOT,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **framework.env},
             capture_output=True,
@@ -175,25 +179,7 @@ def read_child(child: ChildRun, network, kept: list, passes: list) -> tuple:
     of their own (not reached)."""
     per_step = []
     for step, reference in enumerate(passes, start=1):
-        record = read_json(os.path.join(child.outputs, f"step_{step}.json")) or {}
-        outputs = {}
-        for index in range(len(network.layers)):
-            array = read_array(child.outputs, f"output_{step}_{index}")
-            if array is not None:
-                outputs[index] = array
-        gradients = {}
-        for index, _, _ in network.parametric_layers():
-            for role in ("kernel", "bias"):
-                array = read_array(child.outputs, f"gradient_{step}_{index}_{role}")
-                if array is not None:
-                    gradients[(index, role)] = array
-        gradients.update({(index, role): None for index, role in record.get("no_gradient", [])})
-        input_gradients, evaluation = {}, {}
-        for index in range(len(network.layers)):
-            for name, found in (("input_gradient", input_gradients), ("evaluation", evaluation)):
-                array = read_array(child.outputs, f"{name}_{step}_{index}")
-                if array is not None:
-                    found[index] = array
+        record, outputs, gradients, input_gradients, evaluation = read_step(child.outputs, network, step)
         complete = bool(record.get("complete"))
         if outputs or gradients or record:
             cells = compare_pass(network, reference, outputs, gradients, complete, input_gradients, evaluation)
@@ -204,6 +190,32 @@ def read_child(child: ChildRun, network, kept: list, passes: list) -> tuple:
     if child.status != 0:  # every step done, then a failure
         return per_step, Stop(None, None, stop_reason(child, None), child.stderr)
     return per_step, None
+
+
+def read_step(folder: str, network, step: int) -> tuple:
+    """What a child wrote of one step, in the network's (dropout-less) layer indexes: (its
+    step record, outputs, gradients (None: the framework computed none), input gradients,
+    evaluation outputs)."""
+    record = read_json(os.path.join(folder, f"step_{step}.json")) or {}
+    outputs = {}
+    for index in range(len(network.layers)):
+        array = read_array(folder, f"output_{step}_{index}")
+        if array is not None:
+            outputs[index] = array
+    gradients = {}
+    for index, _, _ in network.parametric_layers():
+        for role in ("kernel", "bias"):
+            array = read_array(folder, f"gradient_{step}_{index}_{role}")
+            if array is not None:
+                gradients[(index, role)] = array
+    gradients.update({(index, role): None for index, role in record.get("no_gradient", [])})
+    input_gradients, evaluation = {}, {}
+    for index in range(len(network.layers)):
+        for name, found in (("input_gradient", input_gradients), ("evaluation", evaluation)):
+            array = read_array(folder, f"{name}_{step}_{index}")
+            if array is not None:
+                found[index] = array
+    return record, outputs, gradients, input_gradients, evaluation
 
 
 def stop_reason(child: ChildRun, error: Optional[str]) -> str:
@@ -374,7 +386,7 @@ def main(argv=None) -> int:
                 if problems
                 else f"{name}: " + (f"not run: {failure.reason}" if failure else "as the spec")
             )
-        return 0 if result.healthy() else 1
+        return 0 if result.healthy() else EXIT_FAILED
     print(format_localisation(result))
     prefix = unused_prefix(args.results_dir)
     write_cells_csv(result, prefix + ".csv")
@@ -385,7 +397,7 @@ def main(argv=None) -> int:
     if result.cells:
         plot_heatmap(result, prefix + ".png")
         print(f"\nheatmap: {prefix}.png  every cell: {prefix}.csv")
-    return 0 if result.healthy() else 1
+    return 0 if result.healthy() else EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ from dataclasses import asdict
 
 import numpy as np
 
-from algorithms.spec.networks import network_for_data
-from algorithms.spec.variants import DIE_EXIT_STATUS, Fault, apply_fault
-from algorithms.spec.weights import LayerWeights
+from algorithms.errors import EXIT_FAILED
+from algorithms.network.networks import network_for_data
+from algorithms.network.variants import DIE_EXIT_STATUS, Fault, apply_fault
+from algorithms.network.weights import LayerWeights
 
 
 def step_weights(inputs, network, step: int) -> list:
@@ -71,7 +72,7 @@ def one_line(error: BaseException) -> str:
     return traceback.format_exception_only(type(error), error)[-1].strip()
 
 
-def run_step(train, network, fault, fault_text: str, inputs, step: int, folder: str) -> None:
+def run_step(probes, network, fault, fault_text: str, inputs, step: int, folder: str) -> None:
     """One step's probe, each output saved as the wrapper hands it over; the gradients and
     the step's record after. `--fault die:LAYER` ends the process after layer LAYER's output
     (or the first output the framework holds after it), as a crashing framework would."""
@@ -86,7 +87,7 @@ def run_step(train, network, fault, fault_text: str, inputs, step: int, folder: 
     model_network, weights = network, step_weights(inputs, network, step)
     if fault is not None:
         model_network, weights = apply_fault(fault, network, weights)
-    probe = train.layer_outputs_and_gradients(
+    probe = probes.layer_outputs_and_gradients(
         model_network, weights, inputs[f"images_{step}"], inputs[f"labels_{step}"], on_output=on_output
     )
     for index, value in probe.outputs.items():  # each already saved, unless the wrapper gave it only here
@@ -109,14 +110,14 @@ def run_step(train, network, fault, fault_text: str, inputs, step: int, folder: 
 def main(job_path: str) -> int:
     with open(job_path) as handle:
         job = json.load(handle)
-    train = importlib.import_module(f"{job['package']}.train")
-    runtime = train.describe_runtime()
+    runtime = importlib.import_module(f"{job['package']}.train").describe_runtime()
+    probes = importlib.import_module(f"{job['package']}.probes")
     network = network_for_data(job["network"], job["train"])
     spec_fault = job.get("spec_fault")
     structure_network = apply_fault(Fault(**spec_fault), network, [])[0] if spec_fault else network
     report = {"framework": runtime.framework, "backend": runtime.backend, "versions": dict(runtime.versions)}
     try:  # a fault's model, faulted (a missing bias is the structural check's to name)
-        report["parameters"] = [asdict(parameter) for parameter in train.model_parameters(structure_network)]
+        report["parameters"] = [asdict(parameter) for parameter in probes.model_parameters(structure_network)]
     except Exception as error:
         traceback.print_exc()
         report["parameters_error"] = one_line(error)
@@ -129,11 +130,11 @@ def main(job_path: str) -> int:
     with np.load(job["inputs"]) as inputs:
         for step in range(1, job["steps"] + 1):
             try:
-                run_step(train, network, fault, job.get("fault_text", ""), inputs, step, job["outputs"])
+                run_step(probes, network, fault, job.get("fault_text", ""), inputs, step, job["outputs"])
             except Exception as error:  # the layers it gave are saved; the parent names the rest
                 traceback.print_exc()
                 save_json(os.path.join(job["outputs"], f"step_{step}.json"), {"error": one_line(error)})
-                return 1
+                return EXIT_FAILED
     return 0
 
 

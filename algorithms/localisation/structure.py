@@ -10,8 +10,8 @@ from __future__ import annotations
 from math import prod
 
 from algorithms.contract.types import ModelParameter
-from algorithms.spec.networks import Network, layer_label, weight_shapes
-from algorithms.spec.weights import LAYOUT_AXES, shape_in_layout
+from algorithms.network.networks import Network, layer_label, weight_shapes
+from algorithms.network.weights import LAYOUT_AXES, shape_in_layout
 
 ROLES = ("kernel", "bias")
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from algorithms.registry.frameworks import FRAMEWORKS, Framework
 from algorithms.config.run_config import OPTIONAL_FLAGS, WITHOUT_TABLE_COLUMN
 from algorithms.contract.types import Support
-from algorithms.spec.parallel import STRATEGIES
+from algorithms.network.parallel import STRATEGIES
 
 # the table's flag columns, in the order of OPTIONAL_FLAGS
 FLAGS = tuple(flag for flag in OPTIONAL_FLAGS if flag not in WITHOUT_TABLE_COLUMN)
@@ -36,8 +36,13 @@ def environment(values: dict):
 def support(framework: Framework) -> Support:
     """The framework's wrapper's supported(), read with the framework's environment
     (KERAS_BACKEND picks Keras's backend); no framework is imported."""
-    with environment(framework.env):
-        return importlib.import_module(framework.package).supported()
+    before = dict(os.environ)
+    try:
+        with environment(framework.env):
+            return importlib.import_module(framework.package).supported()
+    finally:  # a wrapper package may set its framework's defaults (caffe_wrapper: GLOG_minloglevel)
+        os.environ.clear()  # for its own processes: never for the one that asked
+        os.environ.update(before)
 
 
 def capabilities() -> list:

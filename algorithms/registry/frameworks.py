@@ -20,6 +20,9 @@ class Framework:
     backend: str
     package: str  # the wrapper package
     venv: str  # "main" | "legacy" (.venv-legacy: Theano and Keras 2)
+    # computes its GEMMs in the system OpenBLAS (algorithms/machine/openblas.py), whose core
+    # its wrapper names before it loads and `run_all.py` measures before the runs
+    openblas: bool = False
 
     @property
     def python(self) -> str:
@@ -42,7 +45,7 @@ FRAMEWORKS = (
     Framework("keras_jax", "keras_script.py", {"KERAS_BACKEND": "jax"}, "keras", "jax", "keras_wrapper", "main"),
     Framework("torch", "torch_script.py", {}, "torch", "torch", "torch_wrapper", "main"),
     # the Theano family: their scripts re-execute themselves in .venv-legacy
-    Framework("lasagne", "lasagne_script.py", {}, "lasagne", "theano", "lasagne_wrapper", "legacy"),
+    Framework("lasagne", "lasagne_script.py", {}, "lasagne", "theano", "lasagne_wrapper", "legacy", openblas=True),
     Framework(
         "keras_theano",
         "keras_theano_backend.py",
@@ -51,9 +54,10 @@ FRAMEWORKS = (
         "theano",
         "keras_wrapper",
         "legacy",
+        openblas=True,
     ),
     # Caffe built from the PyPI sdist by `make caffe`
-    Framework("caffe", "caffe_script.py", {}, "caffe", "caffe", "caffe_wrapper", "main"),
+    Framework("caffe", "caffe_script.py", {}, "caffe", "caffe", "caffe_wrapper", "main", openblas=True),
 )
 NAMES = tuple(framework.name for framework in FRAMEWORKS)
 _BY_NAME = {framework.name: framework for framework in FRAMEWORKS}

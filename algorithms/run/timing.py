@@ -36,11 +36,9 @@ class HandStepHarness:
         for epoch, parts in steps:
             next_parts = self.following.get(id(parts))
             start = time.perf_counter()
-            self.learning_rate = run_step(
+            self.learning_rate, _ = run_step(  # the session's answer (checkpoint, stop) is asked, as in the loop
                 self.trainer, self.session, epoch, parts, self.learning_rate, self.prefetcher, next_parts
             )
-            self.session.checkpoint_due()
-            self.session.should_stop()
             times.append((time.perf_counter() - start) * 1000.0)
             self.outside_step_ms.append(times[-1] - self.session.step_times_ms[-1])
         return times

@@ -16,7 +16,7 @@ from collections import defaultdict, deque
 
 from algorithms.contract.types import UpdatePool
 from algorithms.run.loop import batched_logits, evaluate_initial, finish_with_test, validate
-from algorithms.spec.parallel import split_ranges
+from algorithms.network.parallel import split_ranges
 
 POLL_S = 1.0  # how often a wait for the next update checks that every process still lives
 

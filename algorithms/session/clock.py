@@ -15,9 +15,19 @@ class RunClock:
     def __init__(self):
         self.before_s = 0.0  # seconds the run had used in the processes before this one (--resume)
         self._start = time.perf_counter()
+        self.paused_s = 0.0  # time the run spent checking itself (the step check), not training
 
     def elapsed_s(self) -> float:
-        return self.before_s + time.perf_counter() - self._start
+        return self.before_s + time.perf_counter() - self._start - self.paused_s
+
+    @contextmanager
+    def paused(self):
+        """What runs inside is not the run's training time (wall_time_s leaves it out)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused_s += time.perf_counter() - start
 
     def state(self) -> dict:
         return {"wall_time_s": self.elapsed_s()}

@@ -15,6 +15,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from algorithms.errors import EXIT_SIGINT, EXIT_SIGTERM
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so the same handler keeps the
@@ -75,7 +77,7 @@ def interruption_name(error: KeyboardInterrupt) -> str:
 
 def exit_status(error: KeyboardInterrupt) -> int:
     """The shell's convention: 128 + the signal number."""
-    return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
+    return EXIT_SIGTERM if isinstance(error, Terminated) else EXIT_SIGINT
 
 
 OUT_OF_MEMORY_TYPES = {"MemoryError", "OutOfMemoryError", "ResourceExhaustedError", "XlaRuntimeError"}
@@ -216,8 +218,7 @@ def stuck_loss_problem(evidence: EpochEvidence, num_classes: int, learning_rate:
     if not enough or enough_before or count == 0:
         return None
     guess = np.bincount(evidence.val_labels).max() / count
-    at_chance = evidence.val_accuracy <= guess + CHANCE_MARGIN_SE * math.sqrt(guess * (1 - guess) / count)
-    if at_chance and evidence.val_loss >= chance - STUCK_LOSS_MARGIN:
+    if within_chance(evidence.val_accuracy, guess, count) and evidence.val_loss >= chance - STUCK_LOSS_MARGIN:
         return (
             f"after {evidence.updates} updates ({evidence.samples:,} samples) the validation accuracy is "
             f"{evidence.val_accuracy:.3f}, no better than always guessing the commonest class ({guess:.3f}), "
@@ -230,6 +231,13 @@ def stuck_loss_problem(evidence: EpochEvidence, num_classes: int, learning_rate:
 
 
 NEAR_CHANCE = "ended near chance"  # how the diagnostic begins: the scaling report reads it from results.log
+
+
+def within_chance(accuracy: float, guess: float, rows: int, margin_se: float = CHANCE_MARGIN_SE) -> bool:
+    """Whether an accuracy scored on `rows` rows is within `margin_se` binomial standard
+    errors of `guess`, what a net that ignores its input scores: the one test of "at
+    chance" here and in the seed regime's (analysis/spread.py)."""
+    return accuracy <= guess + margin_se * math.sqrt(guess * (1 - guess) / rows)
 
 
 def guess_accuracy(labels: np.ndarray, num_classes: int) -> float:
@@ -251,7 +259,7 @@ def near_chance_problem(scores: list, num_classes: int, updates: int) -> Optiona
         if accuracy is None or labels is None or len(labels) == 0:
             continue
         guess = guess_accuracy(labels, num_classes)
-        if accuracy <= guess + CHANCE_MARGIN_SE * math.sqrt(guess * (1 - guess) / len(labels)):
+        if within_chance(accuracy, guess, len(labels)):
             near.append(f"{what} accuracy {accuracy:.4f} ({len(labels)} rows; guessing scores {guess:.3f})")
     if not near:
         return None

@@ -73,8 +73,13 @@ class Progress:
             return None
         return statistics.fmean(self._losses), statistics.fmean(self._accuracies)
 
-    def end_epoch(self, epoch: int, steps_per_epoch: int, train: Optional[tuple], val: tuple, extra: str = "") -> None:
-        """The epoch's line (`train`: its mean loss and accuracy; `extra` appended), then a fresh epoch."""
+    def end_epoch(
+        self, epoch: int, steps_per_epoch: int, last_train: Optional[tuple], val: tuple, extra: str = ""
+    ) -> tuple:
+        """The epoch's line (its mean train loss and accuracy, `last_train` where it ran no
+        step; `extra` appended), then a fresh epoch. Returns (the epoch's steps, its train
+        means): the session's answer in one call."""
+        epoch_steps, train = self.epoch_steps, self.epoch_means() or last_train
         now = time.perf_counter()
         ms_step = f"{statistics.median(self._step_times_ms):.1f}" if self._step_times_ms else "n/a"
         train_text = "n/a" if train is None else f"{train[0]:.4f} - acc: {train[1]:.4f}"
@@ -86,3 +91,4 @@ class Progress:
         self.say(("\r" if self._tty and not self.quiet else "") + line, flush=True)
         self._losses, self._accuracies, self._step_times_ms = [], [], []
         self._epoch_start = self._last_line = now
+        return epoch_steps, train

@@ -1,4 +1,4 @@
-"""Results written: per-step CSV rows, the results.log summary block, Kaggle
+"""Results written: per-step CSV rows (a run's through RunRows), the results.log summary block, Kaggle
 predictions. Their names and columns, and reading them back, are algorithms/records.py's.
 
 Rows are appended one whole line per `os.write` on an O_APPEND descriptor, so a
@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import io
+import json
 import tempfile
 import os
 import sys
@@ -20,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from algorithms.errors import InputError, ResourceError
-from algorithms.records import CSV_COLUMNS
+from algorithms.records import CSV_COLUMNS, ENVELOPE_ACCURACY, ENVELOPE_SETTINGS_PREFIX
 
 
 class ResultsCsv:
@@ -55,6 +57,73 @@ class ResultsCsv:
         row = {**self.identity, **values}
         line = ",".join(_format(row.get(column)) for column in CSV_COLUMNS) + "\n"
         append_whole(self._fd, line.encode(), self.path)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class RunRows:
+    """A run's rows in its results CSV (ResultsCsv): a train row per optimizer step, a val row per
+    epoch, a test row at the end, each with the run's identity columns. A worker process that
+    leaves the records to its chief (`record=False`) writes none."""
+
+    def __init__(self, path: str, identity: dict, record: bool):
+        self.path = path
+        self._csv = ResultsCsv(path, identity) if record else None
+
+    def set_global_batch(self, global_batch: int) -> None:
+        """--batch_schedule: the rows from here on are at this epoch's batch (a train row
+        says its own step's rows, write(global_batch=...))."""
+        if self._csv is not None:
+            self._csv.identity["global_batch"] = global_batch
+
+    def write(
+        self,
+        phase: str,
+        epoch: Optional[int],
+        step: int,
+        loss: float,
+        accuracy: Optional[float],
+        wall_time_s: float,
+        **measured,
+    ) -> None:
+        """`epoch` 0-based (1-based in the CSV), None on the test row; `measured`: the
+        other CSV columns the row has (learning_rate, step_time_ms, ...)."""
+        if self._csv is not None:
+            self._csv.write(
+                epoch=None if epoch is None else epoch + 1,
+                step=step,
+                phase=phase,
+                loss=loss,
+                accuracy=accuracy,
+                wall_time_s=wall_time_s,
+                **measured,
+            )
+
+    def close(self) -> None:
+        if self._csv is not None:
+            self._csv.close()
+
+
+class TableCsv:
+    """Append-only writer for a CSV of the run's own beside its results (the step check's
+    rows): a header when the file is new, then one whole line per row, as ResultsCsv."""
+
+    def __init__(self, path: str, columns: list):
+        self.path, self.columns = path, columns
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            append_whole(self._fd, (",".join(columns) + "\n").encode(), path, only_if_empty=True)
+        except OSError as error:
+            raise ResourceError(cannot_write(path, error, "--results_dir")) from None
+
+    def write(self, **values) -> None:
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerow([_format(values.get(column)) for column in self.columns])
+        append_whole(self._fd, buffer.getvalue().encode(), self.path)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -222,9 +291,31 @@ def _remove_quietly(path: str) -> None:
 def _format(value) -> str:
     if value is None:
         return ""
-    if isinstance(value, float):
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
         return repr(value)  # shortest exact round-trip: diffs show real differences only
     return str(value)
+
+
+def write_envelope_file(path: str, notes: tuple, settings: dict, steps, limit, accuracy, sources: dict) -> None:
+    """A drift envelope as records.envelope_settings and analysis/drift_envelope.read_envelope
+    read it: `# ` note lines, the settings' JSON line, then step, envelope, the accuracy
+    envelope (None: no column) and each source's column; written whole, then moved into place."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "w", newline="") as handle:
+        handle.writelines(f"# {line}\n" for line in notes)
+        handle.write(ENVELOPE_SETTINGS_PREFIX + json.dumps(settings, sort_keys=True) + "\n")
+        writer = csv.writer(handle)
+        kinds = list(sources)
+        writer.writerow(["step", "envelope", *([] if accuracy is None else [ENVELOPE_ACCURACY]), *kinds])
+        for i, step in enumerate(steps):
+            writer.writerow(
+                [int(step), repr(float(limit[i]))]
+                + ([] if accuracy is None else [repr(float(accuracy[i]))])
+                + [repr(float(sources[kind][i])) for kind in kinds]
+            )
+    os.replace(partial, path)
 
 
 def write_predictions(path: str, labels: np.ndarray) -> None:

@@ -1,6 +1,7 @@
 """What a run reports when it ends, from its session (session.RunSession): the summary
 (`summarize`, what finish() returns), the results.log block (`write_log_block`) and
-the table printed last (`print_summary`)."""
+the table printed last (`print_summary`); `report_run`, the three in the one call the
+session makes when the run ends."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ from algorithms.machine.threads import (
 from algorithms.machine.tuning import log_line as tuned_log_line
 
 
+def report_run(session, status: str, test: Optional[tuple], predictions_path: Optional[str], recorded: bool) -> dict:
+    """The summary; where this process records the run (`recorded`), its results.log block
+    and the printed table too."""
+    summary = summarize(session, test, predictions_path)
+    if recorded:
+        write_log_block(session, status, summary)
+        print_summary(session, summary)
+    return summary
+
+
 def summarize(session, test: Optional[tuple], predictions_path: Optional[str]) -> dict:
     """`test`: (loss, accuracy) on the test set, None without labels or a test set."""
     median_ms = steady_state_ms(session.step_times_ms)
@@ -38,7 +49,27 @@ def summarize(session, test: Optional[tuple], predictions_path: Optional[str]) -
     }
 
 
+def _test_set_text(config, data) -> str:
+    if data.test_x is None:
+        return "none"
+    scored = f"scored with {config.test_labels})" if data.test_y is not None else "no labels: predictions only)"
+    return f"{config.test} ({len(data.test_x)} images, " + scored
+
+
+def _parity_text(parity) -> str:
+    """results.log's parity line from the session's (set, not deterministic) notes, or None: off."""
+    if parity is None:
+        return "off (dropout on, framework-default kernels)"
+    return (
+        "dropout off; set: "
+        + "; ".join(parity[0])
+        + "; not deterministic: "
+        + ("; ".join(parity[1]) or "nothing known")
+    )
+
+
 def write_log_block(session, status: str, summary: dict) -> None:
+    """The run's results.log block; `session.logged` says it is written (a later failure writes no second one)."""
     config, data, step = session.config, session.dataset, session.step
 
     def pair(values, empty="n/a"):
@@ -46,15 +77,6 @@ def write_log_block(session, status: str, summary: dict) -> None:
 
     median = summary["median_ms"]
     warm = f"steps {WARMUP_STEPS + 1}-{step}" if step > WARMUP_STEPS else f"all {step} steps"
-    test_set = (
-        "none"
-        if data.test_x is None
-        else (
-            f"{config.test} ({len(data.test_x)} images, "
-            + (f"scored with {config.test_labels})" if data.test_y is not None else "no labels: predictions only)")
-        )
-    )
-    parity = session.parity_notes
     append_log_block(
         config.results_log,
         f"{session.run_id} · {config.network.name} · {session.framework}/{session.backend} · {status}",
@@ -73,24 +95,22 @@ def write_log_block(session, status: str, summary: dict) -> None:
             ("devices", session.devices),
             ("config", config.describe()),
             *([("batch size auto", config.batch_search)] if config.batch_search else []),
-            (
-                "parity",
-                "off (dropout on, framework-default kernels)"
-                if parity is None
-                else "dropout off; set: "
-                + "; ".join(parity[0])
-                + "; not deterministic: "
-                + ("; ".join(parity[1]) or "nothing known"),
-            ),
+            ("parity", _parity_text(session.parity_notes)),
             (
                 "network",
                 f"{config.network.param_count():,} parameters, "
                 f"{config.network.train_flops_per_sample() / 1e6:.1f} MFLOP/sample forward+backward",
             ),
-            ("data", f"train {config.train} ({len(data.train_x)} rows, {len(data.val_x)} held out for validation)"),
-            ("test data", test_set),
+            (
+                "data",
+                f"train {config.train} ({len(data.train_x) + len(data.val_x)} rows: {len(data.train_x)} to train on, "
+                f"{len(data.val_x)} held out for validation)",
+            ),
+            ("test data", _test_set_text(config, data)),
             ("steps", f"{step}" + (f" (resumed from {session.resume_from})" if session.resume_from else "")),
             ("diagnostics", " | ".join(session.diagnostics) or "none"),
+            *([("yardstick", session.yardstick_note)] if session.yardstick_note else []),
+            *([("step check", session.step_check_note)] if session.step_check_note else []),
             *([("noise scale", session.noise_scale.describe())] if session.noise_scale is not None else []),
             ("final train", pair(summary["train"]) + "  (mean over the last epoch's steps)"),
             ("final val", pair(summary["val"])),
@@ -112,6 +132,7 @@ def write_log_block(session, status: str, summary: dict) -> None:
         ]
         + _schedule_lines(session),
     )
+    session.logged = True
 
 
 def _threads_text(threads: int) -> str:
@@ -137,7 +158,7 @@ def _schedule_lines(session) -> list:
         )
     target = config.target_accuracy
     if target is not None:
-        reached = session.target_reached
+        reached = session.stopping.target_reached  # the part that knows, not the session asked back
         lines.append(
             (
                 "time to accuracy",

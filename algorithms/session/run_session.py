@@ -1,6 +1,6 @@
 """One training run's bookkeeping, the same for every framework (`RunSession`), which
 the loops and the wrappers call step by step. It composes the parts that do the work:
-the CSV rows (rows.py), the progress lines (progress.py), the stopping rules
+the CSV rows (recorder.RunRows), the progress lines (progress.py), the stopping rules
 (stopping.py), the learning-rate schedule (config/schedule.py), the clock (clock.py), the
 checkpoints (checkpoint.py) and the end-of-run report: summary, results.log block,
 printed table (report.py)."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional
 
@@ -29,13 +30,21 @@ from algorithms.session.faults import (
 from algorithms.session.noise_scale import NoiseScale
 from algorithms.session.progress import Progress
 from algorithms.records import results_csv_name
-from algorithms.session.recorder import write_predictions
-from algorithms.session.report import print_summary, summarize, write_log_block
-from algorithms.session.rows import RunRows
-from algorithms.session.settings_record import append_settings, device_settings, settings_of
+from algorithms.session.recorder import RunRows, write_predictions
+from algorithms.session.report import report_run, summarize, write_log_block
+from algorithms.session.settings_record import append_settings, device_settings, releases, settings_of
 from algorithms.session.stopping import StoppingRules
-from algorithms.spec.data import Dataset, batch_order, steps_per_epoch
-from algorithms.spec.dropout import uniforms
+from algorithms.dataset.data import Dataset, batch_order, steps_per_epoch
+from algorithms.machine.network_memory import network_memory
+from algorithms.network.dropout import uniforms
+
+
+@dataclass(frozen=True)
+class StepAnswer:
+    """The session's answer to a recorded step (record_step): what the loop does next."""
+
+    checkpoint: bool  # save a checkpoint now (--checkpoint_every)
+    stop: bool  # stop after this step (--max_steps, a target reached, early stopping)
 
 
 def new_run_id() -> str:
@@ -59,10 +68,11 @@ class RunSession:
         self.parity_notes = parity_notes  # (what was set, what is not deterministic) in --parity runs
         self.record = record
         self.framework, self.backend = runtime.framework, runtime.backend
-        self.versions, self.devices = runtime.versions, runtime.devices
+        self.versions, self.devices = releases(runtime.versions), runtime.devices
         self.device = runtime.device  # where the framework placed the run (contract.Device)
         self.run_id = config.run_id or new_run_id()
         self.steps_per_epoch = self._steps_per_epoch(config.batch_size)
+        self.planned_steps, self.outputs_per_sample = self._step_check_plan(config)
         csv_name = results_csv_name(config.network.name, self.framework, self.backend)
         self.csv_path = os.path.join(config.results_dir, csv_name)
         # before the CSV is opened: a bad --resume writes nothing
@@ -80,7 +90,7 @@ class RunSession:
         }
         self.rows = RunRows(self.csv_path, identity, record)
         if record:  # what a fair comparison must hold equal, known before the first step
-            settings = {**settings_of(config), **device_settings(self.device)}
+            settings = {**settings_of(config), **device_settings(self.device), "releases": self.versions}
             append_settings(self.csv_path, self.run_id, self.framework, self.backend, settings)
         self.progress = Progress(config.num_epochs, config.quiet, record and config.part == "run")
         self.schedule = config.learning_rate_schedule()
@@ -109,7 +119,14 @@ class RunSession:
         self._epoch_batch: Optional[int] = None
         self._val_wall = 0.0  # the last val row's wall time: time to accuracy is read back from it
         self.finished = False
-        self._logged = False  # this run's results.log block is written
+        self.logged = False  # this run's results.log block is written (report.write_log_block sets it)
+        self.last_step: Optional[tuple] = None  # (loss, accuracy) of the last optimizer step recorded
+        # the step check's line (run/step_check.py), for results.log; None where no loop ran one
+        self.step_check_note: Optional[str] = None
+        self.yardstick_note: Optional[str] = None  # the run's drift yardstick and its cost (run/yardstick.py)
+        self.twin = None  # the twin this run measured (run/yardstick.Twin): its envelope is written after the run
+        # the run's StepCheck where a wrapper's own per-step hook drives it (Keras's fit callback)
+        self.step_check = None
         if self.checkpoints.resume_state is not None:
             self._restore(self.checkpoints.resume_state)
         if not config.quiet:
@@ -175,6 +192,18 @@ class RunSession:
         """--target_accuracy: where validation first reached it (epoch, step, wall_s, samples, accuracy)."""
         return self.stopping.target_reached
 
+    def _step_check_plan(self, config: RunConfig) -> tuple:
+        """What the step check spreads over and scales with: the optimizer steps the whole run
+        plans (each epoch at its own batch), and the values the network's layers output per
+        sample (the memory of its float64 looks), read here, before the run's first step."""
+        planned = sum(self.steps_in_epoch(epoch) for epoch in range(config.num_epochs))
+        network = config.reference_network or config.network
+        return planned, network_memory(network, config.optimizer).outputs_per_sample
+
+    def steps_in_epoch(self, epoch: int) -> int:
+        """The optimizer steps epoch `epoch` (0-based) takes at its batch (--batch_schedule)."""
+        return self._steps_per_epoch(self.config.batch_at(epoch))
+
     def _steps_per_epoch(self, batch: int) -> int:
         steps = steps_per_epoch(len(self.dataset.train_x), batch * self.config.accumulate)
         if self.config.strategy in ("ps", "async") and not self.config.ps_sync:  # each worker's share is one update
@@ -208,6 +237,12 @@ class RunSession:
             self.batch_phases.append((epoch, batch, None))
         self._epoch_batch = batch
         return batch if changed else None
+
+    def start_epoch(self, epoch: int) -> tuple:
+        """The loop's one call before an epoch's first step: begin_epoch, answered with
+        (the epoch's optimizer_batches, the new batch to prepare or None)."""
+        new_batch = self.begin_epoch(epoch)
+        return self.optimizer_batches(epoch), new_batch
 
     def batch_prepared(self, batch: int, warm_up_ms: float) -> None:
         """The wrapper's re-trace / re-compile / reshape for a new batch took this long."""
@@ -243,6 +278,7 @@ class RunSession:
         parameters and its own (0 for a synchronous strategy, whose rank 0 records)."""
         learning_rate = self.learning_rate
         self.step += 1
+        self.last_step = (loss, accuracy)
         self.samples_seen += batch_size
         self.step_times_ms.append(step_time_ms)
         self.rows.write(
@@ -271,13 +307,19 @@ class RunSession:
         self.progress.step(epoch, loss, accuracy, step_time_ms, self.steps_per_epoch)
         raise_if_stop_requested(self.signal_of_any_process)  # a Ctrl-C / SIGTERM ends the run here, its row written
 
+    def record_step(self, epoch: int, *measured, **named) -> StepAnswer:
+        """The loop's one call after a step: train_step (its arguments), answered with
+        whether to save a checkpoint and whether to stop, so the loop asks nothing more."""
+        self.train_step(epoch, *measured, **named)
+        return StepAnswer(checkpoint=self.checkpoint_due(), stop=self.should_stop())
+
     def should_stop(self) -> bool:
         return self.stopping.should_stop(self.step)
 
     def dropout_uniforms(self, epoch: int, rows) -> tuple:
         """The uniforms every Dropout layer of the run's network draws its mask from, for
         these training rows in this epoch (0-based): the same in every framework
-        (spec/dropout.py)."""
+        (network/dropout.py)."""
         return uniforms(self.config.network, self.config.seed, epoch, rows)
 
     def initial_evaluation(self, val_loss: float, val_accuracy: float, val_time_ms: float) -> None:
@@ -314,14 +356,14 @@ class RunSession:
             samples_per_sec=count * 1000.0 / val_time_ms if val_time_ms > 0 else None,
         )
         self.last_val = (val_loss, val_accuracy)
-        epoch_steps = self.progress.epoch_steps
-        self.last_train = self.progress.epoch_means() or self.last_train
         extra = ""
         if self.noise_scale is not None:
             self.noise_scale.end_epoch(epoch)
             b_simple = self.noise_scale.b_simple
             extra = f" - B_simple: {'n/a' if b_simple is None else f'{b_simple:.0f}'}"
-        self.progress.end_epoch(epoch, self.steps_per_epoch, self.last_train, self.last_val, extra)
+        epoch_steps, self.last_train = self.progress.end_epoch(
+            epoch, self.steps_per_epoch, self.last_train, self.last_val, extra
+        )
         if epoch_steps:
             self.diagnose(
                 stuck_loss_problem(
@@ -386,11 +428,9 @@ class RunSession:
                 f"{os.path.splitext(os.path.basename(self.csv_path))[0]}_{self.run_id}.csv",
             )
             write_predictions(predictions_path, test_predictions)
-        summary = summarize(self, None if test_loss is None else (test_loss, test_accuracy), predictions_path)
-        if self.record and self.config.part == "run":  # the epoch check's rows are all it leaves
-            self._write_log(status, summary)
-            print_summary(self, summary)
-        return summary
+        test = None if test_loss is None else (test_loss, test_accuracy)
+        # the epoch check's rows are all it leaves
+        return report_run(self, status, test, predictions_path, self.record and self.config.part == "run")
 
     def _near_chance(self, test_accuracy: Optional[float]) -> Optional[str]:
         """Whether the run ends where a net that learned nothing would (faults.near_chance_problem)."""
@@ -406,14 +446,10 @@ class RunSession:
         when that block cannot be written either."""
         self.finished = True
         self.rows.close()
-        if not self.record or self._logged or self.config.part != "run":
+        if not self.record or self.logged or self.config.part != "run":
             return True
         try:
-            self._write_log(status, summarize(self, None, None))
+            write_log_block(self, status, summarize(self, None, None))
         except OSError:
             return False
         return True
-
-    def _write_log(self, status: str, summary: dict) -> None:
-        write_log_block(self, status, summary)
-        self._logged = True

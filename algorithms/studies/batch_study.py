@@ -18,7 +18,7 @@ import sys
 
 from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.registry.capabilities import capabilities
-from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR, InputError
 from algorithms.config.argv import without_flags
 from algorithms.records import read_rows
 from algorithms.run.entry import prepare
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
         code, _ = children.run_framework(name, forwarded + flags + ["--run_id", arm_id], f"[{index}/2 {arm}] {name}")
         if code != 0:
             print(f"error: the {arm} run failed (exit {code}); its output is above", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         results[arm] = summarize_arm(read_rows(path, arm_id))
     title = (
         f"{name} · {config.network.name} · {args.num_epochs} epochs · x{args.factor} at epochs "

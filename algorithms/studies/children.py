@@ -5,6 +5,7 @@ not compete) and the rows it wrote read back, and the command line every study s
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,17 +23,26 @@ FRAMEWORK_LOGS_IN_FULL = {"TF_CPP_MIN_LOG_LEVEL": "0", "GLOG_minloglevel": "0"}
 
 
 def run_framework(
-    name: str, flags: list, label: str = "", env: dict = None, quiet: bool = False, log: str = None, verbose=False
+    name: str,
+    flags: list,
+    label: str = "",
+    env: dict = None,
+    quiet: bool = False,
+    log: str = None,
+    verbose=False,
+    python: str = None,
 ) -> tuple:
     """The entry script of registry name `name` with `flags`, after the line
     `LABEL: python SCRIPT FLAGS` (LABEL: the name); `env` over this process's
     environment and under the framework's own. Its output is shown as it comes, or with
     `quiet` captured, and only a failure's last line shown. With `log`, its stderr goes
     whole to that file and to the console less the frameworks' start-up notices (every
-    line with `verbose`; child_output.py). Returns (exit status, wall seconds)."""
+    line with `verbose`; child_output.py). `python`: another environment's interpreter
+    (another release's: registry/release_env.py; default this one). Returns (exit status,
+    wall seconds)."""
     framework = get(name)
     print(f"{label or name}: python {framework.script} {' '.join(flags)}", flush=True)
-    command = [sys.executable, os.path.join(REPO_ROOT, framework.script), *flags]
+    command = [python or sys.executable, os.path.join(REPO_ROOT, framework.script), *flags]
     started = time.perf_counter()
     if log is not None:
         print(f"    log: {log}", flush=True)
@@ -51,6 +61,17 @@ def run_framework(
     elif proc.returncode != 0:
         print(f"    failed (exit {proc.returncode}): {last_line(proc.stderr, '(no message)')[:200]}", flush=True)
     return proc.returncode, time.perf_counter() - started
+
+
+def last_error(log: str) -> str:
+    """A failed run's error: the last line of its log that names one ('' where none does)."""
+    try:
+        with open(log, errors="replace") as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if re.match(r"^(\w+\.)*\w*(Error|Exception)\b|^error: ", line)]
+    return errors[-1][:240] if errors else ""
 
 
 def results_csv(results_dir: str, network: str, name: str) -> str:

@@ -51,8 +51,8 @@ import numpy as np
 
 from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.analysis.drift_envelope import MODES, relative_difference
-from algorithms.spec.data import steps_per_epoch
-from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.dataset.data import steps_per_epoch
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.paths import BASELINE_DIR, RESULTS_DIR
 from algorithms.config.argv import split_flags, without_flags
@@ -514,7 +514,7 @@ def main(argv=None) -> int:
     if any(not item["failed"] for item in measured):
         plot_drift(measured, reference, prefix + ".png", low_precision)
         print(f"\nplot: {prefix}.png\ntable: {prefix}.csv  every step: {prefix}_steps.csv")
-    return 0 if all(not item["failed"] for item in measured) else 1
+    return 0 if all(not item["failed"] for item in measured) else EXIT_FAILED
 
 
 if __name__ == "__main__":

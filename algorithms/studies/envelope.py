@@ -162,7 +162,7 @@ def _notes(network: str, names: list, pairs: dict, ratios: list, settings: dict,
     worst_label, worst_ratio, worst_step = max(ratios, key=lambda item: item[1])
     counted = ", ".join(f"{kind} {len(items)}" for kind, items in pairs.items())
     steps = max(int(steps[-1]) for items in pairs.values() for _, steps, _, _ in items)
-    how = "--parity" if mode.startswith("parity") else "dropout on, its uniforms shared (spec/dropout.py)"
+    how = "--parity" if mode.startswith("parity") else "dropout on, its uniforms shared (network/dropout.py)"
     return [
         f"float32 drift envelope of {network}, mode {mode} ({how}): per step from the init row (step 0), the "
         "largest |dloss|/loss of the honest pairs below, as a running maximum, and the largest |accuracy "

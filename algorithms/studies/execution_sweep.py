@@ -26,7 +26,7 @@ import sys
 
 from algorithms.figures import grid_and_legend, pyplot, save_figure
 from algorithms.registry.capabilities import environment
-from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import framework_names, get
 from algorithms.paths import RESULTS_DIR
 from algorithms.config.argv import without_flags
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     if any(row["status"] == "ok" for row in rows):
         plot_sweep(rows, prefix + ".png")
         print(f"\nplot: {prefix}.png\ntable: {prefix}.csv")
-    return 0 if all(row["status"] == "ok" for row in rows) else 1
+    return 0 if all(row["status"] == "ok" for row in rows) else EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR
 from algorithms.analysis.drift_envelope import ENVELOPE_FACTOR, MODES, build_envelope, drift_test, pair_series
 from algorithms.analysis.runs import load_run
 from algorithms.analysis.settings import Settings
@@ -354,12 +355,12 @@ def main(argv=None) -> int:
                 f"ARGS='--run_id {args.run_id}' (python -m algorithms.studies.drift --envelope)",
                 file=sys.stderr,
             )
-            return 2
+            return EXIT_INPUT_ERROR
         tables.append(format_confusion(rows, mode))
         right = right and all(row.right for row in rows)
     print("\n\n".join(tables))
     print("not run:\n" + "\n".join(wrapped_line for line in NOT_RUN for wrapped_line in wrapped(line, "  ", "  ")))
-    return 0 if right else 1
+    return 0 if right else EXIT_FAILED
 
 
 if __name__ == "__main__":

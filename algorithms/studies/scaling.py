@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from algorithms.figures import grid_and_legend, pyplot, save_figure
-from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, framework_names, get
-from algorithms.spec.parallel import STRATEGIES, ring_allreduce_bytes
+from algorithms.network.parallel import STRATEGIES, ring_allreduce_bytes
 from algorithms.paths import RESULTS_DIR
 from algorithms.config.argv import without_flags
 from algorithms.session.faults import NEAR_CHANCE
@@ -397,4 +397,4 @@ def main(argv=None) -> int:
     write_csv(rows, csv_path)
     plot_png(rows, png_path, title)
     print(f"\ntable: {csv_path}\nplot:  {png_path}\nruns:  {directory}/")
-    return 0 if all(row.status == "ok" for row in rows) else 1
+    return 0 if all(row.status == "ok" for row in rows) else EXIT_FAILED

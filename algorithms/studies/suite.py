@@ -3,6 +3,7 @@ available, one process after another (so timings do not compete), and print one
 comparison table read back from the CSVs they wrote.
 
     python run_all.py [--only tensorflow,torch] [--seeds 0,1] [--preset original] [any flag of the entry scripts]
+    python run_all.py --versions 'keras==3.14.0' 'keras==3.15.1' [...]   # a framework upgrade: releases.py
 
 Its default trains to convergence on the default data: where a network's preset makes too
 few updates there (the 3-layer net's batch 1000: 40), the same samples in smaller batches
@@ -12,35 +13,46 @@ few updates there (the 3-layer net's batch 1000: 40), the same samples in smalle
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 
 from algorithms.analysis.agreement import format_agreement, pairwise_agreement, predictions_path, read_predictions
 from algorithms.analysis.baseline import format_checks
 from algorithms.analysis.compare import agreement_notes, build_report, format_against_first, write_outputs
+from algorithms.analysis.pair_figure import pair_folder
 from algorithms.analysis.report_files import default_prefix, localisation_png
+from algorithms.registry.capabilities import support
 from algorithms.registry.environments import NotRun, not_run
-from algorithms.errors import EXIT_INPUT_ERROR, InputError
+from algorithms.errors import EXIT_FAILED, EXIT_INPUT_ERROR, InputError
 from algorithms.registry.frameworks import NAMES, framework_names, get
 from algorithms.machine.devices import kind_of
-from algorithms.paths import BASELINE_DIR, RESULTS_DIR
+from algorithms.machine.network_memory import network_memory
+from algorithms.machine.resources import available_memory_mb, check_network_fits, dataset_mb
+from algorithms.paths import BASELINE_DIR, REPO_ROOT, RESULTS_DIR
 from algorithms.config.argv import flag_value, without_flags
 from algorithms.records import run_ids, summarize_rows
 from algorithms.run.entry import prepare
+from algorithms.network.parallel import STRATEGIES
 from algorithms.analysis.runs import val_progress
 from algorithms.session.run_session import new_run_id
 from algorithms.analysis.tensorboard import export_run
 from algorithms.studies import children
+from algorithms.studies.wall_split import Split, format_split, run_split
 from algorithms.tables import number, text_table, wrapped
 
 TABLE_ACCURACY = 0.9  # the table's time-to-accuracy columns, unless --target_accuracy names another
 
 
-def parse_suite_args(argv):
+def suite_parser():
+    """run_all.py's own flags (every other flag goes on to the entry scripts)."""
     parser = children.study_parser(
         "run_all.py",
         allow_abbrev=False,  # --seed is an entry-script flag, not short for --seeds
         description="Train one network with every framework and print a comparison table. "
-        "Every other flag is passed to each entry script (see python torch_script.py --help).",
+        "Every other flag is passed to each entry script (see python torch_script.py --help). "
+        "With --versions SET SET ...: one framework under two releases instead "
+        "(python -m algorithms.studies.releases --help).",
     )
     parser.add_argument(
         "--only", default=",".join(NAMES), help=f"comma-separated subset of: {', '.join(NAMES)} (default: all)"
@@ -58,6 +70,14 @@ def parse_suite_args(argv):
         default=None,
         help="comma-separated seeds (e.g. 0,1): every framework runs once per seed, and the seeds' spread "
         "is the run-to-run band the verdicts rest on (default: one run at --seed)",
+    )
+    parser.add_argument(
+        "--strategies",
+        default=None,
+        help="comma-separated strategies (e.g. single,data): every framework runs once per strategy it runs "
+        "(with --devices for the others), run id <run id>-<strategy>, and each is judged against the first "
+        "framework's run of the first strategy: a parallel run against its single-device one is a same-seed "
+        "pair, judged as drift when the split is synchronous (docs/comparing.md#parallel-against-single)",
     )
     parser.add_argument(
         "--no_epoch_check",
@@ -78,6 +98,11 @@ def parse_suite_args(argv):
         help="show every line the frameworks write to stderr, their start-up notices (TensorFlow's absl and "
         "oneDNN lines, Caffe's net dump) too; they are always in <results_dir>/logs/<run_id>/<framework>.log",
     )
+    return parser
+
+
+def parse_suite_args(argv):
+    parser = suite_parser()
     args, forwarded = children.parse_study_flags(parser, argv)
     seeds = None
     if args.seeds is not None:
@@ -89,83 +114,176 @@ def parse_suite_args(argv):
             parser.error(f"--seeds {args.seeds}: give two or more different seeds")
         if "--seed" in forwarded:
             parser.error("--seeds and --seed: give one of them")
+    strategies = None
+    if args.strategies is not None:
+        strategies = [strategy.strip() for strategy in args.strategies.split(",") if strategy.strip()]
+        unknown = [strategy for strategy in strategies if strategy not in STRATEGIES]
+        if unknown or len(strategies) < 2 or len(set(strategies)) != len(strategies):
+            parser.error(
+                f"--strategies {args.strategies}: give two or more different strategies of {', '.join(STRATEGIES)}"
+            )
+        if "--strategy" in forwarded:
+            parser.error("--strategies and --strategy: give one of them")
     if not args.no_epoch_check and "--epoch_check" not in forwarded:
         forwarded = forwarded + ["--epoch_check"]
     names = framework_names(parser, args.only, "--only")
-    return names, args.preset, seeds, forwarded, args.verbose, args.baseline
+    return names, args.preset, seeds, forwarded, args.verbose, args.baseline, strategies
 
 
 def main_command_flags(network, forwarded: list, preset: str) -> tuple:
-    """The flags with the main command's batch added (see the module docstring), and a note saying so."""
-    if preset == "original" or "--batch_size" in forwarded or network.main_command_batch is None:
+    """The flags with the main command's batch added (see the module docstring), and a note
+    saying so. A batch given (--batch_size, --batch_schedule) wins. With --lr_scaling linear
+    the lr still scales from the preset's batch, as in an entry script given the same
+    flags (docs/batch-size.md#scaling-the-learning-rate), and the note says what it becomes."""
+    given = any(flag in forwarded for flag in ("--batch_size", "--batch_schedule"))
+    if preset == "original" or given or network.main_command_batch is None:
         return forwarded, ""
-    batch = network.main_command_batch
+    batch, preset_batch = network.main_command_batch, network.training.batch_size
     note = (
-        f"batch {batch}, not the preset's {network.training.batch_size}: the preset makes too few updates to "
+        f"batch {batch}, not the preset's {preset_batch}: the preset makes too few updates to "
         f"converge on small data (run_all.py --preset original runs it)"
     )
+    if flag_value(forwarded, "--lr_scaling", "none") == "linear":
+        samples = batch * int(flag_value(forwarded, "--accumulate", "1"))
+        rate = float(flag_value(forwarded, "--learning_rate", network.training.optimizer.learning_rate))
+        scaled = "" if "--lr_schedule" in forwarded else f" = {rate * samples / preset_batch:g}"
+        note += (
+            f"; --lr_scaling linear scales the lr from the preset's batch, not from {batch}: "
+            f"{'the schedule' if scaled == '' else f'{rate:g}'} x {samples}/{preset_batch}{scaled}"
+        )
     return forwarded + ["--batch_size", str(batch)], note
 
 
 def main(argv=None) -> int:
+    started = time.perf_counter()
     argv = sys.argv[1:] if argv is None else argv
-    names, preset, seeds, forwarded, verbose, baseline = parse_suite_args(argv)
+    names, preset, seeds, forwarded, verbose, baseline, strategies = parse_suite_args(argv)
+    first = strategies[0] if strategies else None  # each strategy's flags are checked by its own runs
     try:
-        config, dataset = prepare(forwarded, "run_all.py", "")  # checks flags and data once, makes default data
+        # checks flags and data once, makes default data
+        config, dataset = prepare(strategy_flags(forwarded, first), "run_all.py", "")
         forwarded, note = main_command_flags(config.network, forwarded, preset)
         if note:
-            config, dataset = prepare(forwarded, "run_all.py", "")
+            config, dataset = prepare(strategy_flags(forwarded, first), "run_all.py", "")
+        check_every_framework_fits(config, dataset, names)
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     run_id = config.run_id or new_run_id()
     forwarded = without_flags(forwarded, "--run_id")
-    # one run id per seed: every framework's run of seed s is <run_id>-seed<s>
+    # one run id per seed: every framework's run of seed s is <run_id>-seed<s>; per strategy, <...>-<strategy>
     runs = [(None, run_id)] if seeds is None else [(seed, f"{run_id}-seed{seed}") for seed in seeds]
+    strategy_of = {}
+    if strategies:
+        runs = [(seed, f"{this_run}-{strategy}") for seed, this_run in runs for strategy in strategies]
+        strategy_of = {this_run: this_run.rsplit("-", 1)[1] for _, this_run in runs}
     print(f"run {run_id}: {config.network.name} on {dataset.describe()}, frameworks: {', '.join(names)}", flush=True)
+    for line in blas_lines(names, config.threads):
+        print(line, flush=True)
     print((f"{note}\n" if note else "") + (f"seeds {args_text(seeds)}\n" if seeds else ""), flush=True)
     outcomes = {}
     build_logs = os.path.join(config.results_dir, "build")
+    frameworks_s = 0.0  # the frameworks' processes; the rest before the compare is set-up
     for seed, this_run in runs:
         flags = forwarded + ["--run_id", this_run] + ([] if seed is None else ["--seed", str(seed)])
+        flags = strategy_flags(flags, strategy_of.get(this_run))
         for index, name in enumerate(names, start=1):
-            prefix = f"[{index}/{len(names)}{seed_text(seed)}] "
-            environment_missing = not_run(get(name), build_logs, prefix)
+            prefix = f"[{index}/{len(names)}{seed_text(seed)}{strategy_text(strategy_of.get(this_run))}] "
+            environment_missing = not_run(get(name), build_logs, prefix) or strategy_not_run(
+                name, strategy_of.get(this_run)
+            )
             outcomes[name, this_run] = environment_missing or children.run_framework(
                 name, flags, prefix + name, log=framework_log(flags, name), verbose=verbose
             )
+            frameworks_s += 0.0 if environment_missing else outcomes[name, this_run][1]
+    setup_s = time.perf_counter() - started - frameworks_s
+    compare_started = time.perf_counter()
     first_run = runs[0][1]
     csv_paths = print_table(config, first_run, names, {name: outcomes[name, first_run] for name in names})
     agreement = print_agreement(config, csv_paths, first_run, names)
     twins = []
+    twins_started = time.perf_counter()
     for seed, this_run in runs:
         flags = forwarded + ([] if seed is None else ["--seed", str(seed)])
         twins += reference_on_each_device(config, names, this_run, flags, verbose, outcomes)
+    twins_s = time.perf_counter() - twins_started
     if len(csv_paths) >= 2:
-        specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
-        specs += twins
-        report = build_report(specs, [0.5, 0.8, 0.9], baseline)
-        report["agreement"] = agreement
-        prefix = default_prefix(os.path.join(config.results_dir, "compare"), report["runs"])
-        png, page = write_outputs(report, prefix, localisation_png(config.results_dir, run_id))
-        print("\n" + format_against_first(report, verbose))
-        for line in yardstick_advice(report, config, forwarded, baseline):
-            print(line)
-        print("\n" + format_checks(report["baseline"], verbose))
-        for note in agreement_notes(report):
-            print("\n".join(wrapped(note)))
-        print(
-            "\nthe evidence: the report (every pair's verdict, its yardstick and numbers, the rule of the verdicts), "
-            f"for a browser:\n  {page}\nthe curves:\n  {png}\nper-step rows, run {first_run}:\n"
-            f"  {config.results_dir}/{config.network.name}_*.csv\nsummaries:\n  {config.results_log}\n"
-            "any two runs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
-        )
+        compare_runs(config, runs, csv_paths, twins, agreement, (strategies, forwarded, baseline, verbose, run_id))
     for _, this_run in runs:
         finished = [path for path in csv_paths if this_run in run_ids(path)]
         export_run(finished, this_run, os.path.join(config.results_dir, "tensorboard"))
+    compare_s = time.perf_counter() - compare_started - twins_s
+    print("\n" + "\n".join(wall_lines(config, names, runs, outcomes, setup_s, compare_s, started)))
     # a framework whose environment could not be built is shown, not counted (docs/legacy.md)
     ran = [outcome for outcome in outcomes.values() if not isinstance(outcome, NotRun)]
-    return 0 if ran and all(code == 0 for code, _ in ran) else 1
+    return 0 if ran and all(code == 0 for code, _ in ran) else EXIT_FAILED
+
+
+def compare_runs(config, runs: list, csv_paths: list, twins: list, agreement, options: tuple) -> None:
+    """The compare of every run run_all.py made (and the twins on other devices): the
+    report, its verdicts against the first run on the console, and where the evidence is."""
+    strategies, forwarded, baseline, verbose, run_id = options
+    first_run = runs[0][1]
+    specs = [f"{path}@{this_run}" for _, this_run in runs for path in csv_paths if this_run in run_ids(path)]
+    specs += twins
+    report = build_report(specs, [0.5, 0.8, 0.9], baseline)
+    report["agreement"] = agreement
+    if strategies:  # every strategy's run of every framework against the first's first
+        report["against_first"] = "every run"
+    prefix = default_prefix(os.path.join(config.results_dir, "compare"), report["runs"])
+    png, page = write_outputs(report, prefix, localisation_png(config.results_dir, run_id))
+    print("\n" + format_against_first(report, verbose))
+    for line in yardstick_advice(report, config, forwarded, baseline):
+        print(line)
+    print("\n" + format_checks(report["baseline"], verbose))
+    for note in agreement_notes(report):
+        print("\n".join(wrapped(note)))
+    print(
+        "\nthe evidence: the report (every pair's verdict, its picture, its yardstick and numbers, the rule of the "
+        f"verdicts), for a browser:\n  {page}\nthe curves:\n  {png}\n"
+        f"each pair's picture:\n  {pair_folder(prefix)}/\nper-step rows, run {first_run}:\n"
+        f"  {config.results_dir}/{config.network.name}_*.csv\nsummaries:\n  {config.results_log}\n"
+        "any two runs: python -m algorithms.analysis.compare A.csv[@RUN_ID] B.csv[@RUN_ID]"
+    )
+
+
+def blas_lines(names: list, threads: int) -> list:
+    """Where a framework computes in the system OpenBLAS: its SGEMM GFLOP/s on the core the
+    runs will name, beside the main env's numpy BLAS (algorithms/machine/openblas.py), one
+    line measured in a child process (a second or two)."""
+    on_it = [name for name in names if get(name).openblas]
+    if not on_it:
+        return []
+    who = ", ".join(on_it[:-1]) + (" and " if len(on_it) > 1 else "") + on_it[-1]
+    command = [sys.executable, "-m", "algorithms.machine.openblas", "--threads", str(threads), "--who", who]
+    try:
+        child = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return [f"BLAS: not measured ({type(error).__name__})"]
+    lines = child.stdout.strip().splitlines()
+    return wrapped(lines[-1] if lines else f"BLAS: not measured (exit {child.returncode})", "", "  ")
+
+
+def wall_lines(config, names: list, runs: list, outcomes: dict, setup_s: float, compare_s: float, started) -> list:
+    """Where the suite's wall time went, per framework (wall_split.py), summed over the seeds' runs."""
+    splits = {}
+    for name in names:
+        for _, this_run in runs:
+            outcome = outcomes[name, this_run]
+            if isinstance(outcome, NotRun):
+                continue
+            path = children.results_csv(config.results_dir, config.network.name, name)
+            splits.setdefault(name, Split()).add(run_split(path, this_run, outcome[1]))
+    return format_split(splits, setup_s, compare_s, time.perf_counter() - started)
+
+
+def check_every_framework_fits(config, dataset, names: list) -> None:
+    """The network in each framework's memory, one process training it on the whole batch,
+    against what this machine has free: refused before any framework starts (each entry
+    script checks its own run's processes and devices again)."""
+    memory, data_mb, free = network_memory(config.network, config.optimizer), dataset_mb(dataset), available_memory_mb()
+    for name in names:
+        check_network_fits(config, support(get(name)).footprint, memory, data_mb, free)
 
 
 def reference_on_each_device(config, names: list, run_id: str, flags: list, verbose: bool, outcomes: dict) -> list:
@@ -202,6 +320,26 @@ def reference_on_each_device(config, names: list, run_id: str, flags: list, verb
         if code == 0 and children.run_rows(path, twin):
             specs.append(f"{path}@{twin}")
     return specs
+
+
+def strategy_flags(flags: list, strategy) -> list:
+    """A strategy's run: --strategy, and --devices only where it splits over devices."""
+    if strategy is None:
+        return flags
+    return (without_flags(flags, "--devices") if strategy == "single" else flags) + ["--strategy", strategy]
+
+
+def strategy_text(strategy) -> str:
+    return "" if strategy is None else f", {strategy}"
+
+
+def strategy_not_run(name: str, strategy):
+    """A framework that does not run this strategy: a row saying so, no process."""
+    if strategy is None or strategy in support(get(name)).strategies:
+        return None
+    return NotRun(
+        f"--strategy {strategy}", "this framework does not run it", "", "python -m algorithms.registry.capabilities"
+    )
 
 
 def args_text(seeds: list) -> str:
@@ -281,24 +419,22 @@ def print_table(config, run_id: str, names: list, outcomes: dict) -> list:
 
 
 def yardstick_advice(report: dict, config, forwarded: list, baseline: str) -> list:
-    """Where a verdict found no yardstick (no drift envelope, no seed band at these
-    settings, as for any network of the user's), how to make each, in this run's flags."""
-    if not any("no band" in verdict.text or "no seed band" in verdict.text for verdict in report["verdicts"]):
+    """Where a pair found no yardstick at all (`no band`: runs from before the run measured its
+    own, or made with --yardstick off), how to make one, in this run's flags. A pair judged to
+    its horizon and by its step check, whose last word is only that no seed band covers it,
+    needs no note: its verdict line says so."""
+    unjudged = [verdict for verdict in report["verdicts"] if verdict.word == "no band"]
+    if not unjudged:
         return []
-    flags = " ".join(without_flags(forwarded, bare="--epoch_check"))
-    # drift measures both modes (dropout on, --parity) to its own number of steps, in its own folder
-    measured = " ".join(
-        without_flags(forwarded, ("--max_steps", "--results_dir", "--results_log"), ("--epoch_check", "--parity"))
+    flags = " ".join(without_flags(forwarded, ("--yardstick",), bare="--epoch_check"))
+    note = (
+        f"note: {len(unjudged)} pair(s) with no yardstick: neither {baseline} nor the runs' own "
+        "(made with --yardstick off, or before a run measured its own) covers these settings. "
+        f"Run again to measure one: python run_all.py --yardstick measure {flags} "
+        "(docs/comparing.md#a-yardstick-of-the-runs-own); "
+        f"seed-regime verdicts: python run_all.py --seeds 0,1,2,3,4 {flags}"
     )
-    whose = "a network of your own ships none" if not config.network.builtin else "the shipped ones cover others"
-    return wrapped(
-        f"note: no drift envelope or seed band in {baseline} for these settings ({whose}), so no verdict. "
-        f"Same-seed verdicts: measure the envelope, python -m algorithms.studies.drift --envelope --envelope_dir "
-        f"DIR {measured}, then judge against it, python run_all.py --baseline DIR {flags}. Seed-regime verdicts: "
-        f"python run_all.py --seeds 0,1,2,3,4 {flags} (docs/own-network.md)",
-        "",
-        "  ",
-    )
+    return wrapped(note, "", "  ")
 
 
 def refusal(log: str) -> str:

@@ -14,9 +14,9 @@ import sys
 
 import numpy as np
 
-from algorithms.spec.networks import CNN2D_3LAYER
-from algorithms.spec.variants import apply_fault, parse_fault
-from algorithms.spec.weights import initial_weights
+from algorithms.network.networks import CNN2D_3LAYER
+from algorithms.network.variants import apply_fault, parse_fault
+from algorithms.network.weights import initial_weights
 
 DETACHED = 9  # dense 9: the first dense layer (no dropout before it, so its index is the spec's)
 
@@ -26,9 +26,9 @@ def detach_dense_bias(package: str) -> None:
     if package == "torch_wrapper":
         import torch.nn.functional as F
 
-        import torch_wrapper.train as train
+        import torch_wrapper.probes as probes
 
-        build = train.layer_modules
+        build = probes.layer_modules
 
         def detached(network, weights, *rest, **options):
             layers = build(network, weights, *rest, **options)
@@ -36,7 +36,7 @@ def detach_dense_bias(package: str) -> None:
             dense.forward = lambda x: F.linear(x, dense.weight, dense.bias.detach())
             return layers
 
-        train.layer_modules = detached
+        probes.layer_modules = detached
     elif package == "tensorflow_wrapper":
         import tensorflow as tf
 
@@ -76,15 +76,15 @@ def detach_dense_bias(package: str) -> None:
 
 
 def main(package: str) -> None:
-    train = importlib.import_module(f"{package}.train")
+    probes = importlib.import_module(f"{package}.probes")
     network = CNN2D_3LAYER.without_dropout()
     rng = np.random.default_rng(0)
     images, labels = rng.uniform(0, 1, (4, 28, 28)).astype(np.float32), np.arange(4, dtype=np.int32)
     frozen, weights = apply_fault(parse_fault("frozen:9", CNN2D_3LAYER), network, initial_weights(network, 0))
-    found = {"frozen": train.layer_outputs_and_gradients(frozen, weights, images, labels).gradients}
+    found = {"frozen": probes.layer_outputs_and_gradients(frozen, weights, images, labels).gradients}
     if package != "caffe_wrapper":  # Caffe has no graph to cut a blob from: lr_mult 0 is its one way
         detach_dense_bias(package)
-        found["detached"] = train.layer_outputs_and_gradients(network, weights, images, labels).gradients
+        found["detached"] = probes.layer_outputs_and_gradients(network, weights, images, labels).gradients
     print(
         json.dumps(
             {

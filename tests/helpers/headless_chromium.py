@@ -16,20 +16,41 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 MEASURE_ID = "layout-measure"
-# what the tests read: the window, the document's width, every table, image, verdict cell and in-page link
+# what the tests read: the folds, the answer line, every run id, the window, the document's width, every
+# table, image, verdict cell and in-page link
 MEASURE_SCRIPT = """
 <script>
 window.addEventListener("load", () => {
   const box = (element) => { const r = element.getBoundingClientRect(); return {left: r.left, right: r.right}; };
+  const section = (element) => element.closest("section") ? element.closest("section").id : null;
+  // the folds as the page opens (or as the address's #fragment opened one), then every one opened to measure
+  const details = [...document.querySelectorAll("details")].map((fold) => ({
+    open: fold.open, summary: fold.querySelector("summary").textContent, section: section(fold),
+    inner: fold.querySelector("[id]") ? fold.querySelector("[id]").id : null,
+    summaryHeight: Math.round(fold.querySelector("summary").getBoundingClientRect().height),
+  }));
+  document.querySelectorAll("details").forEach((fold) => { fold.open = true; });
+  const answer = document.getElementById("answer");
   const out = {
+    details: details,
+    answer: answer ? {text: answer.textContent, classes: [...answer.classList],
+      colour: getComputedStyle(answer).backgroundColor,
+      previous: answer.previousElementSibling ? answer.previousElementSibling.tagName : null} : null,
+    ids: [...document.querySelectorAll(".id")].map((id) => ({
+      text: id.textContent, classes: [...id.classList], lines: id.getClientRects().length, section: section(id),
+    })),
     innerWidth: window.innerWidth,
     scrollWidth: document.documentElement.scrollWidth,
     scrollHeight: document.documentElement.scrollHeight,
     tables: [...document.querySelectorAll("table")].map(box),
-    images: [...document.images].map((image) => ({alt: image.alt, naturalWidth: image.naturalWidth, ...box(image)})),
+    images: [...document.images].map((image) => ({
+      alt: image.alt, naturalWidth: image.naturalWidth, ...box(image),
+      fold: image.closest("details") && image.closest("details").querySelector("[id]")
+        ? image.closest("details").querySelector("[id]").id : null,
+    })),
     verdicts: [...document.querySelectorAll("td.verdict")].map((cell) => ({
       classes: [...cell.classList], text: cell.textContent, colour: getComputedStyle(cell).backgroundColor,
-      section: cell.closest("section") ? cell.closest("section").id : null,
+      section: section(cell),
       href: cell.querySelector("a") ? cell.querySelector("a").getAttribute("href") : null,
     })),
     links: [...document.querySelectorAll("a[href^='#']")].map((link) => {
@@ -63,14 +84,17 @@ def _chromium(arguments: list, profile_dir: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def measure(page_path: str, width: int, height: int, profile_dir: str) -> dict:
-    """The layout of `page_path` in a `width` x `height` window, read from the DOM after load."""
+def measure(page_path: str, width: int, height: int, profile_dir: str, fragment: str = "") -> dict:
+    """The layout of `page_path` in a `width` x `height` window, read from the DOM after load
+    (the page opened at `#fragment` when given): its folds as they opened, then, every fold
+    opened, its width, tables, images, verdict cells, links, run ids and text."""
     with open(page_path, encoding="utf-8") as handle:
         page = handle.read()
     measured = page_path + ".measured.html"  # beside the page, so relative links resolve alike
     with open(measured, "w", encoding="utf-8") as handle:
         handle.write(page.replace("</body>", MEASURE_SCRIPT + "</body>"))
-    dom = _chromium([f"--window-size={width},{height}", "--dump-dom", f"file://{measured}"], profile_dir).stdout
+    address = f"file://{measured}" + (f"#{fragment}" if fragment else "")
+    dom = _chromium([f"--window-size={width},{height}", "--dump-dom", address], profile_dir).stdout
     found = re.search(f'<pre id="{MEASURE_ID}">(.*?)</pre>', dom, re.S)
     assert found and found.group(1), f"the measuring script did not run; the DOM began: {dom[:500]}"
     return json.loads(html.unescape(found.group(1)))

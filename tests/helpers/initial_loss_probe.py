@@ -1,7 +1,7 @@
 """Prints, as JSON, one wrapper's initial loss and logits on a fixed batch for
 every network (run in its own process: a Keras backend is fixed at import).
 
-    python -m tests.helpers.initial_loss_probe WRAPPER_MODULE TRAIN_CSV
+    python -m tests.helpers.initial_loss_probe WRAPPER_PACKAGE TRAIN_CSV
 """
 
 import importlib
@@ -13,17 +13,17 @@ import sys
 import numpy as np
 import pytest
 
-from algorithms.spec.data import load_kaggle_csv
+from algorithms.dataset.data import load_kaggle_csv
 from algorithms.paths import REPO_ROOT
-from algorithms.spec.networks import NETWORKS
+from algorithms.network.networks import NETWORKS
 
 BATCH = 32
 
 
-def run_probe(python: str, wrapper_module: str, env: dict, train_csv: str) -> dict:
+def run_probe(python: str, package: str, env: dict, train_csv: str) -> dict:
     """This probe's JSON for one wrapper, run by `python` in its own process."""
     proc = subprocess.run(
-        [python, "-m", "tests.helpers.initial_loss_probe", wrapper_module, train_csv],
+        [python, "-m", "tests.helpers.initial_loss_probe", package, train_csv],
         cwd=REPO_ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
         capture_output=True,
@@ -48,13 +48,13 @@ def assert_same_initial_outputs(reference: dict, others: list) -> None:
             np.testing.assert_allclose(np.array(got["logits"]), reference_logits, rtol=1e-4, atol=1e-5, err_msg=where)
 
 
-def main(wrapper_module: str, train_csv: str) -> None:
+def main(package: str, train_csv: str) -> None:
     images, labels = load_kaggle_csv(train_csv, labelled=True)
-    wrapper = importlib.import_module(wrapper_module)
-    runtime = wrapper.describe_runtime()
+    runtime = importlib.import_module(f"{package}.train").describe_runtime()
+    probes = importlib.import_module(f"{package}.probes")
     results = {}
     for name, network in NETWORKS.items():
-        loss, logits = wrapper.initial_loss_and_logits(network, images[:BATCH], labels[:BATCH], seed=7)
+        loss, logits = probes.initial_loss_and_logits(network, images[:BATCH], labels[:BATCH], seed=7)
         results[name] = {"loss": loss, "logits": logits.tolist()}
     print(json.dumps({"framework": runtime.framework, "backend": runtime.backend, "networks": results}))
 

@@ -1,7 +1,7 @@
 """Prints, as JSON, what Keras's dropout (keras_wrapper/model.py's SharedDropout) makes of
 the shared uniforms on the backend KERAS_BACKEND names, in its own process (a Keras
 backend is fixed at import; Keras 2 on Theano runs it in .venv-legacy): each Dropout
-layer of the training model against spec/dropout.py's numpy rule, in float32 and, on
+layer of the training model against network/dropout.py's numpy rule, in float32 and, on
 Keras 3, under the bf16 policy; and whether anything in the models draws from Keras's
 own random generators.
 
@@ -34,7 +34,7 @@ def run_layer(layer, inputs: list, training: bool, dtype: str) -> np.ndarray:
 
 
 def layer_report(models, network, seed: int, precision: str) -> dict:
-    from algorithms.spec.dropout import apply, dropout_layers, scale, uniforms
+    from algorithms.network.dropout import apply, dropout_layers, scale, uniforms
     from keras_wrapper.model import layer_name
 
     rows = np.arange(1000, 1000 + ROWS)
@@ -79,7 +79,7 @@ def own_randomness(models) -> list:
 
 def main() -> None:
     from keras_wrapper import compat
-    from algorithms.spec.networks import get_network
+    from algorithms.network.networks import get_network
     from keras_wrapper.trainer import make_model
 
     network, seed = get_network(NETWORK), 3

@@ -64,14 +64,16 @@ def write_run(
     validations: int = 1,
     accuracies=None,
     check_losses=None,
+    val_rows: int = None,
     **settings,
 ) -> str:
     """One run of framework `name` ("torch/torch", "keras/jax") with these per-step losses
     (steps 1..N) and `validations` validation rows, the last at the end (the epochs its rows
     show); its settings record is
     DEFAULT_SETTINGS with `settings` over it (none with `recorded=False`: an older file).
-    The rows' learning rate is the recorded one unless `row_learning_rate` says another.
-    Returns the CSV's path."""
+    The rows' learning rate is the recorded one unless `row_learning_rate` says another;
+    `val_rows`: the rows each validation scored, as a real run's val row gives them (its
+    samples/s x time), or none. Returns the CSV's path."""
     framework, _, backend = name.partition("/")
     values = {**DEFAULT_SETTINGS, **settings}
     path = str(folder / results_csv_name(values["network"], framework, backend))
@@ -94,7 +96,8 @@ def write_run(
         writer.write(epoch=1, step=step, phase="train", loss=float(loss), accuracy=float(accuracy), learning_rate=rate)
     for epoch in range(1, validations + 1):
         step = len(losses) * epoch // validations
-        writer.write(epoch=epoch, step=step, phase="val", loss=float(losses[step - 1]), accuracy=val_accuracy)
+        scored = {} if val_rows is None else {"step_time_ms": 1000.0, "samples_per_sec": float(val_rows)}
+        writer.write(epoch=epoch, step=step, phase="val", loss=float(losses[step - 1]), accuracy=val_accuracy, **scored)
     writer.close()
     if check_losses is not None:  # its epoch check (algorithms/run/epoch_check.py), in the folder beside it
         check_folder = folder / "epoch_check"
@@ -128,5 +131,20 @@ def relabel(csv_path: str, run_id: str, folder, new_run_id: str, **settings) -> 
             values["device"] = device_column(settings["device"])
         writer.identity["global_batch"] = row["global_batch"]
         writer.write(**values)
+    writer.close()
+    return path
+
+
+def write_step_checks(csv_path: str, run_id: str, checks: list) -> str:
+    """The step check's rows of run `run_id` (run/step_check.py writes them beside its CSV):
+    `checks` [(step, worst, part)], worst the step's largest error over its tolerance, part ''
+    where within or the part beyond ('layer 3 BatchNormalization gradient'). Returns its path."""
+    from algorithms.records import STEP_CHECK_COLUMNS, step_check_csv
+    from algorithms.session.recorder import TableCsv
+
+    path = step_check_csv(csv_path)
+    writer = TableCsv(path, STEP_CHECK_COLUMNS)
+    for step, worst, part in checks:
+        writer.write(run_id=run_id, step=step, epoch=1, why="spread", learning_rate=0.05, worst=worst, part=part)
     writer.close()
     return path

@@ -22,8 +22,8 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from algorithms.config.run_config import parse_config  # noqa: E402
-from algorithms.spec.data import load_kaggle_csv  # noqa: E402
-from algorithms.spec.dropout import uniforms  # noqa: E402
+from algorithms.dataset.data import load_kaggle_csv  # noqa: E402
+from algorithms.network.dropout import uniforms  # noqa: E402
 from torch_wrapper.distributed import join_process_group  # noqa: E402
 from torch_wrapper.trainer import build_trainer  # noqa: E402
 
@@ -62,7 +62,7 @@ def owned_layers(config, position: int) -> list:
 
 def step(trainer, images, labels, parts: int = 1):
     """One optimizer step over `parts` accumulated batches, each row's dropout uniforms cut
-    with it (spec/dropout.py); (loss, [(grad, weight), ...])."""
+    with it (network/dropout.py); (loss, [(grad, weight), ...])."""
     drawn = uniforms(trainer.network, 0, 0, np.arange(len(labels)))
     cut = [np.array_split(u, parts) for u in drawn]
     batches = [
@@ -80,7 +80,7 @@ def keyed(config, position, tensors) -> dict:
 
 def initial_tensors(config) -> list:
     from torch_wrapper.model import build_model
-    from algorithms.spec.weights import initial_weights
+    from algorithms.network.weights import initial_weights
 
     return [
         p.detach().numpy()

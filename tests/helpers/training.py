@@ -15,7 +15,8 @@ from tests.conftest import run_module
 from tests.helpers.flags import run_flags
 
 NETWORK = "cnn2d_3layer_fullconnected_3layer"
-BATCH, EPOCHS = 32, 2  # the small data's 480 training rows: 15 steps an epoch
+BATCH, EPOCHS = 32, 2
+STEPS_PER_EPOCH = 480 // BATCH  # the small data's 480 training rows: 15 steps an epoch
 
 
 def run_probe(module: str, train_csv, results_dir, env_extra: dict | None = None) -> dict:
@@ -35,6 +36,16 @@ def train_strategy(wrapper_module: str, script: str, train_csv, results_dir, str
     argv = run_flags(train_csv, results_dir, num_epochs=EPOCHS, batch_size=BATCH, strategy=strategy, devices=devices)
     config, dataset = prepare(argv + list(extra), script, "")
     wrapper.train(RunSession(config, dataset, wrapper.describe_runtime()))
+
+
+def resume_line(run_id: str, checkpoint: int, steps_per_epoch: int = STEPS_PER_EPOCH) -> str:
+    """What a run resumed from its checkpoint at step `checkpoint` says: where a signal stops
+    a run, and so which checkpoint is its last, depends on the machine's speed, and one on
+    an epoch's last step resumes with that epoch's validation (run_session._restore)."""
+    epoch, into = divmod(checkpoint, steps_per_epoch)
+    if into == 0:
+        return f"resuming run {run_id} after epoch {epoch}'s last step (its validation, then step {checkpoint + 1})"
+    return f"resuming run {run_id} at step {checkpoint + 1} (epoch {epoch + 1})"
 
 
 def train_rows(csv_path) -> list:

@@ -1,14 +1,11 @@
 """The legacy env's tests share tests/conftest.py (small_data, run_script), with the
 default data made by the main env."""
 
-import os
 import subprocess
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-
-MAIN_PYTHON = os.path.join(REPO_ROOT, ".venv", "bin", "python")
+from tests.conftest import MAIN_PYTHON, REPO_ROOT
 
 
 def pytest_configure(config):
@@ -25,7 +22,7 @@ def full_data(tmp_path_factory):
         [
             MAIN_PYTHON,
             "-c",
-            "import sys; from algorithms.spec.data import ensure_default_data; ensure_default_data(sys.argv[1])",
+            "import sys; from algorithms.dataset.data import ensure_default_data; ensure_default_data(sys.argv[1])",
             str(directory),
         ],
         cwd=REPO_ROOT,

@@ -4,8 +4,8 @@ Keras on Theano drop the units every other framework drops."""
 
 import numpy as np
 
-from algorithms.spec.dropout import uniforms
-from algorithms.spec.networks import CNN2D_3LAYER
+from algorithms.network.dropout import uniforms
+from algorithms.network.networks import CNN2D_3LAYER
 
 KNOWN = np.array([[6209504, 5259773, 2000034], [6099602, 4297037, 16412116]]) / np.float32(2**24)  # exact: k / 2**24
 

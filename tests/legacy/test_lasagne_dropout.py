@@ -1,4 +1,4 @@
-"""Lasagne's dropout takes the shared uniforms (algorithms/spec/dropout.py): the layer is
+"""Lasagne's dropout takes the shared uniforms (algorithms/network/dropout.py): the layer is
 the numpy mask rule bit for bit, the compiled train function takes the uniforms and the
 logits function does not, the benchmark's native loop feeds them as the harness does,
 and Theano's compile cache still serves a second process the whole train function."""
@@ -18,8 +18,8 @@ import lasagne  # noqa: E402
 import theano  # noqa: E402
 import theano.tensor as T  # noqa: E402
 
-from algorithms.spec.dropout import apply, layer_uniforms  # noqa: E402
-from algorithms.spec.networks import NETWORKS  # noqa: E402
+from algorithms.network.dropout import apply, layer_uniforms  # noqa: E402
+from algorithms.network.networks import NETWORKS  # noqa: E402
 from lasagne_wrapper.model import SharedUniformDropout, uniforms_channels_first  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers.flags import run_flags  # noqa: E402
@@ -66,8 +66,8 @@ def test_the_train_function_takes_the_uniforms_and_the_logits_function_does_not(
     """Its inputs are the images, the labels and one uniforms array per Dropout layer; a
     step on 10 rows and then on 7 (a smaller last batch) both run, and the uniforms decide
     the loss (all-dropping ones give another)."""
-    from algorithms.spec.data import load_kaggle_csv
-    from algorithms.spec.dropout import uniforms
+    from algorithms.dataset.data import load_kaggle_csv
+    from algorithms.network.dropout import uniforms
     from lasagne_wrapper.trainer import LasagneTrainer
 
     trainer = LasagneTrainer(NETWORK, NETWORK.training.optimizer, 0)
@@ -118,7 +118,7 @@ def counted(self, *args, **kwargs):
     compiled.append(sorted({str(node.op) for node in self.fgraph.toposort()}))
     return compile_cmodule(self, *args, **kwargs)
 CLinker.compile_cmodule = counted
-from algorithms.spec.networks import NETWORKS
+from algorithms.network.networks import NETWORKS
 from lasagne_wrapper.trainer import LasagneTrainer
 network = NETWORKS["cnn2d_3layer_fullconnected_3layer"]
 LasagneTrainer(network, network.training.optimizer, 0)

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.spec.dropout import channels_first
-from algorithms.spec.weights import initial_weights
+from algorithms.network.dropout import channels_first
+from algorithms.network.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer

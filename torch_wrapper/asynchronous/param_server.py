@@ -32,8 +32,8 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 
-from algorithms.spec.parallel import split_ranges
-from algorithms.spec.weights import initial_weights
+from algorithms.network.parallel import split_ranges
+from algorithms.network.weights import initial_weights
 from algorithms.contract.types import Update
 from backends.torch_backend import set_threads
 from torch_wrapper.model import build_blocks, images_to_torch, make_optimizer, uniforms_to_torch
