@@ -106,7 +106,7 @@ XDIST_FLAGS := $(if $(filter 0,$(XDIST)),-p no:xdist,-n $(XDIST) --dist loadgrou
 test: lint legacy-setup caffe browser
 	@mkdir -p results
 	$(LEGACY_PY) -m pytest -q tests/legacy $(ARGS) > results/legacy-tests.log 2>&1 & legacy=$$!; \
-	$(PY) -m pytest -q $(XDIST_FLAGS) tests $(ARGS); main=$$?; \
+	$(PY) -m pytest -q $(XDIST_FLAGS) --durations=25 tests $(ARGS); main=$$?; \
 	wait $$legacy; status=$$?; \
 	echo "[test] tests/legacy/ (in $(LEGACY_VENV), run beside tests/):"; cat results/legacy-tests.log; \
 	{ [ $$status -eq 0 ] || [ $$status -eq 5 ]; } && exit $$main; exit $$status

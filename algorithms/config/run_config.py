@@ -19,7 +19,7 @@ from algorithms.config.values import schedule_text
 from algorithms.config.parser import build_parser
 from algorithms.config.schedule import LearningRateSchedule, linear_scale
 from algorithms.machine.tuning import Tuning
-from algorithms.dataset.data import batch_size_at, test_input
+from algorithms.dataset.data import batch_size_at, steps_per_epoch, test_input
 from algorithms.network.networks import Network, Optimizer, network_for_data
 from algorithms.network.parallel import STRATEGIES, ParallelPlan, make_plan
 from algorithms.network.variants import TRAINING_KINDS, Fault, faulted_network, parse_fault
@@ -159,6 +159,19 @@ class RunConfig:
     def batch_at(self, epoch: int) -> int:
         """--batch_size of the 0-based `epoch` (the --batch_schedule phase it is in)."""
         return batch_size_at(self.batch_schedule, epoch) if self.batch_schedule else self.batch_size
+
+    def steps_at(self, rows: int, batch: int) -> int:
+        """The optimizer steps an epoch of `rows` training rows takes at --batch_size `batch`
+        (each worker's share one update where --strategy ps or async updates unsynchronised)."""
+        steps = steps_per_epoch(rows, batch * self.accumulate)
+        if self.strategy in ("ps", "async") and not self.ps_sync:
+            steps *= self.plan.replicas
+        return steps
+
+    def epoch_steps(self, rows: int) -> list:
+        """The optimizer steps each epoch takes on `rows` training rows, at its own batch
+        (--batch_schedule); their sum is what the whole run plans, before --max_steps."""
+        return [self.steps_at(rows, self.batch_at(epoch)) for epoch in range(self.num_epochs)]
 
     def order_epoch(self, epoch: int) -> int:
         """The epoch whose batch order this one takes: its own, or epoch 1's with --fault same_order."""

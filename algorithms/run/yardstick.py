@@ -189,10 +189,7 @@ def twin_config(config, folder: str, steps: Optional[int], size: float = PERTURB
 def twin_steps(config, dataset: Dataset) -> int:
     """TWIN_STEPS, or fewer where the run takes fewer: a twin past the run's last step has
     no step of the run to be measured against."""
-    from algorithms.dataset.data import steps_per_epoch
-
-    rows, epochs = len(dataset.train_x), range(config.num_epochs)
-    planned = sum(steps_per_epoch(rows, config.batch_at(epoch) * config.accumulate) for epoch in epochs)
+    planned = sum(config.epoch_steps(len(dataset.train_x)))
     return min(TWIN_STEPS, planned, config.max_steps or planned)
 
 

@@ -71,7 +71,9 @@ class RunSession:
         self.versions, self.devices = releases(runtime.versions), runtime.devices
         self.device = runtime.device  # where the framework placed the run (contract.Device)
         self.run_id = config.run_id or new_run_id()
-        self.steps_per_epoch = self._steps_per_epoch(config.batch_size)
+        # each epoch's optimizer steps, read here once: the loop asks them of the session, never of the config
+        self.epoch_steps = config.epoch_steps(len(dataset.train_x))
+        self.steps_per_epoch = config.steps_at(len(dataset.train_x), config.batch_size)
         self.planned_steps, self.outputs_per_sample = self._step_check_plan(config)
         csv_name = results_csv_name(config.network.name, self.framework, self.backend)
         self.csv_path = os.path.join(config.results_dir, csv_name)
@@ -170,7 +172,7 @@ class RunSession:
         self.last_train = tuple(state["last_train"]) if state["last_train"] else None
         self.progress.restore(state)
         epoch, next_index = self.resume_position
-        if next_index < self._steps_per_epoch(self.config.batch_at(epoch)):
+        if epoch < len(self.epoch_steps) and next_index < self.epoch_steps[epoch]:
             where = f"at step {self.step + 1} (epoch {epoch + 1})"
         else:  # checkpointed after an epoch's last step: its validation comes first
             where = f"after epoch {epoch + 1}'s last step (its validation, then step {self.step + 1})"
@@ -196,19 +198,9 @@ class RunSession:
         """What the step check spreads over and scales with: the optimizer steps the whole run
         plans (each epoch at its own batch), and the values the network's layers output per
         sample (the memory of its float64 looks), read here, before the run's first step."""
-        planned = sum(self.steps_in_epoch(epoch) for epoch in range(config.num_epochs))
+        planned = sum(self.epoch_steps)
         network = config.reference_network or config.network
         return planned, network_memory(network, config.optimizer).outputs_per_sample
-
-    def steps_in_epoch(self, epoch: int) -> int:
-        """The optimizer steps epoch `epoch` (0-based) takes at its batch (--batch_schedule)."""
-        return self._steps_per_epoch(self.config.batch_at(epoch))
-
-    def _steps_per_epoch(self, batch: int) -> int:
-        steps = steps_per_epoch(len(self.dataset.train_x), batch * self.config.accumulate)
-        if self.config.strategy in ("ps", "async") and not self.config.ps_sync:  # each worker's share is one update
-            steps *= self.config.plan.replicas
-        return steps
 
     def optimizer_batches(self, epoch: int) -> list:
         """One list per optimizer step of `--accumulate` index arrays (the shared
@@ -229,7 +221,7 @@ class RunSession:
         wrapper then prepares that shape, outside any step's time), else None."""
         config = self.config
         batch = config.batch_at(epoch)
-        self.steps_per_epoch = self._steps_per_epoch(batch)
+        self.steps_per_epoch = self.epoch_steps[epoch]
         self.schedule.start_epoch(epoch, batch * config.accumulate)
         self.rows.set_global_batch(batch * config.accumulate)
         changed = self._epoch_batch is not None and batch != self._epoch_batch
