@@ -97,8 +97,10 @@ def test_make_test_fast_builds_neither_caffe_nor_the_legacy_env_and_make_test_ru
     fast, test = planned("test-fast"), planned("test")
     assert "build_caffe.sh" not in fast and "venv-legacy" not in fast
     assert '-m pytest -q -n 2 --dist loadgroup -m "not slow and not caffe" tests' in fast
-    assert "-m pytest -q -n 2 --dist loadgroup tests ;" in test and "-m pytest -q tests/legacy " in test  # no filter
-    assert "-m pytest -q -p no:xdist tests ;" in planned("test", "XDIST=0")  # one process, one test at a time
+    # no filter; the 25 slowest tests printed (where the suite's time goes)
+    assert "-m pytest -q -n 2 --dist loadgroup --durations=25 tests ;" in test and "-m pytest -q tests/legacy " in test
+    one = planned("test", "XDIST=0")  # one process, one test at a time
+    assert "-m pytest -q -p no:xdist --durations=25 tests ;" in one
 
 
 def test_make_tests_workers_keep_each_file_together():

@@ -71,8 +71,7 @@ class RunSession:
         self.versions, self.devices = releases(runtime.versions), runtime.devices
         self.device = runtime.device  # where the framework placed the run (contract.Device)
         self.run_id = config.run_id or new_run_id()
-        # each epoch's optimizer steps, read here once: the loop asks them of the session, never of the config
-        self.epoch_steps = config.epoch_steps(len(dataset.train_x))
+        self.epoch_steps = config.epoch_steps(len(dataset.train_x))  # read once, before the first step
         self.steps_per_epoch = config.steps_at(len(dataset.train_x), config.batch_size)
         self.planned_steps, self.outputs_per_sample = self._step_check_plan(config)
         csv_name = results_csv_name(config.network.name, self.framework, self.backend)
