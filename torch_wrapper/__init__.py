@@ -17,8 +17,9 @@ _NOT_WITH_WORKER_STRATEGIES = {
     "--fault loss": "each worker's update takes its mean loss",
 }
 
-# known errors its one-device trainer puts in (network/variants.py)
-_SINGLE_ONLY_FAULTS = (
+# network/variants.py: the known errors torch's one-device trainer puts in (trainer.py; the last four
+# act past the drift envelope's horizon), so no other strategy takes them
+TRAINER_FAULTS = (
     "eval_dropout",
     "momentum_reset",
     "lr_late",
@@ -126,7 +127,7 @@ def prepare_process(config, dataset) -> None:
         from torch_wrapper.nodes import check_endpoint_is_here
 
         check_endpoint_is_here(config.ps_endpoint)
-    if config.fault and config.fault.kind in _SINGLE_ONLY_FAULTS and config.strategy != "single":
+    if config.fault and config.fault.kind in TRAINER_FAULTS and config.strategy != "single":
         raise InputError(
             f"--fault {config.fault.describe()} with --strategy {config.strategy}: torch puts this known error "
             "into its one-device trainer only; drop --strategy"

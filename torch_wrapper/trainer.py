@@ -51,22 +51,12 @@ from torch_wrapper.model import (
     make_optimizer,
     uniforms_to_torch,
 )
+from torch_wrapper import TRAINER_FAULTS
 from torch_wrapper.pipeline import StageSchedule, channels_first
 from torch_wrapper.tensor_parallel import build_tensor_parallel
 
 
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# network/variants.py: the known errors torch's trainer puts in (the last four act past the drift envelope's horizon)
-TRAINER_FAULTS = (
-    "eval_dropout",
-    "momentum_reset",
-    "lr_late",
-    "accuracy_labels",
-    "late_lr",
-    "late_momentum",
-    "skip",
-    "maxnorm",
-)
 
 
 class _StrategyTrainer:

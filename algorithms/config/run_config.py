@@ -173,6 +173,26 @@ class RunConfig:
         (--batch_schedule); their sum is what the whole run plans, before --max_steps."""
         return [self.steps_at(rows, self.batch_at(epoch)) for epoch in range(self.num_epochs)]
 
+    def side_run(self, results_dir: str, part: str, **changes) -> "RunConfig":
+        """A run trained inside this one (the epoch check, a yardstick twin): its rows in
+        `results_dir`, `part` naming it; quiet, never stopped early, checkpointed or resumed,
+        and with no epoch check, step check or yardstick of its own (the epoch check's
+        boundaries are judged against its own envelope; a twin is what a yardstick is made of)."""
+        return replace(
+            self,
+            early_stopping=0,
+            target_accuracy=None,
+            checkpoint_every=0,
+            resume=None,
+            quiet=True,
+            results_dir=results_dir,
+            epoch_check=False,
+            step_check="off",
+            yardstick="off",
+            part=part,
+            **changes,
+        )
+
     def order_epoch(self, epoch: int) -> int:
         """The epoch whose batch order this one takes: its own, or epoch 1's with --fault same_order."""
         return 0 if self.fault and self.fault.kind == "same_order" else epoch

@@ -22,7 +22,6 @@ process: their compare judges the run's own rows only.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from algorithms.records import CHECK_FOLDER
 from algorithms.dataset.data import Dataset
@@ -51,19 +50,10 @@ def check_run(config, dataset: Dataset) -> tuple:
         dataset.val_x[:CHECK_VAL_ROWS],
         dataset.val_y[:CHECK_VAL_ROWS],
     )
-    check_config = replace(
-        config,
+    check_config = config.side_run(
+        os.path.join(config.results_dir, CHECK_FOLDER),
+        check_part(rows, len(check_dataset.val_x)),
         num_epochs=min(config.num_epochs, CHECK_EPOCHS),
         max_steps=None,
-        early_stopping=0,
-        target_accuracy=None,
-        checkpoint_every=0,
-        resume=None,
-        quiet=True,
-        results_dir=os.path.join(config.results_dir, CHECK_FOLDER),
-        epoch_check=False,
-        step_check="off",  # its boundaries are judged against its own envelope
-        yardstick="off",
-        part=check_part(rows, len(check_dataset.val_x)),
     )
     return check_config, check_dataset

@@ -169,21 +169,8 @@ def perturbation_size(config, dataset: Dataset) -> float:
 def twin_config(config, folder: str, steps: Optional[int], size: float = PERTURBATION):
     """The twin's config: the run's settings for its first `steps` steps (None: all of an
     epoch check's), its rows in `folder`, quiet, no check or twin of its own."""
-    return replace(
-        config,
-        max_steps=steps,
-        early_stopping=0,
-        target_accuracy=None,
-        checkpoint_every=0,
-        resume=None,
-        quiet=True,
-        results_dir=folder,
-        epoch_check=False,
-        step_check="off",
-        yardstick="off",
-        part=(config.part + "; " if config.part != "run" else "")
-        + f"yardstick twin: kernels and pixels moved by {size:.3g}",
-    )
+    within = config.part + "; " if config.part != "run" else ""  # a twin of an epoch check names it
+    return config.side_run(folder, within + f"yardstick twin: kernels and pixels moved by {size:.3g}", max_steps=steps)
 
 
 def twin_steps(config, dataset: Dataset) -> int:
